@@ -1,0 +1,90 @@
+"""Crash-safe file output: write to a temporary file in the target folder, fsync, rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from arrowmt.errors import ArrowMTError, OutputExistsError
+
+TEMP_PREFIX = ".arrowmt-tmp-"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str], overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` that is renamed onto ``path`` if the block completes.
+
+    On success the file is fsynced, renamed over ``path`` and the folder fsynced.
+    On any exception, KeyboardInterrupt included, the temporary file is removed,
+    so a crash never leaves a partial ``path``.
+    """
+    target = Path(path)
+    if not overwrite and target.exists():
+        raise OutputExistsError(f"{target}: output exists; pass overwrite=True (--overwrite) to replace it")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".part", dir=target.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise ArrowMTError(f"{target}: cannot create output in {target.parent}: {exc.strerror or exc}") from exc
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        _fsync_file(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ArrowMTError(f"{target}: writing failed: {exc.strerror or exc}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str], overwrite: bool = True) -> Iterator[BinaryIO]:
+    """Like :func:`atomic_path`, yielding an open binary file instead of a path."""
+    with atomic_path(path, overwrite) as tmp, open(tmp, "wb") as handle:
+        yield handle
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, replacing any existing file."""
+    with atomic_output(path) as handle:
+        handle.write(data)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete temporary files left in ``folder`` by a killed writer; return what was removed."""
+    removed = []
+    for stale in Path(folder).glob(TEMP_PREFIX + "*"):
+        stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed

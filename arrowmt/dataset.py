@@ -1,0 +1,177 @@
+"""The torch Dataset over a converted arrowmt folder: zero-copy rows, vectorized batch gathers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from arrowmt.batch import GatheredBatch, Spans
+from arrowmt.errors import FormatError, InvalidParameterError
+from arrowmt.manifest import Manifest, split_path
+from arrowmt.metadata import SpecialIds, SplitMetadata
+from arrowmt.reader import SplitFile
+
+
+class ArrowMTDataset(Dataset):
+    """All shards of one split (``train``, ``train1``, ...) of an arrowmt folder as one dataset.
+
+    ``ds[i]`` gives ``{"id": i, <column>: int32 tensor}`` whose tensors view the
+    memory-mapped file. Pickling keeps only the path: DataLoader workers reopen
+    the map themselves.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], split: str = "train") -> None:
+        self.path = Path(path)
+        self.split = split
+        self.manifest = Manifest.load(self.path)
+        names = self.manifest.shards(split)
+        if not names:
+            raise InvalidParameterError(
+                f"split: expected one of {self.manifest.splits()} in {self.path}, got {split!r}"
+            )
+        self.shards = [self._open_shard(name) for name in names]
+        self.shard_names = names
+        sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
+        self.cumulative = np.concatenate([[0], np.cumsum(sizes)])
+        first = self.shards[0].metadata
+        self.columns: tuple[str, ...] = tuple(first.columns)
+        self._check_shards_agree(first)
+
+    def _open_shard(self, name: str) -> SplitFile:
+        entry = self.manifest.files[name]
+        shard = SplitFile(split_path(self.path, name))
+        if shard.stamp.size != entry.size or len(shard) != entry.rows:
+            raise FormatError(
+                f"{shard.path}: expected {entry.size} bytes and {entry.rows} rows as recorded in the "
+                f"manifest, got {shard.stamp.size} bytes and {len(shard)} rows (file changed after conversion)"
+            )
+        return shard
+
+    def _check_shards_agree(self, first: SplitMetadata) -> None:
+        for shard in self.shards[1:]:
+            if tuple(shard.metadata.columns) != self.columns:
+                raise FormatError(
+                    f"{shard.path}: columns {list(shard.metadata.columns)} differ from "
+                    f"{self.shards[0].path}: {list(self.columns)}"
+                )
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "split": self.split, "stamps": [s.stamp for s in self.shards]}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"], state["split"])
+        now = [s.stamp for s in self.shards]
+        if now != state["stamps"]:
+            raise FormatError(f"{self.path}: split {self.split!r} files changed since the dataset was opened")
+
+    def __len__(self) -> int:
+        return int(self.cumulative[-1])
+
+    @property
+    def metadata(self) -> SplitMetadata:
+        return self.shards[0].metadata
+
+    @property
+    def special_ids(self) -> SpecialIds:
+        return self.metadata.special_ids
+
+    @property
+    def is_monolingual(self) -> bool:
+        return self.columns == ("tokens",)
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard number and row-within-shard of each global index."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
+            bad = indices[(indices < 0) | (indices >= len(self))][0]
+            raise IndexError(f"index {int(bad)} out of range for dataset of {len(self)} rows")
+        shard = np.searchsorted(self.cumulative, indices, side="right") - 1
+        return shard, indices - self.cumulative[shard]
+
+    def lengths(self, column: str, indices: np.ndarray | None = None) -> np.ndarray:
+        """Token counts (int64) of ``indices`` (all rows when None), from the offsets alone."""
+        if indices is None:
+            return np.concatenate([s.lengths(column) for s in self.shards])
+        shard, local = self.locate(indices)
+        out = np.empty(shard.shape[0], dtype=np.int64)
+        for k in np.unique(shard):
+            mask = shard == k
+            out[mask] = self.shards[k].lengths(column, local[mask])
+        return out
+
+    def num_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """fairseq's size of a row: max over columns of the token count."""
+        per_column = [self.lengths(c, indices) for c in self.columns]
+        return np.maximum.reduce(per_column) if len(per_column) > 1 else per_column[0]
+
+    def row(self, column: str, index: int) -> torch.Tensor:
+        """Row ``index`` of ``column`` as an int32 tensor viewing the map (no copy)."""
+        shard, local = self.locate(np.array([index]))
+        return torch.from_numpy(self.shards[int(shard[0])].row(column, int(local[0])))
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor | int]:
+        item: dict[str, torch.Tensor | int] = {"id": int(index)}
+        for column in self.columns:
+            item[column] = self.row(column, int(index))
+        return item
+
+    def column_spans(self, column: str, indices: np.ndarray) -> Spans:
+        """Where the rows ``indices`` of ``column`` are, gathered with one vectorized step per shard.
+
+        Rows all in one shard view that shard's map (no copy); rows from several
+        shards are gathered into one compact array, in ``indices`` order.
+        """
+        if column not in self.columns:
+            raise InvalidParameterError(f"column: expected one of {list(self.columns)}, got {column!r}")
+        shard, local = self.locate(indices)
+        present = np.unique(shard)
+        if present.size == 0:
+            return Spans.empty()
+        if present.size == 1:
+            part = self.shards[int(present[0])]
+            starts, lengths = part.spans(column, local)
+            return Spans(part.words, starts, lengths)
+        return self._multi_shard_spans(column, shard, local, present)
+
+    def _multi_shard_spans(
+        self, column: str, shard: np.ndarray, local: np.ndarray, present: np.ndarray
+    ) -> Spans:
+        order = np.argsort(shard, kind="stable")
+        sorted_shard = shard[order]
+        parts = []
+        for k in present:
+            rows = local[order[sorted_shard == k]]
+            part = self.shards[int(k)]
+            parts.append((part.words, *part.spans(column, rows)))
+        grouped = Spans.concat_compact(parts)
+        return grouped.select(np.argsort(order, kind="stable"))
+
+    def __getitems__(self, indices: list[int]) -> GatheredBatch:
+        """The rows ``indices`` located per column, for ``Collater`` (torch's DataLoader calls this).
+
+        The result is also a sequence of ``ds[i]``-like sample dicts.
+        """
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return GatheredBatch(ids, {c: self.column_spans(c, ids) for c in self.columns})
+
+    def fingerprint(self) -> str:
+        """Stable identity of this split's content (from the manifest's checksums)."""
+        digest = hashlib.sha256()
+        for name in self.shard_names:
+            digest.update(f"{name}:{self.manifest.files[name].sha256};".encode())
+        return digest.hexdigest()
+
+    def check_unchanged(self) -> None:
+        """Raise FormatError if any shard file was modified since opening."""
+        for shard in self.shards:
+            shard.check_unchanged()
+
+
+def open_dataset(path: str | os.PathLike[str], split: str = "train") -> ArrowMTDataset:
+    """Open split ``split`` (all its shards) of the arrowmt folder at ``path``."""
+    return ArrowMTDataset(path, split)

@@ -1,0 +1,252 @@
+"""Memory-mapped reading of one arrowmt split file, with cheap structural validation on open.
+
+The file is mapped once (copy-on-write, so numpy and torch views are writable
+without copying and the page-cache pages stay shared between processes). Every
+list column's offsets and values buffers are located inside that map, so a row
+is two integer reads and a slice: no pyarrow object is touched after opening.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from arrowmt.errors import FormatError
+from arrowmt.metadata import SplitMetadata
+from arrowmt.schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
+
+IPC_FILE_MAGIC = b"ARROW1"
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Where each record batch of one column lives, in int32 units from the start of the file."""
+
+    offsets_pos: np.ndarray
+    values_pos: np.ndarray
+    values_len: np.ndarray
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """Size and modification time of a file when it was opened."""
+
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp:
+        st = os.stat(path)
+        return cls(st.st_size, st.st_mtime_ns)
+
+
+class SplitFile:
+    """One split file, memory-mapped and validated; picklable by path."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._open()
+
+    def _open(self) -> None:
+        self.stamp = _stamp_or_error(self.path)
+        self._map = _map_file(self.path, self.stamp.size)
+        self.words = np.frombuffer(self._map, dtype=np.int32, count=self.stamp.size // 4)
+        schema, batches = _read_stream(self.path, self._map)
+        self.metadata = _parse_metadata(self.path, schema)
+        self.columns = tuple(self.metadata.columns)
+        _check_schema(self.path, schema, self.columns)
+        _check_batch_sizes(self.path, batches, self.metadata)
+        base = pa.py_buffer(self._map).address
+        self.layouts = {
+            name: _column_layout(self.path, name, [b.column(k) for b in batches], base, self.words)
+            for k, name in enumerate(self.columns)
+        }
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "stamp": self.stamp}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self._open()
+        if self.stamp != state["stamp"]:
+            raise FormatError(
+                f"{self.path}: file changed since it was first opened "
+                f"(size {state['stamp'].size} -> {self.stamp.size}); reopen the dataset"
+            )
+
+    def __len__(self) -> int:
+        return self.metadata.rows
+
+    @property
+    def rows_per_batch(self) -> int:
+        return self.metadata.rows_per_batch
+
+    def check_unchanged(self) -> None:
+        """Raise FormatError if the file on disk was replaced, resized or touched since opening."""
+        now = _stamp_or_error(self.path)
+        if now != self.stamp:
+            raise FormatError(
+                f"{self.path}: file changed under the live memory map (size {self.stamp.size} -> "
+                f"{now.size}); reopen the dataset"
+            )
+
+    def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
+        rows = np.asarray(rows, dtype=np.int64)
+        _check_rows(self.path, rows, len(self))
+        layout = self.layouts[column]
+        batch, local = np.divmod(rows, self.rows_per_batch)
+        at = layout.offsets_pos[batch] + local
+        start = self.words[at].astype(np.int64)
+        end = self.words[at + 1].astype(np.int64)
+        bad = (start < 0) | (end < start) | (end > layout.values_len[batch])
+        if bad.any():
+            self._raise_bad_offsets(column, rows, start, end, layout.values_len[batch], bad)
+        return layout.values_pos[batch] + start, end - start
+
+    def lengths(self, column: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Token counts of ``rows`` (all rows when None) as int64, read from the offsets only."""
+        if rows is None:
+            rows = np.arange(len(self), dtype=np.int64)
+        return self.spans(column, rows)[1]
+
+    def row(self, column: str, i: int) -> np.ndarray:
+        """Row ``i`` of ``column`` as a writable int32 view of the map (no copy)."""
+        start, length = self.spans(column, np.array([i]))
+        s = int(start[0])
+        return self.words[s : s + int(length[0])]
+
+    def _raise_bad_offsets(
+        self,
+        column: str,
+        rows: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        limit: np.ndarray,
+        bad: np.ndarray,
+    ) -> None:
+        k = int(np.flatnonzero(bad)[0])
+        raise FormatError(
+            f"{self.path}: row {int(rows[k])} ({column}): offsets {int(start[k])}..{int(end[k])} are "
+            f"invalid (expected 0 <= start <= end <= {int(limit[k])}); the file is corrupt"
+        )
+
+
+def _stamp_or_error(path: Path) -> FileStamp:
+    try:
+        return FileStamp.of(path)
+    except FileNotFoundError as exc:
+        raise FormatError(f"{path}: no such split file") from exc
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+
+
+def _map_file(path: Path, size: int) -> mmap.mmap:
+    if size < 8:
+        raise FormatError(f"{path}: {size} bytes is too small for an Arrow IPC stream (expected >= 8)")
+    with open(path, "rb") as handle:
+        if handle.read(len(IPC_FILE_MAGIC)) == IPC_FILE_MAGIC:
+            raise FormatError(
+                f"{path}: this is an Arrow IPC *file* (Feather v2); arrowmt splits are Arrow IPC streams"
+            )
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+
+
+def _read_stream(path: Path, mapped: mmap.mmap) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    try:
+        reader = ipc.open_stream(pa.BufferReader(pa.py_buffer(mapped)))
+        return reader.schema, list(reader)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise FormatError(f"{path}: not a readable Arrow IPC stream (truncated or corrupt): {exc}") from exc
+
+
+def _parse_metadata(path: Path, schema: pa.Schema) -> SplitMetadata:
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise FormatError(
+            f"{path}: Arrow stream has no arrowmt metadata (schema key {METADATA_KEY.decode()!r}); "
+            "it was not written by arrowmt"
+        )
+    return SplitMetadata.from_json(raw, str(path))
+
+
+def _check_schema(path: Path, schema: pa.Schema, columns: tuple[str, ...]) -> None:
+    actual = tuple(schema.names)
+    if actual != columns:
+        raise FormatError(f"{path}: schema columns: expected {list(columns)}, got {list(actual)}")
+    for fld in schema:
+        if fld.type != TOKEN_TYPE:
+            raise FormatError(f"{path}: column {fld.name!r}: expected type {TOKEN_TYPE}, got {fld.type}")
+
+
+def _check_batch_sizes(path: Path, batches: list[pa.RecordBatch], meta: SplitMetadata) -> None:
+    rpb = meta.rows_per_batch
+    if rpb < 1:
+        raise FormatError(f"{path}: metadata rows_per_batch: expected >= 1, got {rpb}")
+    expected_batches = -(-meta.rows // rpb)
+    if len(batches) != expected_batches:
+        raise FormatError(
+            f"{path}: expected {expected_batches} record batches for {meta.rows} rows "
+            f"at {rpb} rows each, got {len(batches)}"
+        )
+    for k, batch in enumerate(batches):
+        want = min(rpb, meta.rows - k * rpb)
+        if batch.num_rows != want:
+            raise FormatError(f"{path}: record batch {k}: expected {want} rows, got {batch.num_rows}")
+
+
+def _column_layout(
+    path: Path, name: str, arrays: list[pa.ListArray], base: int, words: np.ndarray
+) -> ColumnLayout:
+    located = [_locate(path, name, k, arr, base, words) for k, arr in enumerate(arrays)]
+    table = np.array(located, dtype=np.int64).reshape(-1, 3)
+    return ColumnLayout(table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())
+
+
+def _locate(
+    path: Path, name: str, k: int, arr: pa.ListArray, base: int, words: np.ndarray
+) -> tuple[int, int, int]:
+    where = f"{path}: record batch {k}, column {name!r}"
+    if arr.null_count or arr.values.null_count:
+        raise FormatError(f"{where}: expected no nulls, got {arr.null_count + arr.values.null_count}")
+    _, offsets_buf, _, values_buf = arr.buffers()
+    n_values = len(arr.values)
+    off_pos = _word_position(where, "offsets", offsets_buf, base, words, arr.offset, len(arr) + 1)
+    val_pos = _word_position(where, "values", values_buf, base, words, arr.values.offset, n_values)
+    first, last = int(words[off_pos]), int(words[off_pos + len(arr)])
+    if not 0 <= first <= last <= n_values:
+        raise FormatError(
+            f"{where}: offsets run {first}..{last}, expected 0 <= first <= last <= {n_values} values"
+        )
+    return off_pos, val_pos, n_values
+
+
+def _word_position(
+    where: str, what: str, buf: pa.Buffer | None, base: int, words: np.ndarray, first: int, count: int
+) -> int:
+    """Index in ``words`` of element ``first`` of ``buf``, checking ``count`` elements fit in the file."""
+    if count == 0:
+        return 0
+    if buf is None:
+        raise FormatError(f"{where}: {what} buffer missing (expected {count} int32 values)")
+    delta = buf.address - base
+    if delta % ALIGNMENT or delta < 0:
+        raise FormatError(f"{where}: {what} buffer is not a 4-byte aligned part of the file")
+    pos = delta // ALIGNMENT + first
+    if buf.size < (first + count) * 4 or pos + count > words.shape[0]:
+        raise FormatError(
+            f"{where}: {what} buffer holds {buf.size} bytes, expected {(first + count) * 4} inside the file"
+        )
+    return pos
+
+
+def _check_rows(path: Path, rows: np.ndarray, n: int) -> None:
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        bad = rows[(rows < 0) | (rows >= n)][0]
+        raise IndexError(f"{path}: row {int(bad)} out of range (expected 0 <= row < {n})")

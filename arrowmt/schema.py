@@ -1,0 +1,33 @@
+"""The on-disk schema: column names, Arrow types and the limits every split file obeys."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+FORMAT_NAME = "arrowmt"
+FORMAT_VERSION = 1
+METADATA_KEY = b"arrowmt"
+SPLIT_SUFFIX = ".arrow"
+MANIFEST_NAME = "arrowmt.json"
+
+SOURCE = "source"
+TARGET = "target"
+TOKENS = "tokens"
+PAIR_COLUMNS = (SOURCE, TARGET)
+MONO_COLUMNS = (TOKENS,)
+
+TOKEN_TYPE = pa.list_(pa.int32())
+MAX_LIST_VALUES = 2**31 - 1
+DEFAULT_ROWS_PER_BATCH = 1 << 16
+ALIGNMENT = 4
+
+
+def columns_for(monolingual: bool) -> tuple[str, ...]:
+    """The token columns of a monolingual (``tokens``) or parallel (``source``, ``target``) split."""
+    return MONO_COLUMNS if monolingual else PAIR_COLUMNS
+
+
+def token_schema(columns: tuple[str, ...], metadata: bytes) -> pa.Schema:
+    """Arrow schema with one non-nullable ``list<int32>`` field per column and arrowmt metadata."""
+    fields = [pa.field(name, TOKEN_TYPE, nullable=False) for name in columns]
+    return pa.schema(fields, metadata={METADATA_KEY: metadata})

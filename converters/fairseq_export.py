@@ -1,0 +1,80 @@
+"""Export an arrowmt folder back to fairseq's mmap binarized format (``.idx`` + ``.bin``)."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt.atomic import atomic_path
+from arrowmt.errors import FormatError, OutputExistsError
+from arrowmt.manifest import Manifest, split_path
+from arrowmt.progress import progress_bar
+from arrowmt.reader import SplitFile
+from converters.fairseq_binary import MMAP_MAGIC
+
+UINT16_LIMIT = 65500
+DTYPE_CODES = {np.dtype("<u2"): 8, np.dtype("<i4"): 4}
+
+
+def index_dtype(vocab_size: int) -> np.dtype:
+    """The token dtype fairseq picks for a vocabulary: uint16 below 65,500 symbols, else int32."""
+    return np.dtype("<u2") if vocab_size < UINT16_LIMIT else np.dtype("<i4")
+
+
+def mmap_index_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
+    """A fairseq mmap ``.idx`` (version 1) for rows of ``lengths`` tokens stored as ``dtype``."""
+    sizes = lengths.astype("<i4")
+    pointers = np.zeros(len(lengths), dtype="<i8")
+    np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
+    header = MMAP_MAGIC + struct.pack("<QBQ", 1, DTYPE_CODES[dtype], len(lengths))
+    return header + sizes.tobytes() + pointers.tobytes()
+
+
+def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, progress: bool = True) -> list[Path]:
+    """Write every split of the arrowmt folder ``path`` as fairseq mmap files in ``out``; return the prefixes."""
+    folder, dest = Path(path), Path(out)
+    if not overwrite and dest.exists() and any(dest.iterdir()):
+        raise OutputExistsError(f"{dest}: output folder exists and is not empty; pass --overwrite to replace it")
+    dest.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest.load(folder)
+    for name in sorted(set(manifest.dictionaries.values())):
+        with atomic_path(dest / name) as tmp:
+            shutil.copyfile(folder / name, tmp)
+    prefixes = []
+    for split in manifest.files:
+        shard = SplitFile(split_path(folder, split))
+        prefixes += [_export_column(shard, split, c, dest, manifest, progress) for c in shard.columns]
+    return prefixes
+
+
+def _prefix(dest: Path, split: str, column: str, manifest: Manifest) -> Path:
+    langs = manifest.languages
+    if column == "tokens":
+        return dest / split
+    return dest / f"{split}.{langs['source']}-{langs['target']}.{langs[column]}"
+
+
+def _export_column(
+    shard: SplitFile, split: str, column: str, dest: Path, manifest: Manifest, progress: bool
+) -> Path:
+    dtype = index_dtype(shard.metadata.columns[column].vocab_size)
+    prefix = _prefix(dest, split, column, manifest)
+    lengths = shard.lengths(column)
+    rpb = shard.rows_per_batch
+    with atomic_path(f"{prefix}.bin") as tmp, open(tmp, "wb") as handle:
+        bar = progress_bar(len(shard), f"export {prefix.name}", "rows", progress)
+        with bar:
+            for start in range(0, len(shard), rpb):
+                rows = np.arange(start, min(start + rpb, len(shard)))
+                begin, size = shard.spans(column, rows)
+                chunk = shard.words[begin[0] : begin[-1] + size[-1]]
+                if chunk.shape[0] != size.sum():
+                    raise FormatError(f"{shard.path}: rows {start}.. of {column!r} are not contiguous (corrupt)")
+                handle.write(chunk.astype(dtype).tobytes())
+                bar.update(len(rows))
+    with atomic_path(f"{prefix}.idx") as tmp:
+        tmp.write_bytes(mmap_index_bytes(lengths, dtype))
+    return prefix

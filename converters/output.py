@@ -1,0 +1,87 @@
+"""Shared output steps of every converter: prepare the folder, write splits, copy dictionaries, manifest."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arrowmt.atomic import atomic_path, remove_stale_temps
+from arrowmt.errors import OutputExistsError
+from arrowmt.manifest import Manifest, file_entry, split_path
+from arrowmt.metadata import SpecialIds
+from arrowmt.schema import MANIFEST_NAME
+from arrowmt.vocab import Dictionary
+from arrowmt.writer import ColumnData, write_split
+
+
+@dataclass
+class OutputFolder:
+    """An arrowmt folder being written: split files first, the manifest last (its presence = complete)."""
+
+    path: Path
+    languages: dict[str, str | None]
+    source_format: str
+    progress: bool = False
+    dictionaries: dict[str, str] = field(default_factory=dict)
+    manifest: Manifest | None = None
+
+    @classmethod
+    def prepare(
+        cls, path: str | Path, languages: dict[str, str | None], source_format: str, overwrite: bool, progress: bool
+    ) -> OutputFolder:
+        """Check ``path`` may be written (``overwrite`` to replace a dataset) and clear stale temp files."""
+        out = Path(path)
+        if not overwrite and out.exists() and any(out.iterdir()):
+            raise OutputExistsError(f"{out}: output folder exists and is not empty; pass --overwrite to replace it")
+        out.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(out)
+        if overwrite:
+            (out / MANIFEST_NAME).unlink(missing_ok=True)
+        manifest = Manifest(languages=languages, dictionaries={}, source_format=source_format)
+        return cls(out, languages, source_format, progress, manifest=manifest)
+
+    def add_dictionary(self, lang: str | None, dictionary: Dictionary, source: Path | None = None) -> str:
+        """Store ``dict.<lang>.txt`` (byte copy of ``source`` when given, else saved) and return its name."""
+        name = f"dict.{lang}.txt" if lang else "dict.txt"
+        target = self.path / name
+        if source is not None:
+            with atomic_path(target) as tmp:
+                shutil.copyfile(source, tmp)
+        else:
+            dictionary.save(target)
+        self.dictionaries[lang or ""] = name
+        return name
+
+    def write(self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds) -> None:
+        """Write one split (or shard) file and record it."""
+        path = split_path(self.path, name)
+        meta = write_split(
+            path, name, columns, special_ids=special_ids, source_format=self.source_format, progress=self.progress
+        )
+        assert self.manifest is not None
+        self.manifest.files[name] = file_entry(path, meta.rows)
+
+    def finish(self) -> Manifest:
+        """Write the manifest; only now is the folder a complete dataset."""
+        assert self.manifest is not None
+        self.manifest.dictionaries = dict(self.dictionaries)
+        self.manifest.save(self.path)
+        return self.manifest
+
+
+def special_ids_of(dictionary: Dictionary) -> SpecialIds:
+    """Special-symbol ids as a dictionary defines them."""
+    return SpecialIds(bos=dictionary.bos, pad=dictionary.pad, eos=dictionary.eos, unk=dictionary.unk)
+
+
+def column(ragged, lang: str | None, dict_name: str, dictionary: Dictionary, origin: str) -> ColumnData:  # noqa: ANN001
+    """A ColumnData for ``ragged`` encoded with ``dictionary``."""
+    return ColumnData(
+        ragged=ragged,
+        lang=lang,
+        dictionary_file=dict_name,
+        dictionary_sha256=dictionary.sha256(),
+        vocab_size=len(dictionary),
+        origin=origin,
+    )

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install arrowmt with the extras named in $1 (default: none).
+# torch is pinned to the CPU build 2.13.0 here; the package itself accepts a range.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q "torch==2.13.0"
+if [ -n "$extras" ]; then
+  python -m pip install -q -e ".[$extras]"
+else
+  python -m pip install -q -e .
+fi

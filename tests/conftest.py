@@ -1,0 +1,58 @@
+"""Shared fixtures: paths to the real Multi30k data and fairseq-preprocess output."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+FAIRSEQ_FIXTURE = SHARED_DATA / "fairseq-multi30k-de-en"
+MULTI30K = SHARED_DATA / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"real test data missing: expected {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture()
+def fairseq_mmap_dir(tmp_path: Path) -> Path:
+    """A private copy of the real fairseq-preprocess mmap output."""
+    dest = tmp_path / "data-bin-mmap"
+    shutil.copytree(FAIRSEQ_FIXTURE / "mmap", dest)
+    return dest
+
+
+@pytest.fixture()
+def fairseq_lazy_dir(tmp_path: Path) -> Path:
+    """A private copy of the real fairseq-preprocess lazy (legacy) output."""
+    dest = tmp_path / "data-bin-lazy"
+    shutil.copytree(FAIRSEQ_FIXTURE / "lazy", dest)
+    return dest
+
+
+def import_fairseq():  # noqa: ANN201 - returns the fairseq module
+    """Import fairseq (skipping the test when it is absent); its import emits deprecation warnings."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pytest.importorskip("fairseq")
+
+
+def fairseq_rows(prefix: Path, impl: str) -> list:
+    """Every row of a fairseq binarized dataset as fairseq's own training path reads it."""
+    import warnings
+
+    import_fairseq()
+    from fairseq.data import data_utils
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = data_utils.load_indexed_dataset(str(prefix), None, dataset_impl=impl)
+        return [ds[i].numpy() for i in range(len(ds))]

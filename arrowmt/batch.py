@@ -86,9 +86,7 @@ class GatheredBatch(Sequence[Sample]):
         n = self.ids.shape[0]
         for name, spans in self.columns.items():
             if len(spans) != n:
-                raise InvalidParameterError(
-                    f"columns[{name!r}]: expected {n} rows (one per id), got {len(spans)}"
-                )
+                raise InvalidParameterError(f"columns[{name!r}]: expected {n} rows (one per id), got {len(spans)}")
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])

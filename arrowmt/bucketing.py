@@ -152,21 +152,35 @@ def _check_sizes_fit(indices: np.ndarray, num_tokens: np.ndarray, max_tokens: in
         )
 
 
-def _batch_ends(
-    num_tokens: np.ndarray, max_tokens: int | None, max_sentences: int | None, multiple: int
-) -> list[int]:
+def tail_overflows(num_tokens: np.ndarray, split: int, full_at: int, max_tokens: int | None) -> bool:
+    """Whether the carried entries ``[split, full_at]`` alone exceed ``max_tokens`` (padded size)."""
+    if max_tokens is None or split >= full_at:
+        return False
+    return (full_at - split + 1) * int(num_tokens[split : full_at + 1].max()) > max_tokens
+
+
+def _batch_ends(num_tokens: np.ndarray, max_tokens: int | None, max_sentences: int | None, multiple: int) -> list[int]:
     """End positions of fairseq's greedy batches, the last batch included (one step per batch)."""
     n = num_tokens.shape[0]
     ends: list[int] = []
     start, first, window = 0, 1, MIN_WINDOW
     while (full_at := find_full_position(num_tokens, start, first, max_tokens, max_sentences, window)) is not None:
-        emitted = emitted_length(full_at - start, multiple)
-        ends.append(start + emitted)
-        window = max(MIN_WINDOW, 2 * emitted)
-        start, first = start + emitted, full_at + 1
+        split = start + emitted_length(full_at - start, multiple)
+        ends.append(split)
+        if tail_overflows(num_tokens, split, full_at, max_tokens):
+            ends.append(full_at)
+            split = full_at
+        window = max(MIN_WINDOW, 2 * (split - start))
+        start, first = split, full_at + 1
     if n:
-        ends.append(n)
+        ends.extend(_last_batch_ends(start, n, multiple))
     return ends
+
+
+def _last_batch_ends(start: int, n: int, multiple: int) -> list[int]:
+    """fairseq closes the last batch at its last multiple of ``multiple`` and keeps the rest apart."""
+    aligned = start + emitted_length(n - start, multiple)
+    return [aligned, n] if aligned < n else [n]
 
 
 def batch_by_size(
@@ -180,19 +194,22 @@ def batch_by_size(
 
     ``num_tokens[k]`` is the size of sample ``indices[k]`` (fairseq's
     ``num_tokens_vec``). Batch ``b`` is ``flat_indices[batch_offsets[b]:batch_offsets[b + 1]]``.
-    Greedy over the order: a batch is full when adding the next sample would give
-    ``(len + 1) * max_len > max_tokens`` or when it holds ``max_sentences``; then its
-    first :func:`emitted_length` entries are emitted and the rest, with the sample
-    that triggered the split, start the next batch unconditionally. As in fairseq
-    0.12, when ``required_batch_size_multiple > 1`` a last batch whose size is not a
-    multiple of it is dropped. A sample longer than ``max_tokens`` raises InputDataError.
+    Greedy over the order (fairseq 0.12's ``batch_by_size_vec``): a batch is full
+    when adding the next sample would give ``(len + 1) * max_len > max_tokens`` or
+    when it holds ``max_sentences``; then its first :func:`emitted_length` entries
+    are emitted and the rest, with the sample that triggered the split, start the
+    next batch without a further check, except that if those carried entries plus
+    the new sample alone exceed ``max_tokens``, the carried entries are emitted as
+    a batch of their own. The last batch is cut at its last multiple of
+    ``required_batch_size_multiple``, and a final batch whose size is not a
+    multiple of it is dropped (so up to ``multiple - 1`` samples, or a short
+    corpus entirely, are left out). A sample longer than ``max_tokens`` raises
+    InputDataError.
     """
     idx = _as_lengths("indices", indices)
     sizes = _as_lengths("num_tokens", num_tokens)
     if sizes.shape != idx.shape:
-        raise InvalidParameterError(
-            f"num_tokens: expected {idx.shape[0]} sizes (one per index), got {sizes.shape[0]}"
-        )
+        raise InvalidParameterError(f"num_tokens: expected {idx.shape[0]} sizes (one per index), got {sizes.shape[0]}")
     _check_limit("max_tokens", max_tokens)
     _check_limit("max_sentences", max_sentences)
     _check_limit("required_batch_size_multiple", required_batch_size_multiple)
@@ -208,7 +225,10 @@ def batch_by_size(
 
 
 def epoch_batch_order(n_batches: int, seed: int, epoch: int) -> np.ndarray:
-    """Batch ids in the order of epoch ``epoch``: fairseq's ``np.random.shuffle`` under ``numpy_seed(seed + epoch)``."""
+    """Batch ids in the order of epoch ``epoch``.
+
+    fairseq's ``np.random.shuffle`` of the batch list under ``numpy_seed(seed + epoch)``.
+    """
     if n_batches < 0:
         raise InvalidParameterError(f"n_batches: expected >= 0, got {n_batches}")
     _check_seed("seed + epoch", seed + epoch)

@@ -48,7 +48,8 @@ class ArrowMTDataset(Dataset):
         if shard.stamp.size != entry.size or len(shard) != entry.rows:
             raise FormatError(
                 f"{shard.path}: expected {entry.size} bytes and {entry.rows} rows as recorded in the "
-                f"manifest, got {shard.stamp.size} bytes and {len(shard)} rows (file changed after conversion)"
+                f"manifest, got {shard.stamp.size} bytes and {len(shard)} rows "
+                "(file changed after conversion)"
             )
         return shard
 
@@ -138,12 +139,10 @@ class ArrowMTDataset(Dataset):
             return Spans(part.words, starts, lengths)
         return self._multi_shard_spans(column, shard, local, present)
 
-    def _multi_shard_spans(
-        self, column: str, shard: np.ndarray, local: np.ndarray, present: np.ndarray
-    ) -> Spans:
+    def _multi_shard_spans(self, column: str, shard: np.ndarray, local: np.ndarray, present: np.ndarray) -> Spans:
         order = np.argsort(shard, kind="stable")
         sorted_shard = shard[order]
-        parts = []
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for k in present:
             rows = local[order[sorted_shard == k]]
             part = self.shards[int(k)]

@@ -39,9 +39,7 @@ def _check_bounds(size: int, starts: np.ndarray, lengths: np.ndarray) -> None:
     ends = starts + lengths
     if ends.max() > size:
         k = int(np.argmax(ends))
-        raise InvalidParameterError(
-            f"starts[{k}] + lengths[{k}]: expected <= len(words) = {size}, got {int(ends[k])}"
-        )
+        raise InvalidParameterError(f"starts[{k}] + lengths[{k}]: expected <= len(words) = {size}, got {int(ends[k])}")
 
 
 def flat_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -58,7 +56,10 @@ def take_flat(words: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.
 
 
 def padded_width(lengths: np.ndarray, width: int | None = None, multiple: int = 1) -> int:
-    """Width of a padded batch: ``width`` if given (checked), else the longest row, rounded up to ``multiple``."""
+    """Width of a padded batch: ``width`` if given (checked), else the longest row rounded up to ``multiple``.
+
+    ``multiple`` rounds like fairseq's ``pad_to_multiple``.
+    """
     if multiple < 1:
         raise InvalidParameterError(f"multiple: expected >= 1, got {multiple}")
     longest = int(lengths.max()) if lengths.size else 0

@@ -23,9 +23,7 @@ class Ragged:
 
     def __post_init__(self) -> None:
         if self.offsets.ndim != 1 or self.offsets.shape[0] < 1:
-            raise InvalidParameterError(
-                f"offsets: expected a 1-D array of length >= 1, got shape {self.offsets.shape}"
-            )
+            raise InvalidParameterError(f"offsets: expected a 1-D array of length >= 1, got shape {self.offsets.shape}")
         if self.offsets[0] != 0 or self.offsets[-1] != self.values.shape[0]:
             raise InvalidParameterError(
                 f"offsets: expected to start at 0 and end at len(values)={self.values.shape[0]}, "

@@ -54,14 +54,14 @@ class SplitFile:
         self._open()
 
     def _open(self) -> None:
-        self.stamp = _stamp_or_error(self.path)
-        self._map = _map_file(self.path, self.stamp.size)
-        self.words = np.frombuffer(self._map, dtype=np.int32, count=self.stamp.size // 4)
+        self.stamp, self._map = _map_file(self.path)
+        self.words = np.frombuffer(self._map, dtype=np.int32, count=len(self._map) // 4)
         schema, batches = _read_stream(self.path, self._map)
         self.metadata = _parse_metadata(self.path, schema)
         self.columns = tuple(self.metadata.columns)
         _check_schema(self.path, schema, self.columns)
         _check_batch_sizes(self.path, batches, self.metadata)
+        _check_batches_valid(self.path, batches)
         base = pa.py_buffer(self._map).address
         self.layouts = {
             name: _column_layout(self.path, name, [b.column(k) for b in batches], base, self.words)
@@ -142,20 +142,30 @@ def _stamp_or_error(path: Path) -> FileStamp:
     try:
         return FileStamp.of(path)
     except FileNotFoundError as exc:
-        raise FormatError(f"{path}: no such split file") from exc
+        raise FormatError(f"{path}: no such split file (removed since it was opened?)") from exc
     except OSError as exc:
-        raise FormatError(f"{path}: cannot open: {exc.strerror or exc}") from exc
+        raise FormatError(f"{path}: cannot stat: {exc.strerror or exc}") from exc
 
 
-def _map_file(path: Path, size: int) -> mmap.mmap:
+def _map_file(path: Path) -> tuple[FileStamp, mmap.mmap]:
+    """Map ``path`` copy-on-write; the stamp comes from the same open file, so size and map agree."""
+    try:
+        with open(path, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            _check_head(path, st.st_size, handle.read(len(IPC_FILE_MAGIC)))
+            mapped = mmap.mmap(handle.fileno(), st.st_size, access=mmap.ACCESS_COPY)
+    except FileNotFoundError as exc:
+        raise FormatError(f"{path}: no such split file") from exc
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{path}: cannot map: {getattr(exc, 'strerror', None) or exc}") from exc
+    return FileStamp(st.st_size, st.st_mtime_ns), mapped
+
+
+def _check_head(path: Path, size: int, head: bytes) -> None:
     if size < 8:
         raise FormatError(f"{path}: {size} bytes is too small for an Arrow IPC stream (expected >= 8)")
-    with open(path, "rb") as handle:
-        if handle.read(len(IPC_FILE_MAGIC)) == IPC_FILE_MAGIC:
-            raise FormatError(
-                f"{path}: this is an Arrow IPC *file* (Feather v2); arrowmt splits are Arrow IPC streams"
-            )
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    if head == IPC_FILE_MAGIC:
+        raise FormatError(f"{path}: this is an Arrow IPC *file* (Feather v2); arrowmt splits are Arrow IPC streams")
 
 
 def _read_stream(path: Path, mapped: mmap.mmap) -> tuple[pa.Schema, list[pa.RecordBatch]]:
@@ -173,11 +183,32 @@ def _parse_metadata(path: Path, schema: pa.Schema) -> SplitMetadata:
             f"{path}: Arrow stream has no arrowmt metadata (schema key {METADATA_KEY.decode()!r}); "
             "it was not written by arrowmt"
         )
-    return SplitMetadata.from_json(raw, str(path))
+    meta = SplitMetadata.from_json(raw, str(path))
+    _check_metadata_values(path, meta)
+    return meta
+
+
+def _check_metadata_values(path: Path, meta: SplitMetadata) -> None:
+    """The numbers the reader and ``verify`` compute with must be plain non-negative integers."""
+    if not isinstance(meta.columns, dict) or not meta.columns:
+        raise FormatError(f"{path}: metadata 'columns': expected at least one column, got {meta.columns!r}")
+    _expect_int(path, "rows", meta.rows, 0)
+    _expect_int(path, "rows_per_batch", meta.rows_per_batch, 1)
+    for name, info in meta.columns.items():
+        _expect_int(path, f"columns.{name}.vocab_size", info.vocab_size, 0)
+        _expect_int(path, f"columns.{name}.tokens", info.tokens, 0)
+
+
+def _expect_int(path: Path, key: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FormatError(f"{path}: metadata {key!r}: expected an integer >= {minimum}, got {value!r}")
 
 
 def _check_schema(path: Path, schema: pa.Schema, columns: tuple[str, ...]) -> None:
-    actual = tuple(schema.names)
+    try:
+        actual = tuple(schema.names)
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: schema column names are not valid UTF-8 (corrupt file): {exc}") from exc
     if actual != columns:
         raise FormatError(f"{path}: schema columns: expected {list(columns)}, got {list(actual)}")
     for fld in schema:
@@ -187,8 +218,6 @@ def _check_schema(path: Path, schema: pa.Schema, columns: tuple[str, ...]) -> No
 
 def _check_batch_sizes(path: Path, batches: list[pa.RecordBatch], meta: SplitMetadata) -> None:
     rpb = meta.rows_per_batch
-    if rpb < 1:
-        raise FormatError(f"{path}: metadata rows_per_batch: expected >= 1, got {rpb}")
     expected_batches = -(-meta.rows // rpb)
     if len(batches) != expected_batches:
         raise FormatError(
@@ -201,29 +230,37 @@ def _check_batch_sizes(path: Path, batches: list[pa.RecordBatch], meta: SplitMet
             raise FormatError(f"{path}: record batch {k}: expected {want} rows, got {batch.num_rows}")
 
 
-def _column_layout(
-    path: Path, name: str, arrays: list[pa.ListArray], base: int, words: np.ndarray
-) -> ColumnLayout:
+def _check_batches_valid(path: Path, batches: list[pa.RecordBatch]) -> None:
+    """pyarrow's cheap validation: lengths, buffer sizes, first/last offsets (reads no data).
+
+    It must run before any array attribute that trusts those numbers (null counts,
+    child arrays): pyarrow does not check them when reading a stream.
+    """
+    for k, batch in enumerate(batches):
+        try:
+            batch.validate()
+        except (pa.ArrowException, ValueError) as exc:
+            raise FormatError(f"{path}: record batch {k} is corrupt: {exc}") from exc
+
+
+def _column_layout(path: Path, name: str, arrays: list[pa.ListArray], base: int, words: np.ndarray) -> ColumnLayout:
     located = [_locate(path, name, k, arr, base, words) for k, arr in enumerate(arrays)]
     table = np.array(located, dtype=np.int64).reshape(-1, 3)
     return ColumnLayout(table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())
 
 
-def _locate(
-    path: Path, name: str, k: int, arr: pa.ListArray, base: int, words: np.ndarray
-) -> tuple[int, int, int]:
+def _locate(path: Path, name: str, k: int, arr: pa.ListArray, base: int, words: np.ndarray) -> tuple[int, int, int]:
     where = f"{path}: record batch {k}, column {name!r}"
-    if arr.null_count or arr.values.null_count:
-        raise FormatError(f"{where}: expected no nulls, got {arr.null_count + arr.values.null_count}")
+    nulls = arr.null_count + arr.values.null_count
+    if nulls:
+        raise FormatError(f"{where}: expected no nulls, got {nulls}")
     _, offsets_buf, _, values_buf = arr.buffers()
     n_values = len(arr.values)
     off_pos = _word_position(where, "offsets", offsets_buf, base, words, arr.offset, len(arr) + 1)
     val_pos = _word_position(where, "values", values_buf, base, words, arr.values.offset, n_values)
     first, last = int(words[off_pos]), int(words[off_pos + len(arr)])
     if not 0 <= first <= last <= n_values:
-        raise FormatError(
-            f"{where}: offsets run {first}..{last}, expected 0 <= first <= last <= {n_values} values"
-        )
+        raise FormatError(f"{where}: offsets run {first}..{last}, expected 0 <= first <= last <= {n_values} values")
     return off_pos, val_pos, n_values
 
 
@@ -236,8 +273,13 @@ def _word_position(
     if buf is None:
         raise FormatError(f"{where}: {what} buffer missing (expected {count} int32 values)")
     delta = buf.address - base
-    if delta % ALIGNMENT or delta < 0:
-        raise FormatError(f"{where}: {what} buffer is not a 4-byte aligned part of the file")
+    if not 0 <= delta <= words.nbytes:
+        raise FormatError(
+            f"{where}: {what} buffer is not inside the mapped file (compressed or re-encoded stream?); "
+            "arrowmt splits are uncompressed"
+        )
+    if delta % ALIGNMENT:
+        raise FormatError(f"{where}: {what} buffer starts at byte {delta}, expected a multiple of 4")
     pos = delta // ALIGNMENT + first
     if buf.size < (first + count) * 4 or pos + count > words.shape[0]:
         raise FormatError(

@@ -54,10 +54,11 @@ class Dictionary:
         symbol is allowed (the ``#fairseq:overwrite`` case): lookups return its last id.
         """
         self.symbols: list[str] = list(SPECIALS if symbols is None else symbols)
-        self.counts: list[int] = [1] * len(self.symbols) if counts is None else list(counts)
-        _check_lists(self.symbols, self.counts)
-        self._indices: dict[str, int] = dict(zip(self.symbols, range(len(self.symbols))))
+        _check_specials(self.symbols)
+        self.counts: list[int] = _as_counts([1] * len(self.symbols) if counts is None else counts, len(self))
+        self._indices: dict[str, int] = dict(zip(self.symbols, range(len(self.symbols)), strict=True))
         self._lookup_cache: tuple[pa.Array, np.ndarray] | None = None
+        self._symbols_cache: pa.Array | None = None
 
     def __len__(self) -> int:
         return len(self.symbols)
@@ -184,7 +185,9 @@ class Dictionary:
         return Dictionary(self.symbols + fresh, self.counts + [0] * needed)
 
     def _symbol_array(self) -> pa.Array:
-        return pa.array(self.symbols, pa.large_string())
+        if self._symbols_cache is None:
+            self._symbols_cache = pa.array(self.symbols, pa.large_string())
+        return self._symbols_cache
 
     def _lookup_table(self) -> tuple[pa.Array, np.ndarray]:
         if self._lookup_cache is None:
@@ -194,19 +197,20 @@ class Dictionary:
         return self._lookup_cache
 
 
-def _check_lists(symbols: list[str], counts: list[int]) -> None:
-    if len(symbols) != len(counts):
-        raise InvalidParameterError(
-            f"counts: expected one count per symbol ({len(symbols)}), got {len(counts)}"
-        )
+def _check_specials(symbols: list[str]) -> None:
+    if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
+        raise InvalidParameterError(f"symbols: expected to start with {list(SPECIALS)}, got {symbols[: len(SPECIALS)]}")
+
+
+def _as_counts(counts: Sequence[int] | np.ndarray, n_symbols: int) -> list[int]:
+    """``counts`` as Python ints, checked: one per symbol, each within int64."""
     try:
-        np.asarray(counts, dtype=np.int64)
+        as_array = np.asarray(counts, dtype=np.int64)
     except (OverflowError, TypeError, ValueError) as exc:
         raise InvalidParameterError(f"counts: expected int64 integers, got an invalid value ({exc})") from None
-    if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
-        raise InvalidParameterError(
-            f"symbols: expected to start with {list(SPECIALS)}, got {symbols[: len(SPECIALS)]}"
-        )
+    if as_array.shape != (n_symbols,):
+        raise InvalidParameterError(f"counts: expected one count per symbol ({n_symbols}), got shape {as_array.shape}")
+    return as_array.tolist()
 
 
 def _check_string_array(array: TokenArrays, name: str) -> None:
@@ -255,8 +259,7 @@ def _read_dict_lines(path: Path) -> pa.Array:
     except UnicodeDecodeError as exc:
         line = _universal_line_number(data, exc.start)
         raise VocabularyError(
-            f"{path}:{line}: expected UTF-8 text, got invalid byte 0x{data[exc.start]:02x} "
-            f"at byte offset {exc.start}"
+            f"{path}:{line}: expected UTF-8 text, got invalid byte 0x{data[exc.start]:02x} at byte offset {exc.start}"
         ) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = pc.split_pattern(pa.array([text], pa.large_string()), "\n").flatten()
@@ -376,9 +379,7 @@ def _special_counts(values: pa.Array, counts: np.ndarray, n_lines: int) -> list[
     return result.tolist()
 
 
-def _rank_regular(
-    values: pa.Array, counts: np.ndarray, threshold: int, nwords: int
-) -> tuple[list[str], list[int]]:
+def _rank_regular(values: pa.Array, counts: np.ndarray, threshold: int, nwords: int) -> tuple[list[str], list[int]]:
     """Non-special symbols by count (descending), ties in code point order, then cut."""
     regular = pc.invert(pc.is_in(values, value_set=pa.array(SPECIALS)))
     table = pa.table({"symbol": values, "count": pa.array(counts)}).filter(regular)

@@ -80,13 +80,16 @@ def write_split(
     )
     schema = token_schema(tuple(columns), meta.to_json())
     options = ipc.IpcWriteOptions(compression=None)
-    with atomic_path(path, overwrite) as tmp, pa.OSFile(str(tmp), "wb") as sink:
-        with ipc.new_stream(sink, schema, options=options) as writer:
-            bar = progress_bar(total=rows, desc=f"write {split}", unit="rows", enabled=progress)
-            with bar:
-                for batch in _record_batches(columns, schema, rows, rpb):
-                    writer.write_batch(batch)
-                    bar.update(batch.num_rows)
+    bar = progress_bar(total=rows, desc=f"write {split}", unit="rows", enabled=progress)
+    with (
+        atomic_path(path, overwrite) as tmp,
+        pa.OSFile(str(tmp), "wb") as sink,
+        ipc.new_stream(sink, schema, options=options) as writer,
+        bar,
+    ):
+        for batch in _record_batches(columns, schema, rows, rpb):
+            writer.write_batch(batch)
+            bar.update(batch.num_rows)
     return meta
 
 
@@ -111,9 +114,7 @@ def _column_info(name: str, col: ColumnData) -> ColumnInfo:
     )
 
 
-def _record_batches(
-    columns: dict[str, ColumnData], schema: pa.Schema, rows: int, rpb: int
-) -> Iterator[pa.RecordBatch]:
+def _record_batches(columns: dict[str, ColumnData], schema: pa.Schema, rows: int, rpb: int) -> Iterator[pa.RecordBatch]:
     for start in range(0, rows, rpb):
         stop = min(start + rpb, rows)
         arrays = [_list_slice(name, col, start, stop) for name, col in columns.items()]

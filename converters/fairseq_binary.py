@@ -253,8 +253,7 @@ def _read_legacy_index(idx: Path) -> tuple[np.dtype, np.ndarray, np.ndarray, np.
     expect(
         element_size == dtype.itemsize,
         FormatError,
-        f"{idx}: element size: expected {dtype.itemsize} for dtype code {code} ({dtype.name}), "
-        f"found {element_size}",
+        f"{idx}: element size: expected {dtype.itemsize} for dtype code {code} ({dtype.name}), found {element_size}",
     )
     expected = LEGACY_HEADER_BYTES + 8 * (2 * (count + 1) + s)
     actual = idx.stat().st_size
@@ -269,9 +268,7 @@ def _read_legacy_index(idx: Path) -> tuple[np.dtype, np.ndarray, np.ndarray, np.
     return dtype, dim_offsets, data_offsets, arrays[2 * count + 2 :]
 
 
-def _check_legacy_offsets(
-    idx: Path, dim_offsets: np.ndarray, data_offsets: np.ndarray, sizes: np.ndarray
-) -> None:
+def _check_legacy_offsets(idx: Path, dim_offsets: np.ndarray, data_offsets: np.ndarray, sizes: np.ndarray) -> None:
     """Every row must be 1-D (dim_offsets = 0..N) and data_offsets the cumulative sizes."""
     _check_nonnegative(idx, sizes)
     for name, arr in (("dim_offsets", dim_offsets), ("data_offsets", data_offsets)):
@@ -279,8 +276,7 @@ def _check_legacy_offsets(
         bad = _first_bad(np.diff(arr) < 0)
         if bad >= 0:
             raise FormatError(
-                f"{idx}: {name}[{bad + 1}]: expected >= {int(arr[bad])} (non-decreasing), "
-                f"found {int(arr[bad + 1])}"
+                f"{idx}: {name}[{bad + 1}]: expected >= {int(arr[bad])} (non-decreasing), found {int(arr[bad + 1])}"
             )
     expect(
         int(dim_offsets[-1]) == sizes.shape[0],
@@ -297,8 +293,7 @@ def _check_legacy_offsets(
     bad = _first_bad(steps != sizes)
     if bad >= 0:
         raise FormatError(
-            f"{idx}: row {bad}: expected data_offsets step {int(sizes[bad])} (the row's size), "
-            f"found {int(steps[bad])}"
+            f"{idx}: row {bad}: expected data_offsets step {int(sizes[bad])} (the row's size), found {int(steps[bad])}"
         )
 
 

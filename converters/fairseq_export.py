@@ -57,9 +57,7 @@ def _prefix(dest: Path, split: str, column: str, manifest: Manifest) -> Path:
     return dest / f"{split}.{langs['source']}-{langs['target']}.{langs[column]}"
 
 
-def _export_column(
-    shard: SplitFile, split: str, column: str, dest: Path, manifest: Manifest, progress: bool
-) -> Path:
+def _export_column(shard: SplitFile, split: str, column: str, dest: Path, manifest: Manifest, progress: bool) -> Path:
     dtype = index_dtype(shard.metadata.columns[column].vocab_size)
     prefix = _prefix(dest, split, column, manifest)
     lengths = shard.lengths(column)

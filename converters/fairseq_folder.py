@@ -107,5 +107,9 @@ def _convert_mono(data_bin: Path, out: Path, splits: list[str], overwrite: bool,
     for split in splits:
         prefix = data_bin / split
         ragged = read_indexed(prefix)
-        folder.write(split, {"tokens": column(ragged, None, name, dictionary, f"{prefix}.bin")}, special_ids_of(dictionary))
+        folder.write(
+            split,
+            {"tokens": column(ragged, None, name, dictionary, f"{prefix}.bin")},
+            special_ids_of(dictionary),
+        )
     return folder.finish()

@@ -10,6 +10,7 @@ from arrowmt.atomic import atomic_path, remove_stale_temps
 from arrowmt.errors import OutputExistsError
 from arrowmt.manifest import Manifest, file_entry, split_path
 from arrowmt.metadata import SpecialIds
+from arrowmt.ragged import Ragged
 from arrowmt.schema import MANIFEST_NAME
 from arrowmt.vocab import Dictionary
 from arrowmt.writer import ColumnData, write_split
@@ -28,7 +29,12 @@ class OutputFolder:
 
     @classmethod
     def prepare(
-        cls, path: str | Path, languages: dict[str, str | None], source_format: str, overwrite: bool, progress: bool
+        cls,
+        path: str | Path,
+        languages: dict[str, str | None],
+        source_format: str,
+        overwrite: bool,
+        progress: bool,
     ) -> OutputFolder:
         """Check ``path`` may be written (``overwrite`` to replace a dataset) and clear stale temp files."""
         out = Path(path)
@@ -57,7 +63,12 @@ class OutputFolder:
         """Write one split (or shard) file and record it."""
         path = split_path(self.path, name)
         meta = write_split(
-            path, name, columns, special_ids=special_ids, source_format=self.source_format, progress=self.progress
+            path,
+            name,
+            columns,
+            special_ids=special_ids,
+            source_format=self.source_format,
+            progress=self.progress,
         )
         assert self.manifest is not None
         self.manifest.files[name] = file_entry(path, meta.rows)
@@ -75,7 +86,7 @@ def special_ids_of(dictionary: Dictionary) -> SpecialIds:
     return SpecialIds(bos=dictionary.bos, pad=dictionary.pad, eos=dictionary.eos, unk=dictionary.unk)
 
 
-def column(ragged, lang: str | None, dict_name: str, dictionary: Dictionary, origin: str) -> ColumnData:  # noqa: ANN001
+def column(ragged: Ragged, lang: str | None, dict_name: str, dictionary: Dictionary, origin: str) -> ColumnData:
     """A ColumnData for ``ragged`` encoded with ``dictionary``."""
     return ColumnData(
         ragged=ragged,

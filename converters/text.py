@@ -169,6 +169,8 @@ def encode(lines: LineArray, dictionary: Dictionary, append_eos: bool = True) ->
 
 def encode_token_lists(tokens: pa.Array, dictionary: Dictionary, append_eos: bool = True) -> Encoded:
     """Ids of already tokenized lines (a list<string> array)."""
+    if not (pa.types.is_list(tokens.type) or pa.types.is_large_list(tokens.type)):
+        raise InvalidParameterError(f"tokens: expected a list<string> array, got {tokens.type}")
     ids, unknown = dictionary.lookup(tokens.flatten())
     lengths = pc.list_value_length(tokens).fill_null(0).to_numpy().astype(np.int64)
     if append_eos:
@@ -210,14 +212,21 @@ def encode_sentencepiece(
 ) -> Encoded:
     """Apply a sentencepiece model, then map the pieces through ``dictionary``.
 
-    Same ids as ``spm_encode --output_format=piece`` followed by fairseq's binarizer:
-    the pieces are joined by spaces and tokenized again.
+    Same ids as ``spm_encode --output_format=piece`` followed by fairseq's binarizer.
+    """
+    return encode_token_lists(sentencepiece_pieces(lines, model_path), dictionary, append_eos)
+
+
+def sentencepiece_pieces(lines: LineArray, model_path: PathLike) -> pa.ListArray:
+    """The sentencepiece pieces of every line, as a list<string> array (e.g. to build a dictionary).
+
+    The pieces are joined by spaces and split again, exactly as fairseq-preprocess
+    tokenizes the text that ``spm_encode --output_format=piece`` writes.
     """
     lines = _as_lines(lines)
     processor = _load_sentencepiece(model_path)
     pieces = processor.encode(lines.to_pylist(), out_type=str)
-    joined = pc.binary_join(pa.array(pieces, pa.list_(pa.string())), " ")
-    return encode(joined, dictionary, append_eos)
+    return tokenize(pc.binary_join(pa.array(pieces, pa.list_(pa.string())), " "))
 
 
 def _import_sentencepiece() -> ModuleType:

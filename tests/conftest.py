@@ -36,7 +36,7 @@ def fairseq_lazy_dir(tmp_path: Path) -> Path:
     return dest
 
 
-def import_fairseq():  # noqa: ANN201 - returns the fairseq module
+def import_fairseq():
     """Import fairseq (skipping the test when it is absent); its import emits deprecation warnings."""
     import warnings
 

@@ -225,9 +225,7 @@ def test_float_codes_rejected(tmp_path: Path, code: int, dtype: str, flavor: str
     if flavor == "legacy":
         write_legacy(tmp_path / "f", ROWS, code=code, dtype=dtype)
     else:
-        write_mmap(
-            tmp_path / "f", ROWS, code=code, dtype=dtype, doc_idx=[0, 4] if flavor == "megatron" else None
-        )
+        write_mmap(tmp_path / "f", ROWS, code=code, dtype=dtype, doc_idx=[0, 4] if flavor == "megatron" else None)
     assert detect_index_format(tmp_path / "f.idx") == flavor
     assert_raises(FormatError, tmp_path / "f", "token ids must be integers", f"code {code}", name)
 
@@ -350,9 +348,7 @@ def test_short_bin(tmp_path: Path, legacy: bool) -> None:
     itemsize = 4 if legacy else 2
     data = bin_path.read_bytes()
     bin_path.write_bytes(data[: 7 * itemsize])  # rows 0 (4 tokens), 1 (0) and 2 (2) fit; row 3 does not
-    assert_raises(
-        FormatError, tmp_path / "s", "s.bin", f"expected {len(data)}", f"found {7 * itemsize}", "row 3"
-    )
+    assert_raises(FormatError, tmp_path / "s", "s.bin", f"expected {len(data)}", f"found {7 * itemsize}", "row 3")
 
 
 def test_long_bin(tmp_path: Path) -> None:

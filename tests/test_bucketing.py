@@ -1,0 +1,312 @@
+"""Tests for arrowmt.bucketing: exact values on hand-made inputs and equality with fairseq 0.12."""
+
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from builders import fixture_lengths
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arrowmt.bucketing import (
+    batch_by_size,
+    emitted_length,
+    epoch_batch_order,
+    filter_by_size,
+    find_full_position,
+    ordered_indices,
+    shard_batches,
+    shard_length,
+    tail_overflows,
+    window_is_full,
+)
+from arrowmt.errors import InputDataError, InvalidParameterError
+
+
+def as_lists(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    return [flat[offsets[b] : offsets[b + 1]].tolist() for b in range(offsets.shape[0] - 1)]
+
+
+# ---------------------------------------------------------------- order and filter
+
+
+SRC = np.array([3, 1, 2, 1, 2, 1])
+TGT = np.array([1, 2, 1, 1, 3, 2])
+
+
+def test_ordered_indices_unshuffled_sorts_by_target_then_source_stably() -> None:
+    assert ordered_indices(SRC, TGT, None).tolist() == [3, 1, 5, 2, 4, 0]
+    assert ordered_indices(SRC, None, None).tolist() == [1, 3, 5, 2, 4, 0]
+
+
+def test_ordered_indices_seeded_starts_from_the_legacy_permutation() -> None:
+    # np.random.RandomState(0).permutation(6) == [5, 2, 1, 3, 0, 4]
+    assert ordered_indices(SRC, TGT, 0).tolist() == [3, 5, 1, 2, 4, 0]
+    assert ordered_indices(SRC, TGT, 0).dtype == np.int64
+
+
+def test_ordered_indices_rejects_mismatched_lengths() -> None:
+    with pytest.raises(InvalidParameterError, match="tgt_lengths: expected 6"):
+        ordered_indices(SRC, TGT[:5], 1)
+    with pytest.raises(InvalidParameterError, match="seed"):
+        ordered_indices(SRC, TGT, -1)
+
+
+def test_filter_by_size_keeps_order_and_reports_dropped() -> None:
+    indices = np.array([5, 0, 4, 1])
+    kept, dropped = filter_by_size(indices, SRC, TGT, 2, 2)
+    assert kept.tolist() == [5, 1]
+    assert dropped.tolist() == [0, 4]
+    kept, dropped = filter_by_size(indices, SRC, TGT, None, 2)
+    assert (kept.tolist(), dropped.tolist()) == ([5, 0, 1], [4])
+    kept, dropped = filter_by_size(indices, SRC, None, 2, 1)
+    assert (kept.tolist(), dropped.tolist()) == ([5, 4, 1], [0])
+
+
+# ---------------------------------------------------------------- batch arithmetic
+
+
+@pytest.mark.parametrize(
+    ("length", "multiple", "expected"),
+    [(10, 4, 8), (3, 4, 3), (8, 8, 8), (5, 1, 5), (9, 8, 8), (15, 8, 8), (1, 3, 1)],
+)
+def test_emitted_length(length: int, multiple: int, expected: int) -> None:
+    assert emitted_length(length, multiple) == expected
+
+
+def test_window_is_full() -> None:
+    lens = np.array([0, 1, 2, 3])
+    running = np.array([5, 5, 5, 6])
+    assert window_is_full(lens, running, 12, None).tolist() == [False, False, True, True]
+    assert window_is_full(lens, running, None, 2).tolist() == [False, False, True, False]
+    assert window_is_full(lens, running, None, None).tolist() == [False] * 4
+
+
+def test_find_full_position_grows_its_window() -> None:
+    sizes = np.ones(100, dtype=np.int64)
+    assert find_full_position(sizes, 0, 1, 50, None, 2) == 50
+    assert find_full_position(sizes, 10, 12, None, 7, 1) == 17
+    assert find_full_position(sizes, 0, 1, 1000, None, 2) is None
+
+
+def test_tail_overflows() -> None:
+    sizes = np.array([1, 1, 1, 7, 7])
+    assert tail_overflows(sizes, 2, 3, 13)
+    assert not tail_overflows(sizes, 2, 3, 14)
+    assert not tail_overflows(sizes, 3, 3, 1)
+    assert not tail_overflows(sizes, 2, 3, None)
+
+
+def test_batch_by_size_token_budget() -> None:
+    flat, offsets = batch_by_size(np.array([4, 3, 2, 1, 0]), np.array([2, 2, 3, 3, 5]), 6, None)
+    assert as_lists(flat, offsets) == [[4, 3], [2, 1], [0]]
+    assert offsets.dtype == np.int64 and flat.dtype == np.int64
+
+
+def test_batch_by_size_max_sentences() -> None:
+    _, offsets = batch_by_size(np.arange(5), np.ones(5, dtype=np.int64), None, 2)
+    assert offsets.tolist() == [0, 2, 4, 5]
+
+
+def test_batch_by_size_carries_the_remainder_over() -> None:
+    # Full at [9, 8, 7] + 6 (4 * 4 > 12): emit 2, carry 7; [7, 6] then takes 5 (3 * 4 = 12).
+    # The last batch [5] is not a multiple of 2 and is dropped, as fairseq 0.12 does.
+    flat, offsets = batch_by_size(np.array([9, 8, 7, 6, 5]), np.array([1, 1, 1, 4, 4]), 12, None, 2)
+    assert as_lists(flat, offsets) == [[9, 8], [7, 6]]
+
+
+def test_batch_by_size_splits_a_carry_over_that_alone_overflows() -> None:
+    # Carried [7] + 6 gives 2 * 7 > 13, so [7] becomes a batch of its own.
+    flat, offsets = batch_by_size(np.array([9, 8, 7, 6, 5]), np.array([1, 1, 1, 7, 7]), 13, None, 2)
+    assert as_lists(flat, offsets) == [[9, 8], [7], [6]]
+
+
+def test_batch_by_size_last_batch_cut_at_multiple() -> None:
+    flat, offsets = batch_by_size(np.arange(7), np.ones(7, dtype=np.int64), None, None, 4)
+    assert as_lists(flat, offsets) == [[0, 1, 2, 3]]
+    flat, offsets = batch_by_size(np.arange(8), np.ones(8, dtype=np.int64), None, None, 4)
+    assert as_lists(flat, offsets) == [list(range(8))]
+    flat, offsets = batch_by_size(np.arange(3), np.ones(3, dtype=np.int64), 100, None, 4)
+    assert offsets.tolist() == [0] and flat.tolist() == []
+
+
+def test_batch_by_size_empty() -> None:
+    flat, offsets = batch_by_size(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 10, None)
+    assert flat.tolist() == [] and offsets.tolist() == [0]
+
+
+def test_batch_by_size_errors_name_parameter_and_values() -> None:
+    with pytest.raises(InputDataError, match=r"max_tokens: sample 7 has 11 tokens, expected <= max_tokens=10"):
+        batch_by_size(np.array([3, 7]), np.array([2, 11]), 10, None)
+    with pytest.raises(InvalidParameterError, match="num_tokens: expected 2"):
+        batch_by_size(np.array([3, 7]), np.array([2]), 10, None)
+    with pytest.raises(InvalidParameterError, match="required_batch_size_multiple: expected None or an integer"):
+        batch_by_size(np.array([3]), np.array([2]), 10, None, 0)
+    with pytest.raises(InvalidParameterError, match="max_sentences"):
+        batch_by_size(np.array([3]), np.array([2]), 10, -1)
+
+
+# ---------------------------------------------------------------- epochs and ranks
+
+
+def test_epoch_batch_order_exact_and_deterministic() -> None:
+    assert epoch_batch_order(6, 1, 1).tolist() == [4, 1, 3, 2, 5, 0]
+    assert epoch_batch_order(6, 1, 2).tolist() == [3, 5, 4, 1, 0, 2]
+    assert epoch_batch_order(6, 1, 1).tolist() == epoch_batch_order(6, 1, 1).tolist()
+    assert epoch_batch_order(0, 1, 1).tolist() == []
+
+
+def test_shard_batches_strides_and_wraps() -> None:
+    order = np.array([4, 0, 3, 1, 2])
+    assert [shard_batches(order, r, 2).tolist() for r in range(2)] == [[4, 3, 2], [0, 1, 4]]
+    assert [shard_batches(order, r, 3).tolist() for r in range(3)] == [[4, 1], [0, 2], [3, 4]]
+    assert [shard_batches(order, r, 7).tolist() for r in range(7)] == [[4], [0], [3], [1], [2], [4], [0]]
+    assert shard_batches(order, 1, 5).tolist() == [0]
+    assert shard_batches(np.zeros(0, dtype=np.int64), 0, 2).tolist() == []
+    assert shard_length(5, 2) == 3 and shard_length(4, 2) == 2 and shard_length(0, 3) == 0
+
+
+def test_shard_batches_rejects_bad_rank() -> None:
+    with pytest.raises(InvalidParameterError, match=r"rank: expected 0 <= rank < world_size=2, got 2"):
+        shard_batches(np.arange(3), 2, 2)
+    with pytest.raises(InvalidParameterError, match="world_size"):
+        shard_batches(np.arange(3), 0, 0)
+
+
+# ---------------------------------------------------------------- equality with fairseq
+
+
+@pytest.fixture(scope="module")
+def fairseq() -> SimpleNamespace:
+    """The fairseq pieces that define order, batches and sharding, imported quietly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pytest.importorskip("fairseq")
+        from fairseq.data import Dictionary, LanguagePairDataset, data_utils, iterators
+
+        return SimpleNamespace(
+            Dictionary=Dictionary,
+            LanguagePairDataset=LanguagePairDataset,
+            data_utils=data_utils,
+            iterators=iterators,
+        )
+
+
+def fairseq_batches(
+    fs: SimpleNamespace, indices: np.ndarray, sizes: np.ndarray, mt: int | None, ms: int | None, mult: int
+) -> list[list[int]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = fs.data_utils.batch_by_size(
+            indices,
+            lambda i: int(sizes[i]),
+            num_tokens_vec=sizes[indices],
+            max_tokens=mt,
+            max_sentences=ms,
+            required_batch_size_multiple=mult,
+        )
+    return [np.asarray(b).tolist() for b in batches]
+
+
+def fairseq_order(fs: SimpleNamespace, src: np.ndarray, tgt: np.ndarray | None, seed: int | None) -> np.ndarray:
+    d = fs.Dictionary()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pairs = fs.LanguagePairDataset(
+            list(range(len(src))),
+            src,
+            d,
+            None if tgt is None else list(range(len(tgt))),
+            tgt,
+            d,
+            shuffle=seed is not None,
+        )
+        with fs.data_utils.numpy_seed(seed):
+            return pairs.ordered_indices()
+
+
+@pytest.fixture(scope="module")
+def train_lengths() -> tuple[np.ndarray, np.ndarray]:
+    return fixture_lengths("train")
+
+
+@pytest.mark.parametrize("seed", [1, 7, None])
+def test_ordered_indices_match_fairseq_on_real_lengths(
+    fairseq: SimpleNamespace, train_lengths: tuple[np.ndarray, np.ndarray], seed: int | None
+) -> None:
+    src, tgt = train_lengths
+    assert np.array_equal(ordered_indices(src, tgt, seed), fairseq_order(fairseq, src, tgt, seed))
+    assert np.array_equal(ordered_indices(src, None, seed), fairseq_order(fairseq, src, None, seed))
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "max_sentences", "multiple"),
+    [
+        (4096, None, 1),
+        (4096, None, 8),
+        (1000, 64, 8),
+        (300, None, 3),
+        (None, 100, 1),
+        (45, 5, 2),
+        (2000, 37, 4),
+    ],
+)
+def test_batch_by_size_matches_fairseq_on_real_lengths(
+    fairseq: SimpleNamespace,
+    train_lengths: tuple[np.ndarray, np.ndarray],
+    max_tokens: int | None,
+    max_sentences: int | None,
+    multiple: int,
+) -> None:
+    src, tgt = train_lengths
+    order = ordered_indices(src, tgt, 1)
+    sizes = np.maximum(src, tgt)
+    flat, offsets = batch_by_size(order, sizes[order], max_tokens, max_sentences, multiple)
+    assert as_lists(flat, offsets) == fairseq_batches(fairseq, order, sizes, max_tokens, max_sentences, multiple)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=200),
+    budget=st.one_of(st.none(), st.integers(1, 400)),
+    max_sentences=st.one_of(st.none(), st.integers(1, 30)),
+    multiple=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+    sort=st.booleans(),
+)
+def test_batch_by_size_matches_fairseq_on_random_inputs(
+    fairseq: SimpleNamespace,
+    sizes: list[int],
+    budget: int | None,
+    max_sentences: int | None,
+    multiple: int,
+    seed: int,
+    sort: bool,
+) -> None:
+    lengths = np.array(sizes, dtype=np.int64)
+    max_tokens = None if budget is None else max(1, int(lengths.max()) + budget - 1)
+    order = np.random.RandomState(seed).permutation(lengths.shape[0]).astype(np.int64)
+    if sort:
+        order = order[np.argsort(lengths[order], kind="mergesort")]
+    flat, offsets = batch_by_size(order, lengths[order], max_tokens, max_sentences, multiple)
+    assert as_lists(flat, offsets) == fairseq_batches(fairseq, order, lengths, max_tokens, max_sentences, multiple)
+
+
+@pytest.mark.parametrize(("n_batches", "world"), [(10, 1), (10, 3), (12, 4), (3, 5)])
+def test_epoch_order_and_shards_match_fairseq(fairseq: SimpleNamespace, n_batches: int, world: int) -> None:
+    """fairseq shuffles the batch list under numpy_seed(seed + epoch) and shards with ShardedIterator."""
+    seed, epoch = 3, 2
+    batches = list(range(n_batches))
+    with fairseq.data_utils.numpy_seed(seed + epoch):
+        np.random.shuffle(batches)
+    order = epoch_batch_order(n_batches, seed, epoch)
+    assert order.tolist() == batches
+    for rank in range(world):
+        theirs = list(fairseq.iterators.ShardedIterator(batches, world, rank, fill_value=None))
+        ours = shard_batches(order, rank, world).tolist()
+        assert len(ours) == len(theirs)
+        real = [b for b in theirs if b is not None]
+        assert ours[: len(real)] == real

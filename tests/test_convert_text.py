@@ -1,0 +1,163 @@
+"""Converting real Multi30k parallel text end to end, as fairseq-preprocess would encode it."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arrowmt.dataset import open_dataset
+from arrowmt.errors import InputDataError, InvalidParameterError
+from arrowmt.vocab import Dictionary
+from converters.parallel_text import TextConversion, convert_text
+from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, import_fairseq
+
+
+def _options(**kw: object) -> TextConversion:
+    prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")})
+    return TextConversion(src_lang="de", tgt_lang="en", prefixes=prefixes, **kw)  # type: ignore[arg-type]
+
+
+def _lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return handle.read().split("\n")[:-1]
+
+
+def test_ids_equal_fairseq_encoding_of_every_line(tmp_path: Path) -> None:
+    import_fairseq()
+    from fairseq.data import Dictionary as FairseqDictionary
+
+    convert_text(_options(), tmp_path / "out", progress=False)
+    for column, lang in (("source", "de"), ("target", "en")):
+        ours = Dictionary.load(tmp_path / "out" / f"dict.{lang}.txt")
+        theirs = FairseqDictionary.load(str(tmp_path / "out" / f"dict.{lang}.txt"))
+        assert ours.symbols == theirs.symbols
+        for split, name in (("train", "val"), ("test", "test_2016_flickr")):
+            ds = open_dataset(tmp_path / "out", split)
+            lines = _lines(MULTI30K / f"{name}.{lang}.gz")
+            assert len(ds) == len(lines)
+            for i, line in enumerate(lines):
+                expected = theirs.encode_line(line, add_if_not_exist=False, append_eos=True).numpy()
+                np.testing.assert_array_equal(ds.row(column, i).numpy(), expected, err_msg=f"{split} {i}")
+
+
+def _real_counts(path: Path) -> list[int]:
+    """Counts of a dictionary's real symbols (no specials, no madeupword padding)."""
+    d = Dictionary.load(path)
+    return [
+        c
+        for s, c in zip(d.symbols[d.nspecial :], d.counts[d.nspecial :], strict=False)
+        if not s.startswith("madeupword")
+    ]
+
+
+def test_dictionary_built_from_train_only_with_threshold(tmp_path: Path) -> None:
+    convert_text(_options(thresholds=(2, 3)), tmp_path / "out", progress=False)
+    assert len(Dictionary.load(tmp_path / "out" / "dict.de.txt")) % 8 == 0
+    assert min(_real_counts(tmp_path / "out" / "dict.de.txt")) == 2
+    assert min(_real_counts(tmp_path / "out" / "dict.en.txt")) == 3
+
+
+def test_existing_dictionaries_and_unknowns(tmp_path: Path) -> None:
+    opts = _options(
+        srcdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"),
+        tgtdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"),
+    )
+    convert_text(opts, tmp_path / "out", progress=False)
+    assert (tmp_path / "out" / "dict.de.txt").read_bytes() == (FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt").read_bytes()
+    ds = open_dataset(tmp_path / "out", "train")
+    de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
+    first = _lines(MULTI30K / "val.de.gz")[0].split()
+    np.testing.assert_array_equal(ds.row("source", 0).numpy(), [de.index(w) for w in first] + [de.eos])
+
+
+def test_joined_dictionary(tmp_path: Path) -> None:
+    convert_text(_options(joined_dictionary=True), tmp_path / "out", progress=False)
+    de = (tmp_path / "out" / "dict.de.txt").read_bytes()
+    assert de == (tmp_path / "out" / "dict.en.txt").read_bytes()
+    words = Dictionary.load(tmp_path / "out" / "dict.de.txt")
+    assert words.index("Ein") != words.unk and words.index("A") != words.unk
+
+
+def test_comma_prefixes_become_shards_and_gz_equals_plain(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for lang in ("de", "en"):
+        (plain / f"val.{lang}").write_text("\n".join(_lines(MULTI30K / f"val.{lang}.gz")) + "\n", encoding="utf-8")
+    prefixes = {"train": f"{MULTI30K / 'val'},{plain / 'val'}"}
+    manifest = convert_text(_options(prefixes=prefixes), tmp_path / "out", progress=False)
+    assert manifest.shards("train") == ["train", "train1"]
+    ds = open_dataset(tmp_path / "out", "train")
+    assert len(ds) == 2 * 1014
+    for i in (0, 500, 1013):
+        np.testing.assert_array_equal(ds.row("source", i), ds.row("source", 1014 + i))
+
+
+def test_workers_give_identical_files(tmp_path: Path) -> None:
+    convert_text(_options(), tmp_path / "one", progress=False)
+    convert_text(_options(workers=2), tmp_path / "two", progress=False)
+    for name in ("train.arrow", "test.arrow", "dict.de.txt", "arrowmt.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
+def test_sentencepiece_model(tmp_path: Path) -> None:
+    spm = pytest.importorskip("sentencepiece")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(_lines(MULTI30K / "val.de.gz") + _lines(MULTI30K / "val.en.gz")), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "spm"), vocab_size=300, minloglevel=2)
+    convert_text(_options(spm_model=str(tmp_path / "spm.model")), tmp_path / "out", progress=False)
+    de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
+    assert "▁Ein" in de.symbols and len(de) <= 320
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+    line = _lines(MULTI30K / "val.de.gz")[0]
+    ids = [de.index(p) for p in processor.encode(line, out_type=str)] + [de.eos]
+    np.testing.assert_array_equal(open_dataset(tmp_path / "out", "train").row("source", 0).numpy(), ids)
+
+
+def test_line_count_mismatch_names_both_files(tmp_path: Path) -> None:
+    for lang, keep in (("de", 1014), ("en", 1000)):
+        (tmp_path / f"val.{lang}").write_text(
+            "\n".join(_lines(MULTI30K / f"val.{lang}.gz")[:keep]) + "\n", encoding="utf-8"
+        )
+    with pytest.raises(InputDataError, match=r"1014 in \S*val\.de and 1000 in \S*val\.en"):
+        convert_text(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
+    assert not (tmp_path / "out" / "arrowmt.json").exists()
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
+    lines = _lines(MULTI30K / "val.de.gz")
+    data = ("\n".join(lines[:6]) + "\n").encode() + b"kaputt \xff\xfe text\n" + ("\n".join(lines[7:]) + "\n").encode()
+    (tmp_path / "val.de").write_bytes(data)
+    (tmp_path / "val.en.gz").write_bytes((MULTI30K / "val.en.gz").read_bytes())
+    with pytest.raises(InputDataError, match=r"val\.de.*line 7"):
+        convert_text(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
+
+
+def test_missing_files_and_bad_options(tmp_path: Path) -> None:
+    with pytest.raises(InputDataError, match=r"nothere\.de: text file missing"):
+        convert_text(_options(prefixes={"train": str(tmp_path / "nothere")}), tmp_path / "out", progress=False)
+    with pytest.raises(InvalidParameterError, match="tgt_lang"):
+        TextConversion(src_lang="de", tgt_lang="de", prefixes={"train": "x"})
+    with pytest.raises(InvalidParameterError, match="trainpref"):
+        TextConversion(src_lang="de", tgt_lang="en", prefixes={"valid": "x"})
+
+
+def test_cli_convert_text_and_bad_input(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "arrowmt.cli", "convert", "text", "--src-lang", "de", "--tgt-lang", "en"]
+    ok = subprocess.run(
+        [*args, "--trainpref", str(MULTI30K / "val"), str(tmp_path / "out"), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "1014 rows" in ok.stdout
+    again = subprocess.run(
+        [*args, "--trainpref", str(MULTI30K / "val"), str(tmp_path / "out"), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 2 and "--overwrite" in again.stderr and "Traceback" not in again.stderr

@@ -1,0 +1,150 @@
+"""Tests for arrowmt.plan_cache: file layout, corruption detection, rebuild, and concurrent builders."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arrowmt.errors import FormatError, InvalidParameterError
+from arrowmt.plan_cache import (
+    HEADER_BYTES,
+    PlanArrays,
+    load_or_build_plan,
+    plan_key,
+    plan_path,
+    read_plan,
+    write_plan,
+)
+
+ROWS = 10
+KEY = plan_key({"dataset": "abc", "max_tokens": 8})
+PLAN = PlanArrays(np.array([3, 1, 4, 0, 5, 9, 2]), np.array([0, 2, 3, 7]), dropped=2)
+
+
+def written(tmp_path: Path, key: str = KEY) -> Path:
+    path = plan_path(tmp_path, key)
+    write_plan(path, key, ROWS, PLAN)
+    return path
+
+
+def test_plan_key_is_canonical_and_distinct() -> None:
+    assert plan_key({"a": 1, "b": None}) == plan_key({"b": None, "a": 1})
+    assert plan_key({"a": 1}) != plan_key({"a": 2})
+    assert plan_path("/c", KEY) == Path("/c") / f"plan-{KEY[:32]}.bin"
+
+
+def test_write_then_read_roundtrip(tmp_path: Path) -> None:
+    path = written(tmp_path)
+    plan = read_plan(path, KEY, ROWS)
+    assert plan.indices.tolist() == [3, 1, 4, 0, 5, 9, 2]
+    assert plan.indices.dtype == np.dtype("<i4")
+    assert plan.offsets.tolist() == [0, 2, 3, 7]
+    assert len(plan) == 3 and plan.dropped == 2 and not plan.built
+    assert [plan.batch(b).tolist() for b in range(3)] == [[3, 1], [4], [0, 5, 9, 2]]
+    assert not plan.indices.flags.writeable
+    # header 128 + 7 int32 padded to 32 bytes + 4 int64 offsets
+    assert path.stat().st_size == HEADER_BYTES + 32 + 32
+    copy = pickle.loads(pickle.dumps(plan))
+    assert copy.indices.tolist() == plan.indices.tolist()
+
+
+def corrupt(path: Path, how: str) -> None:
+    raw = bytearray(path.read_bytes())
+    if how == "truncated":
+        raw = raw[:-8]
+    elif how == "short_header":
+        raw = raw[:40]
+    elif how == "magic":
+        raw[0:4] = b"JUNK"
+    elif how == "itemsize":
+        raw[20] = 3
+    elif how == "offsets":
+        raw[-8:] = np.array([6], dtype="<i8").tobytes()
+    elif how == "index_range":
+        raw[HEADER_BYTES : HEADER_BYTES + 4] = np.array([ROWS], dtype="<i4").tobytes()
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("truncated", "plan size: expected 192 bytes"),
+        ("short_header", "plan header: expected 128 bytes, found 40"),
+        ("magic", "plan magic/version"),
+        ("itemsize", "itemsize: expected 4 or 8, found 3"),
+        ("offsets", "plan offsets"),
+        ("index_range", r"plan indices: expected 0\.\.9, found 0\.\.10"),
+    ],
+)
+def test_read_detects_corruption(tmp_path: Path, how: str, message: str) -> None:
+    path = written(tmp_path)
+    corrupt(path, how)
+    with pytest.raises(FormatError, match=message):
+        read_plan(path, KEY, ROWS)
+
+
+def test_read_detects_stale_key_rows_and_missing(tmp_path: Path) -> None:
+    path = written(tmp_path)
+    other = plan_key({"dataset": "other"})
+    with pytest.raises(FormatError, match=r"plan key: expected \w+, found \w+ \(stale plan\)"):
+        read_plan(path, other, ROWS)
+    with pytest.raises(FormatError, match="plan dataset rows: expected 11, found 10"):
+        read_plan(path, KEY, ROWS + 1)
+    with pytest.raises(FormatError, match="no plan file"):
+        read_plan(tmp_path / "nothing.bin", KEY, ROWS)
+
+
+def test_load_or_build_builds_once_then_maps(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def build() -> PlanArrays:
+        calls.append(1)
+        return PLAN
+
+    first = load_or_build_plan(tmp_path, KEY, ROWS, build)
+    mtime = plan_path(tmp_path, KEY).stat().st_mtime_ns
+    second = load_or_build_plan(tmp_path, KEY, ROWS, build)
+    assert (first.built, second.built, len(calls)) == (True, False, 1)
+    assert second.indices.tolist() == PLAN.indices.tolist()
+    assert plan_path(tmp_path, KEY).stat().st_mtime_ns == mtime
+
+
+def test_load_or_build_rebuilds_a_corrupt_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    corrupt(written(tmp_path), "truncated")
+    with caplog.at_level(logging.WARNING, logger="arrowmt.plan_cache"):
+        plan = load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN)
+    assert plan.built and plan.offsets.tolist() == [0, 2, 3, 7]
+    assert "rebuilding batch plan" in caplog.text
+
+
+def test_load_or_build_rejects_a_bad_builder(tmp_path: Path) -> None:
+    bad = PlanArrays(np.arange(3), np.array([0, 2]))
+    with pytest.raises(InvalidParameterError, match="plan offsets: expected a 1-D array from 0 to len"):
+        load_or_build_plan(tmp_path, KEY, ROWS, lambda: bad)
+    assert not plan_path(tmp_path, KEY).exists()
+
+
+def slow_build() -> PlanArrays:
+    time.sleep(0.3)
+    return PLAN
+
+
+def build_in_child(cache_dir: str) -> tuple[bool, list[int], list[int]]:
+    plan = load_or_build_plan(cache_dir, KEY, ROWS, slow_build)
+    return plan.built, plan.indices.tolist(), plan.offsets.tolist()
+
+
+def test_concurrent_builders_share_one_file(tmp_path: Path) -> None:
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        results = pool.map(build_in_child, [str(tmp_path)] * 4)
+    assert sum(built for built, _, _ in results) == 1
+    assert {(tuple(i), tuple(o)) for _, i, o in results} == {((3, 1, 4, 0, 5, 9, 2), (0, 2, 3, 7))}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [plan_path(tmp_path, KEY).name, plan_path(tmp_path, KEY).name + ".lock"]
+    )

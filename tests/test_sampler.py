@@ -1,0 +1,259 @@
+"""Tests for arrowmt.sampler.TokenBatchSampler: fairseq batches, ranks, epochs, resume, plan cache."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch.distributed as dist
+from builders import lengths_dataset, multi30k_dataset
+from state_helpers import check_resume
+from torch.utils.data import DataLoader
+
+from arrowmt.bucketing import batch_by_size, ordered_indices
+from arrowmt.dataset import ArrowMTDataset
+from arrowmt.errors import InputDataError, InvalidParameterError
+from arrowmt.plan_cache import CACHE_DIR_NAME
+from arrowmt.sampler import PlanParams, TokenBatchSampler, build_plan, side_lengths
+
+
+@pytest.fixture(scope="module")
+def valid_ds(tmp_path_factory: pytest.TempPathFactory) -> ArrowMTDataset:
+    """The real Multi30k valid split (1014 pairs) as an arrowmt dataset."""
+    folder = multi30k_dataset(tmp_path_factory.mktemp("valid") / "arrowmt", "valid")
+    return ArrowMTDataset(folder, "valid")
+
+
+@pytest.fixture()
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+def sampler_factory(ds: ArrowMTDataset, cache: Path, epoch: int | None = None, **kw: object) -> Callable:
+    def make() -> TokenBatchSampler:
+        sampler = TokenBatchSampler(ds, cache_dir=cache, **kw)  # type: ignore[arg-type]
+        if epoch is not None:
+            sampler.set_epoch(epoch)
+        return sampler
+
+    return make
+
+
+CONFIGS = {
+    "single": {"max_tokens": 512},
+    "no_shuffle": {"max_tokens": 512, "shuffle": False},
+    "rank0_of_3": {"max_tokens": 400, "num_replicas": 3, "rank": 0},
+    "rank2_of_3": {"max_tokens": 400, "num_replicas": 3, "rank": 2},
+    "rank1_of_4_no_shuffle": {"max_tokens": 300, "num_replicas": 4, "rank": 1, "shuffle": False},
+    "multiple_8_max_sentences": {"max_tokens": 1024, "max_sentences": 40, "required_batch_size_multiple": 8},
+    "epoch2": {"max_tokens": 512, "epoch": 2},
+    "epoch3_rank1_of_2": {"max_tokens": 512, "epoch": 3, "num_replicas": 2, "rank": 1, "seed": 7},
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_resume_mid_epoch_continues_identically(valid_ds: ArrowMTDataset, cache: Path, name: str) -> None:
+    kw = dict(CONFIGS[name])
+    make = sampler_factory(valid_ds, cache, **kw)
+    length = len(make())
+    assert length >= 4
+    full = check_resume(make, length // 2)
+    assert len(full) == length
+    check_resume(make, 0)
+    check_resume(make, length)
+
+
+def test_batches_are_fairseq_batches(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    src, tgt = side_lengths(valid_ds)
+    order = ordered_indices(src, tgt, 1)
+    flat, offsets = batch_by_size(order, np.maximum(src, tgt)[order], 512, None, 8)
+    sampler = TokenBatchSampler(valid_ds, max_tokens=512, required_batch_size_multiple=8, cache_dir=cache)
+    assert np.array_equal(sampler.plan.indices, flat)
+    assert np.array_equal(sampler.plan.offsets, offsets)
+    assert sorted(map(tuple, sampler)) == sorted(
+        tuple(flat[offsets[b] : offsets[b + 1]].tolist()) for b in range(len(offsets) - 1)
+    )
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_ranks_cover_every_batch_once_plus_equal_padding(valid_ds: ArrowMTDataset, cache: Path, world: int) -> None:
+    samplers = [TokenBatchSampler(valid_ds, 300, num_replicas=world, rank=r, cache_dir=cache) for r in range(world)]
+    n = len(samplers[0].plan)
+    assert {len(s) for s in samplers} == {-(-n // world)}
+    yielded = [list(s) for s in samplers]
+    assert {len(y) for y in yielded} == {len(samplers[0])}
+    ids = Counter(int(b) for s in samplers for b in s.epoch_batches())
+    assert set(ids) == set(range(n))
+    assert sum(c - 1 for c in ids.values()) == world * len(samplers[0]) - n
+    samples = [i for y in yielded for batch in y for i in batch]
+    assert set(samples) == set(range(len(valid_ds)))  # max_tokens fits all; multiple 1 drops nothing
+    plan_samples = samplers[0].plan.indices
+    assert np.unique(plan_samples).shape[0] == plan_samples.shape[0] == len(valid_ds)
+
+
+def test_ranks_are_disjoint_when_batches_divide_evenly(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    n = len(TokenBatchSampler(valid_ds, 300, cache_dir=cache).plan)
+    world = next(k for k in (2, 3, 4, 5, 6, 7) if n % k == 0)
+    per_rank = [
+        {i for b in TokenBatchSampler(valid_ds, 300, num_replicas=world, rank=r, cache_dir=cache) for i in b}
+        for r in range(world)
+    ]
+    assert sum(len(s) for s in per_rank) == len(set().union(*per_rank)) == len(valid_ds)
+
+
+def test_order_is_deterministic_per_seed_and_epoch(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    def run(epoch: int, seed: int = 1) -> list[list[int]]:
+        sampler = TokenBatchSampler(valid_ds, 512, seed=seed, cache_dir=cache)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert run(1) == run(1)
+    assert run(2) == run(2)
+    assert run(1) != run(2)
+    assert run(1) != run(1, seed=2)
+    assert sorted(run(1)) == sorted(run(2))  # same batches, other order
+
+
+def test_unshuffled_order_is_the_plan_order(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    sampler = TokenBatchSampler(valid_ds, 512, shuffle=False, cache_dir=cache)
+    sampler.set_epoch(5)
+    plan = sampler.plan
+    assert list(sampler) == [plan.batch(b).tolist() for b in range(len(plan))]
+
+
+def test_plan_cache_is_reused_and_corrupt_cache_rebuilt(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    first = TokenBatchSampler(valid_ds, 512, cache_dir=cache)
+    path = first.plan.path
+    mtime = path.stat().st_mtime_ns
+    second = TokenBatchSampler(valid_ds, 512, cache_dir=cache)
+    assert (first.plan.built, second.plan.built) == (True, False)
+    assert path.stat().st_mtime_ns == mtime
+    other = TokenBatchSampler(valid_ds, 1024, cache_dir=cache)
+    assert other.plan.built and other.plan.path != path
+    expected = list(first)
+    path.write_bytes(path.read_bytes()[:-16])
+    rebuilt = TokenBatchSampler(valid_ds, 512, cache_dir=cache)
+    assert rebuilt.plan.built and list(rebuilt) == expected
+
+
+def test_default_cache_lives_in_the_dataset_folder(tmp_path: Path) -> None:
+    ds = ArrowMTDataset(lengths_dataset(tmp_path / "ds", [3, 1, 2, 5]))
+    sampler = TokenBatchSampler(ds, max_tokens=6)
+    assert sampler.plan.path.parent == tmp_path / "ds" / CACHE_DIR_NAME
+    assert sorted(sorted(b) for b in sampler) == [[0], [1, 2], [3]]
+
+
+def test_too_long_samples_error_or_are_skipped_with_a_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ds = ArrowMTDataset(lengths_dataset(tmp_path / "ds", [2, 9, 3, 2, 1], [2, 2, 8, 2, 1]))
+    cache = tmp_path / "cache"
+    with pytest.raises(InputDataError, match=r"max_tokens: sample 1 has 9 tokens, expected <= max_tokens=8"):
+        TokenBatchSampler(ds, max_tokens=8, cache_dir=cache)
+    with pytest.raises(InputDataError, match=r"max_target_positions: sample 2 has 8 tokens, expected <= "):
+        TokenBatchSampler(ds, max_tokens=100, max_source_positions=9, max_target_positions=7, cache_dir=cache)
+    with pytest.raises(InputDataError, match=r"max_source_positions: sample 1 has 9 tokens"):
+        TokenBatchSampler(ds, max_tokens=100, max_source_positions=8, cache_dir=cache)
+    with caplog.at_level(logging.WARNING, logger="arrowmt.sampler"):
+        sampler = TokenBatchSampler(ds, max_tokens=8, skip_invalid_size_inputs=True, cache_dir=cache)
+    assert "2 samples exceed" in caplog.text
+    assert sorted(i for b in sampler for i in b) == [0, 3, 4]
+    positions = TokenBatchSampler(
+        ds, max_tokens=100, max_target_positions=7, skip_invalid_size_inputs=True, cache_dir=cache
+    )
+    assert sorted(i for b in positions for i in b) == [0, 1, 3, 4]
+
+
+def test_monolingual_dataset(tmp_path: Path) -> None:
+    ds = ArrowMTDataset(lengths_dataset(tmp_path / "mono", [4, 1, 3, 1, 2]))
+    sampler = TokenBatchSampler(ds, max_tokens=4, shuffle=False, cache_dir=tmp_path / "c")
+    assert list(sampler) == [[1, 3], [4], [2], [0]]
+    plan = build_plan(ds, sampler_params(max_tokens=4))
+    assert plan.indices.tolist() == [1, 3, 4, 2, 0]
+
+
+def sampler_params(**kw: object) -> PlanParams:
+    defaults = {
+        "max_tokens": 4096,
+        "max_sentences": None,
+        "required_batch_size_multiple": 1,
+        "max_source_positions": None,
+        "max_target_positions": None,
+        "seed": None,
+        "skip_invalid_size_inputs": False,
+    }
+    return PlanParams(**{**defaults, **kw})  # type: ignore[arg-type]
+
+
+def test_completed_epoch_then_next_epoch_starts_fresh(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    make = sampler_factory(valid_ds, cache, max_tokens=512)
+    sampler = make()
+    epoch1 = list(sampler)
+    state = sampler.state_dict()
+    assert state["batches_done"] == len(sampler) and state["epoch"] == 1
+    resumed = make()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(2)
+    expected = make()
+    expected.set_epoch(2)
+    assert list(resumed) == list(expected) != epoch1
+
+
+def test_set_epoch_after_an_interrupted_pass_restarts_it(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    sampler = TokenBatchSampler(valid_ds, 512, cache_dir=cache)
+    full = list(sampler)
+    iterator = iter(sampler)
+    next(iterator)
+    sampler.set_epoch(1)
+    assert list(sampler) == full
+    assert sampler.state_dict()["batches_done"] == len(full)
+
+
+def test_load_state_dict_rejects_incompatible_state(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    state = TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=0, cache_dir=cache).state_dict()
+    with pytest.raises(
+        InvalidParameterError, match=r"state_dict\['num_replicas'\]: expected 4 \(this sampler\), got 2"
+    ):
+        TokenBatchSampler(valid_ds, 512, num_replicas=4, rank=0, cache_dir=cache).load_state_dict(state)
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['rank'\]: expected 1"):
+        TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=1, cache_dir=cache).load_state_dict(state)
+    other = TokenBatchSampler(valid_ds, 600, num_replicas=2, rank=0, cache_dir=cache)
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['plan_key'\]"):
+        other.load_state_dict(state)
+    same = TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=0, cache_dir=cache)
+    with pytest.raises(InvalidParameterError, match=r"missing \['plan_key'\]"):
+        same.load_state_dict({k: v for k, v in state.items() if k != "plan_key"})
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['batches_done'\]: expected 0\.\."):
+        same.load_state_dict({**state, "batches_done": len(same) + 1})
+
+
+def test_bad_parameters(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    with pytest.raises(InvalidParameterError, match=r"rank: expected an integer in \[0, num_replicas=2\), got 2"):
+        TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=2, cache_dir=cache)
+    with pytest.raises(InvalidParameterError, match="max_tokens: expected None or an integer >= 1, got 0"):
+        TokenBatchSampler(valid_ds, 0, cache_dir=cache)
+    with pytest.raises(InvalidParameterError, match="epoch: expected an integer >= 0"):
+        TokenBatchSampler(valid_ds, 512, cache_dir=cache).set_epoch(-1)
+
+
+def test_works_with_dataloader_and_pickle(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    sampler = TokenBatchSampler(valid_ds, 512, cache_dir=cache)
+    loader = DataLoader(valid_ds, batch_sampler=sampler, collate_fn=lambda rows: [r["id"] for r in rows])
+    assert list(loader) == list(sampler)
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert list(copy) == list(sampler)
+
+
+def test_rank_and_world_default_to_the_process_group(valid_ds: ArrowMTDataset, tmp_path: Path) -> None:
+    assert TokenBatchSampler(valid_ds, 512, cache_dir=tmp_path / "c").num_replicas == 1
+    if not dist.is_available():
+        pytest.skip("torch.distributed unavailable")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        sampler = TokenBatchSampler(valid_ds, 512, cache_dir=tmp_path / "c")
+        assert (sampler.num_replicas, sampler.rank) == (1, 0)
+    finally:
+        dist.destroy_process_group()

@@ -18,13 +18,13 @@ from arrowmt.errors import InputDataError, InvalidParameterError
 MIN_WINDOW = 16
 
 
-def _check_limit(name: str, value: int | None) -> None:
+def check_limit(name: str, value: int | None) -> None:
     """A batching limit is None (no limit) or a positive integer."""
     if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
         raise InvalidParameterError(f"{name}: expected None or an integer >= 1, got {value!r}")
 
 
-def _check_seed(name: str, seed: int) -> None:
+def check_seed(name: str, seed: int) -> None:
     """numpy's legacy seeding accepts 0 <= seed < 2**32."""
     if isinstance(seed, bool) or int(seed) != seed or not 0 <= seed < 2**32:
         raise InvalidParameterError(f"{name}: expected an integer in [0, 2**32), got {seed!r}")
@@ -52,7 +52,7 @@ def ordered_indices(src_lengths: np.ndarray, tgt_lengths: np.ndarray | None, see
     if seed is None:
         indices = np.arange(src.shape[0], dtype=np.int64)
     else:
-        _check_seed("seed", seed)
+        check_seed("seed", seed)
         indices = np.random.RandomState(seed).permutation(src.shape[0]).astype(np.int64)
     if tgt_lengths is not None:
         tgt = _as_lengths("tgt_lengths", tgt_lengths)
@@ -210,9 +210,9 @@ def batch_by_size(
     sizes = _as_lengths("num_tokens", num_tokens)
     if sizes.shape != idx.shape:
         raise InvalidParameterError(f"num_tokens: expected {idx.shape[0]} sizes (one per index), got {sizes.shape[0]}")
-    _check_limit("max_tokens", max_tokens)
-    _check_limit("max_sentences", max_sentences)
-    _check_limit("required_batch_size_multiple", required_batch_size_multiple)
+    check_limit("max_tokens", max_tokens)
+    check_limit("max_sentences", max_sentences)
+    check_limit("required_batch_size_multiple", required_batch_size_multiple)
     _check_sizes_fit(idx, sizes, max_tokens)
     ends = _batch_ends(sizes, max_tokens, max_sentences, required_batch_size_multiple)
     offsets = np.array([0, *ends], dtype=np.int64)
@@ -231,7 +231,7 @@ def epoch_batch_order(n_batches: int, seed: int, epoch: int) -> np.ndarray:
     """
     if n_batches < 0:
         raise InvalidParameterError(f"n_batches: expected >= 0, got {n_batches}")
-    _check_seed("seed + epoch", seed + epoch)
+    check_seed("seed + epoch", seed + epoch)
     return np.random.RandomState(seed + epoch).permutation(n_batches).astype(np.int64)
 
 

@@ -22,6 +22,8 @@ from torch.utils.data import Sampler
 
 from arrowmt.bucketing import (
     batch_by_size,
+    check_limit,
+    check_seed,
     epoch_batch_order,
     filter_by_size,
     ordered_indices,
@@ -37,6 +39,13 @@ logger = logging.getLogger(__name__)
 
 STATE_KEYS = ("epoch", "seed", "batches_done", "plan_key", "num_replicas", "rank")
 CHECKED_STATE_KEYS = ("seed", "plan_key", "num_replicas", "rank")
+LIMIT_FIELDS = (
+    "max_tokens",
+    "max_sentences",
+    "required_batch_size_multiple",
+    "max_source_positions",
+    "max_target_positions",
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,12 @@ class PlanParams:
     max_target_positions: int | None
     seed: int | None
     skip_invalid_size_inputs: bool
+
+    def __post_init__(self) -> None:
+        for name in LIMIT_FIELDS:
+            check_limit(name, getattr(self, name))
+        if self.seed is not None:
+            check_seed("seed", self.seed)
 
 
 def side_lengths(dataset: ArrowMTDataset) -> tuple[np.ndarray, np.ndarray | None]:
@@ -67,18 +82,21 @@ def _too_long_error(name: str, limit: int, index: int, size: int, count: int) ->
     )
 
 
+def _position_error(dropped: np.ndarray, src: np.ndarray, tgt: np.ndarray | None, params: PlanParams) -> InputDataError:
+    """The error for the first dropped sample: its source if that is too long, else its target."""
+    index, count = int(dropped[0]), int(dropped.size)
+    src_limit, tgt_limit = params.max_source_positions, params.max_target_positions
+    if tgt is None or tgt_limit is None or (src_limit is not None and src[index] > src_limit):
+        return _too_long_error("max_source_positions", src_limit or 0, index, int(src[index]), count)
+    return _too_long_error("max_target_positions", tgt_limit, index, int(tgt[index]), count)
+
+
 def _filter_positions(dataset: ArrowMTDataset, order: np.ndarray, params: PlanParams) -> tuple[np.ndarray, int]:
     """Remove samples over the position limits; InputDataError unless skipping is allowed."""
     src, tgt = side_lengths(dataset)
     kept, dropped = filter_by_size(order, src, tgt, params.max_source_positions, params.max_target_positions)
     if dropped.size and not params.skip_invalid_size_inputs:
-        index = int(dropped[0])
-        limit = params.max_source_positions
-        if limit is not None and src[index] > limit:
-            raise _too_long_error("max_source_positions", limit, index, int(src[index]), dropped.size)
-        assert tgt is not None and params.max_target_positions is not None
-        limit = params.max_target_positions
-        raise _too_long_error("max_target_positions", limit, index, int(tgt[index]), dropped.size)
+        raise _position_error(dropped, src, tgt, params)
     return kept, int(dropped.size)
 
 
@@ -138,6 +156,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         cache_dir: str | os.PathLike[str] | None = None,
         skip_invalid_size_inputs: bool = False,
     ) -> None:
+        check_seed("seed", seed)
         self.seed = seed
         self.shuffle = shuffle
         self.num_replicas, self.rank = _resolve_world(num_replicas, rank)
@@ -250,6 +269,7 @@ def _check_state(state: dict[str, Any], current: dict[str, Any], length: int) ->
                 f"state_dict[{name!r}]: expected {current[name]!r} (this sampler), got {state[name]!r}; "
                 "resume with the same dataset, batching parameters, seed and world size"
             )
-    done = state["batches_done"]
-    if isinstance(done, bool) or int(done) != done or not 0 <= done <= length:
-        raise InvalidParameterError(f"state_dict['batches_done']: expected 0..{length}, got {done!r}")
+    for name, high in (("epoch", 2**32), ("batches_done", length)):
+        value = state[name]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+            raise InvalidParameterError(f"state_dict[{name!r}]: expected an integer in 0..{high}, got {value!r}")

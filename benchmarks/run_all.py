@@ -61,6 +61,8 @@ def summarize(runs: list[dict]) -> dict:
     out = dict(best)
     out["setup_s"] = min(r["setup_s"] for r in runs)
     out["tokens_per_s"] = best["tokens_per_s"]
+    out["tokens_per_cpu_s"] = max(r["tokens_per_cpu_s"] for r in runs)
+    out["setup_cpu_s"] = min(r["setup_cpu_s"] for r in runs)
     out["private_mib"] = {k: max(r["private_mib"][k] for r in runs) for k in best["private_mib"]}
     out["repeats"] = len(runs)
     return out
@@ -71,23 +73,29 @@ def fmt_rate(x: float) -> str:
 
 
 def table(rows: int, summary: dict[str, dict]) -> str:
-    base = summary.get("fairseq mmap", {}).get("tokens_per_s")
+    ref = summary.get("fairseq mmap")
     head = (
-        "| system | setup s | batches timed | tokens/s | x fairseq | RssAnon +MiB setup / end / peak "
-        "| Private_Dirty +MiB end | USS +MiB end |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| system | setup s | batches timed | tokens/s (wall) | tokens/CPU-s | x fairseq (wall / CPU) "
+        "| RssAnon +MiB setup / end / peak | Private_Dirty +MiB end | USS +MiB end |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for name, r in summary.items():
         p = r["private_mib"]
         timed = f"{r['batches']:,}" + (" (epoch)" if r["full_epoch"] else f" of {r['num_batches']:,}")
-        speed = f"{r['tokens_per_s'] / base:.1f}" if base else "-"
+        speed = "-"
+        if ref:
+            speed = (
+                f"{r['tokens_per_s'] / ref['tokens_per_s']:.1f} / {r['tokens_per_cpu_s'] / ref['tokens_per_cpu_s']:.1f}"
+            )
         lines.append(
-            f"| {name} | {r['setup_s']:.3f} | {timed} | {fmt_rate(r['tokens_per_s'])} | {speed} | "
+            f"| {name} | {r['setup_s']:.3f} | {timed} | {fmt_rate(r['tokens_per_s'])} | "
+            f"{fmt_rate(r['tokens_per_cpu_s'])} | {speed} | "
             f"{p['rss_anon_setup']:.1f} / {p['rss_anon_batches']:.1f} / {p['rss_anon_peak']:.1f} | "
             f"{p['private_dirty_batches']:.1f} | {p['uss_batches']:.1f} |"
         )
-    return f"**{rows:,} pairs**, max_tokens={next(iter(summary.values()))['max_tokens']}\n\n" + head + "\n".join(lines)
+    max_tokens = next(iter(summary.values()))["max_tokens"]
+    return f"**{rows:,} pairs**, max_tokens={max_tokens}\n\n" + head + "\n".join(lines)
 
 
 def target_check(summary: dict[str, dict]) -> list[str]:
@@ -96,9 +104,10 @@ def target_check(summary: dict[str, dict]) -> list[str]:
     fairseq = summary.get("fairseq mmap")
     if warm and fairseq:
         ratio = warm["tokens_per_s"] / fairseq["tokens_per_s"]
+        cpu_ratio = warm["tokens_per_cpu_s"] / fairseq["tokens_per_cpu_s"]
         out.append(
-            f"- speed: arrowmt {ratio:.1f}x fairseq (target >= {TARGETS['speedup']:.0f}x): "
-            + ("met" if ratio >= TARGETS["speedup"] else "MISSED")
+            f"- speed: arrowmt {ratio:.1f}x fairseq in wall time, {cpu_ratio:.1f}x in CPU time "
+            f"(target >= {TARGETS['speedup']:.0f}x): " + ("met" if ratio >= TARGETS["speedup"] else "MISSED")
         )
     if warm:
         s = warm["setup_s"]

@@ -404,10 +404,13 @@ def run(args: argparse.Namespace) -> dict:
     limit = args.max_batches or pipe.num_batches
     h = hashlib.sha256()
     tokens = sentences = batches = 0
+    first_batch = float("nan")
     peak_anon = after_setup["RssAnon"]
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0, c0 = time.perf_counter(), time.process_time()
     for batch in pipe.epoch(1):
+        if batches == 0:
+            first_batch = time.perf_counter() - t0
         if batches < DIGEST_BATCHES:
             digest_batch(h, batch)
         tokens += int(batch["net_input"]["src_lengths"].sum()) + int(batch["ntokens"])
@@ -429,6 +432,7 @@ def run(args: argparse.Namespace) -> dict:
         sentences=sentences,
         tokens=tokens,
         epoch_s=elapsed,
+        first_batch_s=first_batch,
         epoch_cpu_s=cpu,
         epoch_user_s=ru1.ru_utime - ru0.ru_utime,
         epoch_sys_s=ru1.ru_stime - ru0.ru_stime,

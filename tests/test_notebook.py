@@ -75,7 +75,7 @@ def executed(request: pytest.FixtureRequest, corpus: Path, tmp_path_factory: pyt
     client = nbclient.NotebookClient(
         nb, km=km, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
     )
-    client.execute(env=env)
+    client.execute(cleanup_kc=True, env=env)  # we own km: shut the kernel down and close its sockets
     return nb
 
 

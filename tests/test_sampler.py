@@ -158,7 +158,7 @@ def test_too_long_samples_error_or_are_skipped_with_a_log(tmp_path: Path, caplog
     with pytest.raises(InputDataError, match=r"max_source_positions: sample 1 has 9 tokens"):
         TokenBatchSampler(ds, max_tokens=100, max_source_positions=8, cache_dir=cache)
     with caplog.at_level(logging.WARNING, logger="arrowmt.sampler"):
-        sampler = TokenBatchSampler(ds, max_tokens=8, skip_invalid_size_inputs=True, cache_dir=cache)
+        sampler = TokenBatchSampler(ds, max_tokens=7, skip_invalid_size_inputs=True, cache_dir=cache)
     assert "2 samples exceed" in caplog.text
     assert sorted(i for b in sampler for i in b) == [0, 3, 4]
     positions = TokenBatchSampler(
@@ -226,8 +226,12 @@ def test_load_state_dict_rejects_incompatible_state(valid_ds: ArrowMTDataset, ca
     same = TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=0, cache_dir=cache)
     with pytest.raises(InvalidParameterError, match=r"missing \['plan_key'\]"):
         same.load_state_dict({k: v for k, v in state.items() if k != "plan_key"})
-    with pytest.raises(InvalidParameterError, match=r"state_dict\['batches_done'\]: expected 0\.\."):
+    with pytest.raises(
+        InvalidParameterError, match=rf"state_dict\['batches_done'\]: expected an integer in 0\.\.{len(same)}"
+    ):
         same.load_state_dict({**state, "batches_done": len(same) + 1})
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['epoch'\]: expected an integer"):
+        same.load_state_dict({**state, "epoch": -1})
 
 
 def test_bad_parameters(valid_ds: ArrowMTDataset, cache: Path) -> None:

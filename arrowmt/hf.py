@@ -129,7 +129,8 @@ def export_for_load_from_disk(
     - ``"hardlink"`` (default): zero extra disk, and the export stays valid if the
       arrowmt folder is deleted or re-converted (arrowmt replaces files by rename, so a
       re-conversion does not change the linked bytes). Falls back to a copy where the
-      filesystem refuses hard links (another filesystem/device, no permission).
+      filesystem refuses hard links (another filesystem/device, no permission). The two
+      names share one file: never edit either in place (arrowmt and ``datasets`` do not).
     - ``"symlink"``: absolute links to the split files; zero extra disk, follows a
       re-conversion, breaks if the arrowmt folder moves or is deleted.
     - ``"copy"``: an independent byte copy.

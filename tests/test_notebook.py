@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -35,6 +36,13 @@ LANGS = {"source": "de", "target": "en"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+class Executed(NamedTuple):
+    """How the notebook was run (``env-corpus`` or ``default-fixture``) and the executed notebook."""
+
+    mode: str
+    nb: Any
+
+
 def load_generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("make_explore", NOTEBOOKS / "make_explore.py")
     assert spec is not None and spec.loader is not None
@@ -43,7 +51,7 @@ def load_generator() -> ModuleType:
     return module
 
 
-def pinned_kernel_manager(folder: Path) -> object:
+def pinned_kernel_manager(folder: Path) -> Any:
     """A ``python3`` kernel that runs under this very interpreter (this venv), whatever PATH says."""
     spec_dir = folder / "kernels" / "python3"
     spec_dir.mkdir(parents=True)
@@ -65,7 +73,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module", params=["env-corpus", "default-fixture"])
-def executed(request: pytest.FixtureRequest, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> object:
+def executed(request: pytest.FixtureRequest, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Executed:
     """The notebook after a headless run: on the test's corpus, or converting the fixture itself."""
     env = {k: v for k, v in os.environ.items() if k != "ARROWMT_NOTEBOOK_DATA"}
     if request.param == "env-corpus":
@@ -76,14 +84,14 @@ def executed(request: pytest.FixtureRequest, corpus: Path, tmp_path_factory: pyt
         nb, km=km, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
     )
     client.execute(cleanup_kc=True, env=env)  # we own km: shut the kernel down and close its sockets
-    return nb
+    return Executed(request.param, nb)
 
 
-def stdout_of(nb: object) -> str:
+def stdout_of(nb: Any) -> str:
     return "".join(o["text"] for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "stream")
 
 
-def pngs_of(nb: object) -> list[bytes]:
+def pngs_of(nb: Any) -> list[bytes]:
     outputs = [o for c in nb.cells for o in c.get("outputs", []) if "data" in o]
     return [base64.b64decode(o["data"]["image/png"]) for o in outputs if "image/png" in o["data"]]
 
@@ -99,49 +107,55 @@ def test_committed_notebook_matches_generator() -> None:
     assert NOTEBOOK.read_text(encoding="utf-8") == generated, "run: python notebooks/make_explore.py"
 
 
-def test_every_cell_ran_without_error(executed: object) -> None:
-    code_cells = [c for c in executed.cells if c["cell_type"] == "code"]
+def test_every_cell_ran_without_error(executed: Executed) -> None:
+    code_cells = [c for c in executed.nb.cells if c["cell_type"] == "code"]
     assert all(c.get("outputs") for c in code_cells)
     assert not [o for c in code_cells for o in c["outputs"] if o["output_type"] == "error"]
 
 
-def test_kernel_is_this_interpreter(executed: object) -> None:
-    line = re.search(r"^python (.+)$", stdout_of(executed), re.MULTILINE)
+def test_kernel_is_this_interpreter(executed: Executed) -> None:
+    line = re.search(r"^python (.+)$", stdout_of(executed.nb), re.MULTILINE)
     assert line is not None
     assert Path(line.group(1)).resolve() == Path(sys.executable).resolve()
-    assert "matplotlib backend agg" in stdout_of(executed).lower()
+    assert "matplotlib backend agg" in stdout_of(executed.nb).lower()
 
 
-def test_row_count_and_lengths_printed(executed: object, corpus: Path) -> None:
-    out = stdout_of(executed)
+def test_row_count_and_lengths_printed(executed: Executed, corpus: Path) -> None:
+    out = stdout_of(executed.nb)
     ds = open_dataset(corpus, "train")
     assert f"\nrows {len(ds)}\n" in out
+    opened = re.search(r"^corpus (.+)$", out, re.MULTILINE)
+    assert opened is not None
+    if executed.mode == "env-corpus":
+        assert Path(opened.group(1)) == corpus
+    else:
+        assert Path(opened.group(1)).parent.name.startswith("arrowmt-notebook-")
     for column in LANGS:
         lengths = ds.lengths(column)
         assert f"length {column}: tokens {int(lengths.sum())} " in out
         assert f" max {int(lengths.max())}\n" in out
 
 
-def test_plots_are_png_outputs(executed: object) -> None:
-    images = pngs_of(executed)
+def test_plots_are_png_outputs(executed: Executed) -> None:
+    images = pngs_of(executed.nb)
     assert len(images) == 3
     assert all(img.startswith(PNG_MAGIC) and len(img) > 1000 for img in images)
     for name in ("length_histograms", "length_scatter", "top_tokens"):
-        assert f"figure {name} " in stdout_of(executed)
+        assert f"figure {name} " in stdout_of(executed.nb)
 
 
-def test_top_tokens_match_bincount(executed: object, corpus: Path) -> None:
+def test_top_tokens_match_bincount(executed: Executed, corpus: Path) -> None:
     ds = open_dataset(corpus, "train")
     dictionary = Dictionary.load(corpus / "dict.en.txt")
     values = np.concatenate([ds.row("target", i).numpy() for i in range(len(ds))])
     counts = np.bincount(values, minlength=len(dictionary))
     best = int(np.argsort(-counts, kind="stable")[0])
     expected = f"   1 {best:6d} {dictionary.symbols[best]!r:>14} {counts[best]:7d} "
-    assert expected in stdout_of(executed)
+    assert expected in stdout_of(executed.nb)
 
 
-def test_decoded_samples_match_open_dataset(executed: object, corpus: Path) -> None:
-    out = stdout_of(executed)
+def test_decoded_samples_match_open_dataset(executed: Executed, corpus: Path) -> None:
+    out = stdout_of(executed.nb)
     ds = open_dataset(corpus, "train")
     dicts = {c: Dictionary.load(corpus / f"dict.{lang}.txt") for c, lang in LANGS.items()}
     match = re.search(r"^sample rows (\[.*\])$", out, re.MULTILINE)

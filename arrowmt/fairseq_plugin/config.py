@@ -1,0 +1,26 @@
+"""The ``translation_arrow`` task's options: fairseq's translation options plus arrowmt's own.
+
+fairseq builds its command line from these dataclass fields and reads their
+annotations at run time, so this module must not use postponed annotations
+(``from __future__ import annotations``) and options use concrete types.
+"""
+
+from dataclasses import dataclass, field
+
+from fairseq.tasks.translation import TranslationConfig
+
+
+@dataclass
+class TranslationArrowConfig(TranslationConfig):
+    """``--data`` is an arrowmt folder (colon-separated folders are used one per epoch, as in fairseq).
+
+    The language pair comes from the folder's manifest (``-s``/``-t`` may be
+    given, and must then agree with it); dictionaries are its ``dict.<lang>.txt``.
+    """
+
+    arrow_plan_cache_dir: str = field(
+        default="",
+        metadata={
+            "help": "folder for arrowmt's shared batch-plan files (default: .arrowmt-cache inside the data folder)"
+        },
+    )

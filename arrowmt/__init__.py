@@ -5,8 +5,8 @@ The public API is what this module exports; everything else is internal.
 
 from __future__ import annotations
 
-from arrowmt.collate import Collater
-from arrowmt.dataset import ArrowMTDataset, open_dataset
+from typing import TYPE_CHECKING
+
 from arrowmt.errors import (
     ArrowMTError,
     FormatError,
@@ -14,13 +14,45 @@ from arrowmt.errors import (
     InvalidParameterError,
     MissingDependencyError,
     OutputExistsError,
+    OutputWriteError,
     VocabularyError,
 )
-from arrowmt.info import summarize
-from arrowmt.manifest import Manifest
-from arrowmt.sampler import TokenBatchSampler
-from arrowmt.verify import verify_dataset
-from arrowmt.vocab import Dictionary
+
+if TYPE_CHECKING:
+    from arrowmt.collate import Collater
+    from arrowmt.dataset import ArrowMTDataset, open_dataset
+    from arrowmt.info import summarize
+    from arrowmt.manifest import Manifest
+    from arrowmt.sampler import TokenBatchSampler
+    from arrowmt.verify import verify_dataset
+    from arrowmt.vocab import Dictionary
+
+# Exports that pull in torch load on first use, so the CLI and DataLoader workers start fast.
+_LAZY = {
+    "ArrowMTDataset": "arrowmt.dataset",
+    "Collater": "arrowmt.collate",
+    "Dictionary": "arrowmt.vocab",
+    "Manifest": "arrowmt.manifest",
+    "TokenBatchSampler": "arrowmt.sampler",
+    "open_dataset": "arrowmt.dataset",
+    "summarize": "arrowmt.info",
+    "verify_dataset": "arrowmt.verify",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'arrowmt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 
@@ -35,6 +67,7 @@ __all__ = [
     "Manifest",
     "MissingDependencyError",
     "OutputExistsError",
+    "OutputWriteError",
     "TokenBatchSampler",
     "VocabularyError",
     "__version__",

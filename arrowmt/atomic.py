@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from arrowmt.errors import ArrowMTError, OutputExistsError
+from arrowmt.errors import OutputExistsError, OutputWriteError
 
 TEMP_PREFIX = ".arrowmt-tmp-"
 
@@ -30,7 +30,7 @@ def atomic_path(path: str | os.PathLike[str], overwrite: bool = True) -> Iterato
         fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".part", dir=target.parent)
         os.close(fd)
     except OSError as exc:
-        raise ArrowMTError(f"{target}: cannot create output in {target.parent}: {exc.strerror or exc}") from exc
+        raise OutputWriteError(f"{target}: cannot create output in {target.parent}: {_reason(exc)}") from exc
     tmp = Path(tmp_name)
     try:
         yield tmp
@@ -40,7 +40,7 @@ def atomic_path(path: str | os.PathLike[str], overwrite: bool = True) -> Iterato
         fsync_dir(target.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise ArrowMTError(f"{target}: writing failed: {exc.strerror or exc}") from exc
+        raise OutputWriteError(f"{target}: writing failed: {_reason(exc)}") from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -51,6 +51,13 @@ def atomic_output(path: str | os.PathLike[str], overwrite: bool = True) -> Itera
     """Like :func:`atomic_path`, yielding an open binary file instead of a path."""
     with atomic_path(path, overwrite) as tmp, open(tmp, "wb") as handle:
         yield handle
+
+
+def _reason(exc: OSError) -> str:
+    """The OS reason, with 'File exists' on mkdir explained as a path component that is a file."""
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        return f"{exc.filename or 'a path component'} exists and is not a folder"
+    return exc.strerror or str(exc)
 
 
 def _fsync_file(path: Path) -> None:

@@ -27,6 +27,10 @@ class OutputExistsError(ArrowMTError, FileExistsError):
     """The output already exists and overwriting was not requested."""
 
 
+class OutputWriteError(ArrowMTError, OSError):
+    """Output could not be written (permissions, disk full, a path component is not a folder)."""
+
+
 class MissingDependencyError(ArrowMTError, ImportError):
     """An optional dependency is needed for this feature and is not installed."""
 

@@ -68,7 +68,9 @@ class SplitMetadata:
 
 
 def _check_format(data: dict, where: str) -> None:
-    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+    if not isinstance(data, dict):
+        raise FormatError(f"{where}: arrowmt metadata is malformed: expected a JSON object, got {type(data).__name__}")
+    if data.get("format") != FORMAT_NAME:
         raise FormatError(f"{where}: metadata 'format': expected {FORMAT_NAME!r}, got {data.get('format')!r}")
     version = data.get("format_version")
     if version != FORMAT_VERSION:

@@ -109,7 +109,7 @@ class SplitFile:
         start = self.words[at].astype(np.int64)
         end = self.words[at + 1].astype(np.int64)
         bad = (start < 0) | (end < start) | (end > layout.values_len[batch])
-        if False:
+        if bad.any():
             self._raise_bad_offsets(column, rows, start, end, layout.values_len[batch], bad)
         return layout.values_pos[batch] + start, end - start
 
@@ -123,9 +123,6 @@ class SplitFile:
         """Row ``i`` of ``column`` as a writable int32 view of the map (no copy)."""
         start, length = self.spans(column, np.array([i]))
         s = int(start[0])
-        if s + int(length[0]) > self.words.shape[0] or s < 0:
-            import ctypes
-            ctypes.string_at(0)
         return self.words[s : s + int(length[0])]
 
     def _raise_bad_offsets(
@@ -198,14 +195,21 @@ def _parse_metadata(path: Path, schema: pa.Schema) -> SplitMetadata:
 
 
 def _check_metadata_values(path: Path, meta: SplitMetadata) -> None:
-    """The numbers the reader and ``verify`` compute with must be plain non-negative integers."""
+    """Values the reader, ``verify`` and the collater compute with must have the documented types."""
     if not isinstance(meta.columns, dict) or not meta.columns:
         raise FormatError(f"{path}: metadata 'columns': expected at least one column, got {meta.columns!r}")
     _expect_int(path, "rows", meta.rows, 0)
     _expect_int(path, "rows_per_batch", meta.rows_per_batch, 1)
+    for key, value in vars(meta.special_ids).items():
+        _expect_int(path, f"special_ids.{key}", value, 0)
     for name, info in meta.columns.items():
         _expect_int(path, f"columns.{name}.vocab_size", info.vocab_size, 0)
         _expect_int(path, f"columns.{name}.tokens", info.tokens, 0)
+        for key in ("dictionary", "dictionary_sha256"):
+            if not isinstance(getattr(info, key), str):
+                raise FormatError(
+                    f"{path}: metadata 'columns.{name}.{key}': expected a string, got {getattr(info, key)!r}"
+                )
 
 
 def _expect_int(path: Path, key: str, value: object, minimum: int) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arrowmt.atomic import atomic_path, remove_stale_temps
-from arrowmt.errors import OutputExistsError
+from arrowmt.errors import OutputExistsError, OutputWriteError
 from arrowmt.manifest import Manifest, file_entry, split_path
 from arrowmt.metadata import SpecialIds
 from arrowmt.ragged import Ragged
@@ -38,10 +38,14 @@ class OutputFolder:
     ) -> OutputFolder:
         """Check ``path`` may be written (``overwrite`` to replace a dataset) and clear stale temp files."""
         out = Path(path)
+        if out.is_dir():
+            remove_stale_temps(out)
         if not overwrite and out.exists() and any(out.iterdir()):
             raise OutputExistsError(f"{out}: output folder exists and is not empty; pass --overwrite to replace it")
-        out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temps(out)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputWriteError(f"{out}: cannot create the output folder: {exc.strerror or exc}") from exc
         if overwrite:
             (out / MANIFEST_NAME).unlink(missing_ok=True)
         manifest = Manifest(languages=languages, dictionaries={}, source_format=source_format)

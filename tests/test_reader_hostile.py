@@ -438,6 +438,14 @@ METADATA_CASES: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
         lambda m: m["columns"]["source"].__setitem__("vocab_size", "50"),
         "'columns.source.vocab_size': expected an integer >= 0, got '50'",
     ),
+    "dictionary not text": (
+        lambda m: m["columns"]["source"].__setitem__("dictionary", ["dict.de.txt"]),
+        "'columns.source.dictionary': expected a string, got ['dict.de.txt']",
+    ),
+    "pad id text": (
+        lambda m: m["special_ids"].__setitem__("pad", "1"),
+        "metadata 'special_ids.pad': expected an integer >= 0, got '1'",
+    ),
     "tokens negative": (
         lambda m: m["columns"]["target"].__setitem__("tokens", -3),
         "'columns.target.tokens': expected an integer >= 0, got -3",

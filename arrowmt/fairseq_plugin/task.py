@@ -8,10 +8,12 @@ language pair from the folder, memory-mapped splits, arrowmt's collater and
 
 from __future__ import annotations
 
+import argparse
 import logging
 from pathlib import Path
 from typing import Any
 
+import torch
 from fairseq import utils
 from fairseq.data import Dictionary
 from fairseq.data.iterators import EpochBatchIterator
@@ -30,6 +32,23 @@ from arrowmt.schema import SOURCE, TARGET
 logger = logging.getLogger(__name__)
 
 TASK_NAME = "translation_arrow"
+
+
+def allow_fairseq_checkpoints() -> None:
+    """Let torch's weights-only ``torch.load`` (the default since torch 2.6) read fairseq checkpoints.
+
+    fairseq 0.12 calls ``torch.load`` without ``weights_only`` and keeps the
+    model's legacy arguments in an ``argparse.Namespace``, the one non-tensor
+    class in its checkpoints; without this, resuming (``checkpoint_last.pt``)
+    fails with ``Unsupported global: GLOBAL argparse.Namespace``. Allowlisting a
+    plain attribute holder keeps every other class refused.
+    """
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is not None:
+        add_safe_globals([argparse.Namespace])
+
+
+allow_fairseq_checkpoints()
 
 
 @register_task(TASK_NAME, dataclass=TranslationArrowConfig)

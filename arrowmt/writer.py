@@ -68,7 +68,7 @@ def write_split(
 ) -> SplitMetadata:
     """Write ``columns`` as one split file at ``path`` atomically and return its metadata."""
     rows = _common_row_count(split, columns)
-    rpb = choose_rows_per_batch([c.ragged.offsets for c in columns.values()], rows_per_batch)
+    rpb = choose_rows_per_batch([c.ragged.offsets for c in columns.values()], rows_per_batch, limit=MAX_LIST_VALUES)
     infos = {name: _column_info(name, col) for name, col in columns.items()}
     meta = SplitMetadata(
         split=split,

@@ -95,3 +95,25 @@ def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
         stale.unlink(missing_ok=True)
         removed.append(stale)
     return removed
+
+
+def prepare_output_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
+    """Create the folder ``path`` for new output and return it.
+
+    Temporary files a killed writer left there are removed first; a folder that
+    still holds anything needs ``overwrite`` (``--overwrite`` on the command line).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OutputWriteError(f"{out}: expected an output folder, got an existing file")
+    if out.is_dir():
+        remove_stale_temps(out)
+        if not overwrite and any(out.iterdir()):
+            raise OutputExistsError(
+                f"{out}: output folder exists and is not empty; pass overwrite=True (--overwrite) to replace it"
+            )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputWriteError(f"{out}: cannot create the output folder: {_reason(exc)}") from exc
+    return out

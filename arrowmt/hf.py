@@ -37,9 +37,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from arrowmt.atomic import TEMP_PREFIX, atomic_path, fsync_dir, write_bytes_atomic
+from arrowmt.atomic import TEMP_PREFIX, atomic_path, fsync_dir, prepare_output_dir, write_bytes_atomic
 from arrowmt.dataset import ArrowMTDataset, open_dataset
-from arrowmt.errors import ArrowMTError, InvalidParameterError, MissingDependencyError, OutputExistsError
+from arrowmt.errors import ArrowMTError, InvalidParameterError, MissingDependencyError
 from arrowmt.manifest import Manifest, split_path
 
 if TYPE_CHECKING:
@@ -164,14 +164,7 @@ def _description(path: str | os.PathLike[str], split: str) -> str:
 
 
 def _prepare_out_dir(out: Path, overwrite: bool) -> Path:
-    if out.exists() and not out.is_dir():
-        raise InvalidParameterError(f"out_dir: expected a folder, got {out} (a file)")
-    if not overwrite and out.is_dir() and any(out.iterdir()):
-        raise OutputExistsError(f"{out}: output folder exists and is not empty; pass overwrite=True to replace it")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArrowMTError(f"{out}: cannot create output folder: {exc.strerror or exc}") from exc
+    prepare_output_dir(out, overwrite)
     (out / STATE_FILE).unlink(missing_ok=True)
     return out
 

@@ -76,7 +76,7 @@ def table(rows: int, summary: dict[str, dict]) -> str:
     ref = summary.get("fairseq mmap")
     head = (
         "| system | setup s | batches timed | tokens/s (wall) | tokens/CPU-s | x fairseq (wall / CPU) "
-        "| RssAnon +MiB setup / end / peak | Private_Dirty +MiB end | USS +MiB end |\n"
+        "| RssAnon +MiB: setup peak / after setup / end | Private_Dirty +MiB end | USS +MiB end |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
@@ -91,7 +91,7 @@ def table(rows: int, summary: dict[str, dict]) -> str:
         lines.append(
             f"| {name} | {r['setup_s']:.3f} | {timed} | {fmt_rate(r['tokens_per_s'])} | "
             f"{fmt_rate(r['tokens_per_cpu_s'])} | {speed} | "
-            f"{p['rss_anon_setup']:.1f} / {p['rss_anon_batches']:.1f} / {p['rss_anon_peak']:.1f} | "
+            f"{p['rss_anon_setup_peak']:.1f} / {p['rss_anon_setup']:.1f} / {p['rss_anon_batches']:.1f} | "
             f"{p['private_dirty_batches']:.1f} | {p['uss_batches']:.1f} |"
         )
     max_tokens = next(iter(summary.values()))["max_tokens"]

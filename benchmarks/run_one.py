@@ -41,6 +41,7 @@ import json
 import logging
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,6 +79,38 @@ def rss_anon() -> float:
             if line.startswith("RssAnon:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+class PeakSampler:
+    """Polls RssAnon from a thread every ``interval`` s while the block runs (transient peaks of setup)."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.peak = rss_anon()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, rss_anon())
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_anon())
+
+
+def source_digest() -> str:
+    """SHA-256 over arrowmt's and the converters' source files: which code version was measured."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted([*root.glob("arrowmt/*.py"), *root.glob("converters/*.py")]):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -373,6 +406,8 @@ def run(args: argparse.Namespace) -> dict:
         "seed": args.seed,
         "plan": args.plan if args.system.startswith("arrowmt") else None,
         "cpus": sorted(os.sched_getaffinity(0)),
+        "source_digest": source_digest(),
+        "loadavg_start": os.getloadavg(),
     }
     mem_start = read_memory()
     t0 = time.perf_counter()
@@ -383,7 +418,8 @@ def run(args: argparse.Namespace) -> dict:
     base = read_memory()
 
     t0, c0 = time.perf_counter(), time.process_time()
-    pipe = PIPELINES[args.system](data, args)
+    with PeakSampler() as setup_peak:
+        pipe = PIPELINES[args.system](data, args)
     result["setup_s"] = time.perf_counter() - t0
     result["setup_cpu_s"] = time.process_time() - c0
     after_setup = read_memory()
@@ -433,6 +469,7 @@ def run(args: argparse.Namespace) -> dict:
         tokens=tokens,
         epoch_s=elapsed,
         first_batch_s=first_batch,
+        loadavg_end=os.getloadavg(),
         epoch_cpu_s=cpu,
         epoch_user_s=ru1.ru_utime - ru0.ru_utime,
         epoch_sys_s=ru1.ru_stime - ru0.ru_stime,
@@ -447,6 +484,7 @@ def run(args: argparse.Namespace) -> dict:
             "rss_anon_setup": after_setup["RssAnon"] - base["RssAnon"],
             "rss_anon_batches": after["RssAnon"] - base["RssAnon"],
             "rss_anon_peak": peak_anon - base["RssAnon"],
+            "rss_anon_setup_peak": setup_peak.peak - base["RssAnon"],
             "private_dirty_setup": after_setup["Private_Dirty"] - base["Private_Dirty"],
             "private_dirty_batches": after["Private_Dirty"] - base["Private_Dirty"],
             "uss_setup": after_setup["USS"] - base["USS"],

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.atomic import atomic_path
-from arrowmt.errors import FormatError, OutputExistsError
+from arrowmt.atomic import atomic_path, prepare_output_dir
+from arrowmt.errors import FormatError
 from arrowmt.manifest import Manifest, split_path
 from arrowmt.progress import progress_bar
 from arrowmt.reader import SplitFile
@@ -35,10 +35,7 @@ def mmap_index_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
 
 def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, progress: bool = True) -> list[Path]:
     """Write every split of the arrowmt folder ``path`` as fairseq mmap files in ``out``; return the prefixes."""
-    folder, dest = Path(path), Path(out)
-    if not overwrite and dest.exists() and any(dest.iterdir()):
-        raise OutputExistsError(f"{dest}: output folder exists and is not empty; pass --overwrite to replace it")
-    dest.mkdir(parents=True, exist_ok=True)
+    folder, dest = Path(path), prepare_output_dir(out, overwrite)
     manifest = Manifest.load(folder)
     for name in sorted(set(manifest.dictionaries.values())):
         with atomic_path(dest / name) as tmp:

@@ -6,8 +6,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arrowmt.atomic import atomic_path, remove_stale_temps
-from arrowmt.errors import OutputExistsError, OutputWriteError
+from arrowmt.atomic import atomic_path, prepare_output_dir
 from arrowmt.manifest import Manifest, file_entry, split_path
 from arrowmt.metadata import SpecialIds
 from arrowmt.ragged import Ragged
@@ -37,15 +36,7 @@ class OutputFolder:
         progress: bool,
     ) -> OutputFolder:
         """Check ``path`` may be written (``overwrite`` to replace a dataset) and clear stale temp files."""
-        out = Path(path)
-        if out.is_dir():
-            remove_stale_temps(out)
-        if not overwrite and out.exists() and any(out.iterdir()):
-            raise OutputExistsError(f"{out}: output folder exists and is not empty; pass --overwrite to replace it")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputWriteError(f"{out}: cannot create the output folder: {exc.strerror or exc}") from exc
+        out = prepare_output_dir(path, overwrite)
         if overwrite:
             (out / MANIFEST_NAME).unlink(missing_ok=True)
         manifest = Manifest(languages=languages, dictionaries={}, source_format=source_format)

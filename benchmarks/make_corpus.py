@@ -5,7 +5,7 @@ equal a smaller one) and generated chunk by chunk, so memory stays bounded at an
 
 * lengths: log-normal, median ~23-25 tokens per side (end-of-sentence included), mean ~26,
   3% of rows from a wider log-normal so the tail reaches the clip at 250; the target
-  length follows the source length with some noise (~650M tokens at 12.6M pairs);
+  length follows the source length with some noise (~670M tokens at 12.6M pairs);
 * ids: a skewed (roughly Zipf-like) draw from a 32,000-symbol vocabulary, ``</s>`` (2)
   closing every row, as ``fairseq-preprocess`` writes them;
 * fairseq side: ``train.de-en.{de,en}.{idx,bin}`` in the mmap format (``MMIDIDX`` magic,

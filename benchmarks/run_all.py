@@ -9,7 +9,8 @@ Each (size, system) runs ``--repeat`` times in a fresh ``benchmarks/run_one.py``
 pinned to one core; the table keeps the fastest run's times (the machine is shared, so the
 best run is the least disturbed) and the largest memory growth seen in any run. Every run
 is saved to ``benchmarks/results/<rows>.json``. ``--max-batches`` caps the batches of the
-slow systems (fairseq and HF); arrowmt always runs a full epoch.
+slow systems (fairseq and HF); arrowmt always runs a full epoch. ``--merge`` reruns only
+``--systems`` and keeps the other systems' saved runs; ``--table-only`` reprints saved tables.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def summarize(runs: list[dict]) -> dict:
     out["tokens_per_s"] = best["tokens_per_s"]
     out["tokens_per_cpu_s"] = max(r["tokens_per_cpu_s"] for r in runs)
     out["setup_cpu_s"] = min(r["setup_cpu_s"] for r in runs)
+    out["epoch_s"] = min(r["epoch_s"] for r in runs)
     out["private_mib"] = {k: max(r["private_mib"][k] for r in runs) for k in best["private_mib"]}
     out["repeats"] = len(runs)
     return out
@@ -72,12 +74,12 @@ def fmt_rate(x: float) -> str:
     return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.0f} k"
 
 
-def table(rows: int, summary: dict[str, dict]) -> str:
+def table(rows: int, summary: dict[str, dict], corpus_tokens: int) -> str:
     ref = summary.get("fairseq mmap")
     head = (
-        "| system | setup s | batches timed | tokens/s (wall) | tokens/CPU-s | x fairseq (wall / CPU) "
+        "| system | setup s | batches timed | epoch s | tokens/s (wall) | tokens/CPU-s | x fairseq (wall / CPU) "
         "| RssAnon +MiB: setup peak / after setup / end | Private_Dirty +MiB end | USS +MiB end |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for name, r in summary.items():
@@ -88,8 +90,10 @@ def table(rows: int, summary: dict[str, dict]) -> str:
             speed = (
                 f"{r['tokens_per_s'] / ref['tokens_per_s']:.1f} / {r['tokens_per_cpu_s'] / ref['tokens_per_cpu_s']:.1f}"
             )
+        # a capped run's epoch time is extrapolated from its throughput (marked ~)
+        epoch = f"{r['epoch_s']:.1f}" if r["full_epoch"] else f"~{corpus_tokens / r['tokens_per_s']:.0f}"
         lines.append(
-            f"| {name} | {r['setup_s']:.3f} | {timed} | {fmt_rate(r['tokens_per_s'])} | "
+            f"| {name} | {r['setup_s']:.3f} | {timed} | {epoch} | {fmt_rate(r['tokens_per_s'])} | "
             f"{fmt_rate(r['tokens_per_cpu_s'])} | {speed} | "
             f"{p['rss_anon_setup_peak']:.1f} / {p['rss_anon_setup']:.1f} / {p['rss_anon_batches']:.1f} | "
             f"{p['private_dirty_batches']:.1f} | {p['uss_batches']:.1f} |"
@@ -132,12 +136,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--cpu", type=int, default=0)
     p.add_argument("--results", type=Path, default=HERE / "results")
+    p.add_argument("--table-only", action="store_true", help="reprint the tables from saved results")
+    p.add_argument(
+        "--merge", action="store_true", help="keep saved runs of the systems not run now (e.g. rerun arrowmt only)"
+    )
     args = p.parse_args(argv)
     args.results.mkdir(parents=True, exist_ok=True)
+    if args.table_only:
+        for rows in args.rows:
+            record = json.loads((args.results / f"{rows}.json").read_text())
+            summary = {name: summarize(record["runs"][name]) for name in CONFIGS if name in record["runs"]}
+            record["table_markdown"] = table(rows, summary, sum(record["corpus"]["tokens"].values()))
+            record["targets"] = target_check(summary)
+            print(record["table_markdown"] + "\n\n" + "\n".join(record["targets"]) + "\n")
+            (args.results / f"{rows}.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        return 0
     for rows in args.rows:
         data = args.data_root / f"synth-{rows}"
         ensure_corpus(rows, data)
+        saved = args.results / f"{rows}.json"
         all_runs: dict[str, list[dict]] = {}
+        if args.merge and saved.exists():
+            old = json.loads(saved.read_text())["runs"]
+            all_runs = {name: old[name] for name in CONFIGS if name in old and name not in args.systems}
         for name in args.systems:
             system, extra = CONFIGS[name]
             all_runs[name] = []
@@ -151,16 +172,15 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-        summary = {name: summarize(runs) for name, runs in all_runs.items()}
-        text = table(rows, summary)
+        summary = {name: summarize(all_runs[name]) for name in CONFIGS if name in all_runs}
+        corpus = json.loads((data / "corpus.json").read_text())
+        text = table(rows, summary, sum(corpus["tokens"].values()))
         checks = target_check(summary)
         print(text + "\n\n" + "\n".join(checks) + "\n")
-        corpus = json.loads((data / "corpus.json").read_text())
         record = {
             "rows": rows,
             "corpus": corpus,
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-            "max_batches_slow": args.max_batches,
             "summary": summary,
             "runs": all_runs,
             "table_markdown": text,

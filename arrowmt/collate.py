@@ -37,7 +37,7 @@ import torch
 
 from arrowmt.batch import GatheredBatch, Spans
 from arrowmt.errors import InvalidParameterError
-from arrowmt.gather import padded_width, shift_right, take_padded
+from arrowmt.gather import gather_padded, gather_padded_shifted, padded_width
 from arrowmt.schema import SOURCE, TARGET, TOKENS
 
 MODES = ("fairseq", "plain")
@@ -97,30 +97,49 @@ class Collater:
 
     def _pad(self, spans: Spans, left_pad: bool) -> np.ndarray:
         width = padded_width(spans.lengths, multiple=self.pad_to_multiple)
-        return take_padded(spans.words, spans.starts, spans.lengths, self.pad, left_pad, width)
+        return gather_padded(spans.words, spans.starts, spans.lengths, width, self.pad, left_pad)
+
+    def _pad_shifted(self, spans: Spans, left_pad: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The padded rows and the same rows as ``[eos] + row[:-1]`` (fairseq's decoder input)."""
+        width = padded_width(spans.lengths, multiple=self.pad_to_multiple)
+        return gather_padded_shifted(spans.words, spans.starts, spans.lengths, width, self.pad, self.eos, left_pad)
 
     def _fairseq_pair(self, batch: GatheredBatch) -> dict[str, Any]:
-        src = self._pad(batch.columns[SOURCE], self.left_pad_source)
-        src_lengths = (src != self.pad).sum(axis=1, dtype=np.int64)
-        order = _fairseq_order(src_lengths)
+        src, src_lengths, order = self._fairseq_source(batch.columns[SOURCE])
         target_spans = batch.columns[TARGET].select(order)
-        target = self._pad(target_spans, self.left_pad_target)
-        net_input = {"src_tokens": _tensor(src[order]), "src_lengths": _tensor(src_lengths[order])}
+        net_input = {"src_tokens": _tensor(src), "src_lengths": _tensor(src_lengths)}
         if self.input_feeding:
-            prev = shift_right(target, target_spans.lengths, self.eos, self.pad, self.left_pad_target)
+            target, prev = self._pad_shifted(target_spans, self.left_pad_target)
             net_input["prev_output_tokens"] = _tensor(prev)
+        else:
+            target = self._pad(target_spans, self.left_pad_target)
         return {
             "id": _tensor(batch.ids[order]),
             "nsentences": len(batch),
-            "ntokens": int((target != self.pad).sum()),
+            "ntokens": int(np.count_nonzero(target != self.pad)),
             "net_input": net_input,
             "target": _tensor(target),
         }
 
+    def _fairseq_source(self, spans: Spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Padded sources in fairseq's order, their non-pad lengths, and that order.
+
+        fairseq sorts on non-pad token counts. They equal the row lengths unless
+        a row holds pad tokens; only then is the order redone from the counts.
+        """
+        order = _fairseq_order(spans.lengths)
+        src = self._pad(spans.select(order), self.left_pad_source)
+        nonpad = src != self.pad
+        if np.count_nonzero(nonpad) == np.add.reduce(spans.lengths):
+            return src, spans.lengths[order], order
+        counts = np.empty_like(order)
+        counts[order] = nonpad.sum(axis=1)
+        order = _fairseq_order(counts)
+        return self._pad(spans.select(order), self.left_pad_source), counts[order], order
+
     def _fairseq_lm(self, batch: GatheredBatch) -> dict[str, Any]:
         spans = batch.columns[TOKENS]
-        target = self._pad(spans, self.left_pad_target)
-        source = shift_right(target, spans.lengths, self.eos, self.pad, self.left_pad_target)
+        target, source = self._pad_shifted(spans, self.left_pad_target)
         return {
             "id": _tensor(batch.ids),
             "nsentences": len(batch),
@@ -145,7 +164,10 @@ def _fairseq_order(src_lengths: np.ndarray) -> np.ndarray:
     rows, equal lengths come out in an order of torch's choosing. The same call
     on the same int64 lengths reproduces that order exactly.
     """
-    return torch.from_numpy(src_lengths).sort(descending=True).indices.numpy()
+    lengths = np.asarray(src_lengths, dtype=np.int64)
+    if not lengths.flags.writeable:  # torch warns on read-only arrays
+        lengths = lengths.copy()
+    return torch.from_numpy(lengths).sort(descending=True).indices.numpy()
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

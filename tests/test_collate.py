@@ -506,3 +506,25 @@ def test_default_collate_still_works(tiny_ds: ArrowMTDataset) -> None:
     assert got[2]["id"].tolist() == [2]
     assert got[2]["source"].tolist() == [[7, 8, 9, 2]]
     assert got[2]["source"].dtype == torch.int32
+
+
+def test_fairseq_mode_pad_ids_inside_source_rows(tmp_path: Path) -> None:
+    """fairseq orders by the count of non-pad tokens, not the row length; arrowmt must follow it."""
+    source = [[4, 1, 1, 2], [5, 5, 2], [6, 2]]  # non-pad counts 2, 3, 2
+    target = [[10, 2], [11, 12, 2], [13, 2]]
+    cols = {"source": (Ragged.from_rows(source), "xx"), "target": (Ragged.from_rows(target), "yy")}
+    ds = ArrowMTDataset(write_dataset(tmp_path, cols, vocab_size=20), "valid")
+    expected = {
+        "id": long([1, 0, 2]),
+        "nsentences": 3,
+        "ntokens": 7,
+        "net_input": {
+            "src_tokens": long([[1, 5, 5, 2], [4, 1, 1, 2], [1, 1, 6, 2]]),
+            "src_lengths": long([3, 2, 2]),
+            "prev_output_tokens": long([[2, 11, 12], [2, 10, 1], [2, 13, 1]]),
+        },
+        "target": long([[11, 12, 2], [10, 2, 1], [13, 2, 1]]),
+    }
+    collate = Collater.for_dataset(ds)
+    assert_same(collate(ds.__getitems__([0, 1, 2])), expected)
+    assert_same(collate([ds[i] for i in range(3)]), expected)

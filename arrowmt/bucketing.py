@@ -16,6 +16,8 @@ import numpy as np
 from arrowmt.errors import InputDataError, InvalidParameterError
 
 MIN_WINDOW = 16
+CHUNK = 1 << 20  # elements per step of the chunked loops that bound temporaries
+LOW_32 = np.uint64(0xFFFFFFFF)
 
 
 def check_limit(name: str, value: int | None) -> None:
@@ -31,11 +33,123 @@ def check_seed(name: str, seed: int) -> None:
 
 
 def _as_lengths(name: str, lengths: np.ndarray) -> np.ndarray:
-    """A 1-D int64 view/copy of ``lengths``; InvalidParameterError for other shapes."""
+    """``lengths`` as a 1-D integer array, its own dtype kept; InvalidParameterError for other shapes.
+
+    uint64 (and an empty non-integer array) becomes int64, so arithmetic with int64 stays integer.
+    """
     arr = np.asarray(lengths)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise InvalidParameterError(f"{name}: expected a 1-D integer array, got {arr.dtype} shape {arr.shape}")
-    return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind not in "iu" or arr.dtype == np.uint64:
+        return arr.astype(np.int64)
+    return arr
+
+
+def index_dtype(n: int) -> np.dtype:
+    """The dtype of indices into ``n`` rows: int32 below ``2**31`` rows (half of int64's memory), else int64."""
+    return np.dtype(np.int32 if n <= 2**31 else np.int64)
+
+
+def smallest_uint(high: int) -> np.dtype:
+    """The narrowest unsigned integer dtype holding ``0..high``."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if high <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.uint64)
+
+
+def compact_counts(counts: np.ndarray) -> np.ndarray:
+    """Non-negative integers in :func:`smallest_uint` of their maximum (the same values, fewer bytes).
+
+    ``counts`` itself when it is empty, already that narrow, or holds a negative value.
+    """
+    arr = _as_lengths("counts", counts)
+    if arr.size == 0 or int(arr.min()) < 0:
+        return arr
+    dtype = smallest_uint(int(arr.max()))
+    return arr if dtype.itemsize >= arr.dtype.itemsize else arr.astype(dtype)
+
+
+def sort_key(values: np.ndarray) -> np.ndarray:
+    """``values - values.min()`` in :func:`smallest_uint` of their span: the same order in fewer bytes.
+
+    A narrow key is cheaper to gather and fits :func:`stable_order`'s packed sort (and
+    numpy's stable sort of 8- and 16-bit keys is a radix sort, about 10x faster than int64's).
+    """
+    arr = _as_lengths("values", values)
+    if arr.size == 0:
+        return arr.astype(np.uint8)
+    low = int(arr.min())
+    dtype = smallest_uint(int(arr.max()) - low)
+    if low == 0 and arr.dtype == dtype:
+        return arr
+    key = np.empty(arr.shape, dtype=dtype)
+    np.subtract(arr, arr.dtype.type(low), out=key, casting="unsafe")  # exact modulo 2**bits
+    return key
+
+
+def order_keys(src: np.ndarray, tgt: np.ndarray | None) -> list[np.ndarray]:
+    """Sort keys whose successive stable sorts order by (source, target): the primary key last.
+
+    One key ``src * (tgt span + 1) + tgt`` (shifted to start at 0) when it fits 32 bits,
+    else the target key then the source key (each from :func:`sort_key`).
+    """
+    src_key = sort_key(src)
+    if tgt is None:
+        return [src_key]
+    tgt_key = sort_key(tgt)
+    if src_key.size:
+        width = int(tgt_key.max()) + 1
+        high = int(src_key.max()) * width + width - 1
+        if smallest_uint(high).itemsize <= 4:
+            dtype = smallest_uint(high)
+            key = src_key.astype(dtype)
+            key *= dtype.type(width)
+            key += tgt_key
+            return [key]
+    return [tgt_key, src_key]
+
+
+def stable_order(indices: np.ndarray, key: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """``indices[np.argsort(key[indices], kind="stable")]``, in about half the memory and time.
+
+    Sorts ``key[indices] << 32 | position`` as uint64 in place: the values are distinct, so
+    numpy's (SIMD) quicksort gives the stable order, and it needs no n-sized scratch array as
+    argsort does. Falls back to argsort for a key that is not unsigned 32-bit or narrower, or
+    for ``2**32`` or more indices (non-negative integers). With ``in_place`` the result
+    overwrites ``indices`` (and is returned), saving one more array.
+    """
+    n = indices.shape[0]
+    if key.dtype.kind != "u" or key.dtype.itemsize > 4 or n >= 2**32:
+        ordered = indices[np.argsort(key[indices], kind="stable")]
+    else:
+        ordered = np.empty(n, dtype=np.uint64)
+        for a in range(0, n, CHUNK):
+            part = ordered[a : a + CHUNK]
+            part[...] = key[indices[a : a + CHUNK]]
+            part <<= np.uint64(32)
+            part |= np.arange(a, a + part.shape[0], dtype=np.uint64)
+        del key  # the caller may have passed its only reference
+        ordered.sort()
+        for a in range(0, n, CHUNK):
+            part = ordered[a : a + CHUNK]
+            part[...] = indices[(part & LOW_32).astype(np.intp)]
+    out = indices if in_place else np.empty_like(indices)
+    out[...] = ordered
+    return out
+
+
+def shuffled_range(n: int, seed: int | None) -> np.ndarray:
+    """``np.random.RandomState(seed).permutation(n)`` (``arange(n)`` when seed is None) as :func:`index_dtype`.
+
+    The legacy shuffle draws the same swaps whatever the array's dtype, so shuffling an
+    int32 range gives numpy's (and fairseq's) permutation bit for bit in half the memory.
+    """
+    indices = np.arange(n, dtype=index_dtype(n))
+    if seed is not None:
+        check_seed("seed", seed)
+        np.random.RandomState(seed).shuffle(indices)
+    return indices
 
 
 # ---------------------------------------------------------------- order and filter
@@ -46,22 +160,21 @@ def ordered_indices(src_lengths: np.ndarray, tgt_lengths: np.ndarray | None, see
 
     A permutation drawn with ``np.random.RandomState(seed)`` (``arange`` when
     ``seed`` is None), then a stable sort by target length, then a stable sort
-    by source length. Returns int64 dataset indices.
+    by source length. Returns dataset indices as :func:`index_dtype` (int32 below
+    ``2**31`` rows). Both sorts are one :func:`stable_order` on a combined narrow key
+    (:func:`order_keys`) where it fits: the same order.
     """
     src = _as_lengths("src_lengths", src_lengths)
-    if seed is None:
-        indices = np.arange(src.shape[0], dtype=np.int64)
-    else:
-        check_seed("seed", seed)
-        indices = np.random.RandomState(seed).permutation(src.shape[0]).astype(np.int64)
-    if tgt_lengths is not None:
-        tgt = _as_lengths("tgt_lengths", tgt_lengths)
-        if tgt.shape != src.shape:
-            raise InvalidParameterError(
-                f"tgt_lengths: expected {src.shape[0]} lengths (as many as src_lengths), got {tgt.shape[0]}"
-            )
-        indices = indices[np.argsort(tgt[indices], kind="mergesort")]
-    return indices[np.argsort(src[indices], kind="mergesort")]
+    tgt = None if tgt_lengths is None else _as_lengths("tgt_lengths", tgt_lengths)
+    if tgt is not None and tgt.shape != src.shape:
+        raise InvalidParameterError(
+            f"tgt_lengths: expected {src.shape[0]} lengths (as many as src_lengths), got {tgt.shape[0]}"
+        )
+    indices = shuffled_range(src.shape[0], seed)
+    keys = order_keys(src, tgt)
+    while keys:
+        stable_order(indices, keys.pop(0), in_place=True)
+    return indices
 
 
 def filter_by_size(
@@ -75,14 +188,24 @@ def filter_by_size(
 
     Lengths are indexed by dataset index. A sample is dropped when its source is
     longer than ``max_source_positions`` or its target longer than
-    ``max_target_positions``; a None limit checks nothing on that side.
+    ``max_target_positions``; a None limit checks nothing on that side. When
+    nothing is dropped, kept is ``indices`` itself (as an integer array).
     """
     idx = _as_lengths("indices", indices)
-    too_long = np.zeros(idx.shape[0], dtype=bool)
-    if max_source_positions is not None:
-        too_long |= _as_lengths("src_lengths", src_lengths)[idx] > max_source_positions
-    if tgt_lengths is not None and max_target_positions is not None:
-        too_long |= _as_lengths("tgt_lengths", tgt_lengths)[idx] > max_target_positions
+    too_long: np.ndarray | None = None
+    for name, lengths, limit in (
+        ("src_lengths", src_lengths, max_source_positions),
+        ("tgt_lengths", tgt_lengths, max_target_positions),
+    ):
+        if lengths is None or limit is None:
+            continue
+        arr = _as_lengths(name, lengths)
+        if arr.size == 0 or arr.max() <= limit:  # no row at all is too long
+            continue
+        over = arr[idx] > limit
+        too_long = over if too_long is None else np.logical_or(too_long, over, out=too_long)
+    if too_long is None:
+        return idx, idx[:0].copy()
     return idx[~too_long], idx[too_long]
 
 
@@ -139,6 +262,36 @@ def find_full_position(
     return None
 
 
+def first_full_position(
+    num_tokens: np.ndarray,
+    start: int,
+    first: int,
+    max_tokens: int | None,
+    max_sentences: int | None,
+    window: int,
+) -> int | None:
+    """:func:`find_full_position` for sizes >= 0 and ``first > start``, in fewer numpy steps.
+
+    With sizes >= 0, ``(batch_len + 1) * running_max`` never decreases along the order, so
+    the first position over ``max_tokens`` in a window is one ``searchsorted``; the batch
+    holds ``max_sentences`` at the single position ``start + max_sentences``.
+    """
+    n = num_tokens.shape[0]
+    cap = start + max_sentences if max_sentences is not None and first <= start + max_sentences < n else None
+    end = n if cap is None else cap
+    if max_tokens is not None:
+        while first < end:
+            stop = min(end, first + window)
+            padded = np.maximum.accumulate(num_tokens[start:stop])[first - start :] * np.arange(
+                first - start + 1, stop - start + 1, dtype=np.int64
+            )
+            k = int(np.searchsorted(padded, max_tokens, side="right"))
+            if k < padded.shape[0]:
+                return first + k
+            first, window = stop, window * 2
+    return cap
+
+
 def _check_sizes_fit(indices: np.ndarray, num_tokens: np.ndarray, max_tokens: int | None) -> None:
     """InputDataError naming the first sample longer than ``max_tokens``."""
     if max_tokens is None or num_tokens.size == 0:
@@ -164,7 +317,8 @@ def _batch_ends(num_tokens: np.ndarray, max_tokens: int | None, max_sentences: i
     n = num_tokens.shape[0]
     ends: list[int] = []
     start, first, window = 0, 1, MIN_WINDOW
-    while (full_at := find_full_position(num_tokens, start, first, max_tokens, max_sentences, window)) is not None:
+    find = first_full_position if n == 0 or int(num_tokens.min()) >= 0 else find_full_position
+    while (full_at := find(num_tokens, start, first, max_tokens, max_sentences, window)) is not None:
         split = start + emitted_length(full_at - start, multiple)
         ends.append(split)
         if tail_overflows(num_tokens, split, full_at, max_tokens):

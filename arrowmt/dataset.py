@@ -88,27 +88,38 @@ class ArrowMTDataset(Dataset):
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shard number and row-within-shard of each global index."""
         indices = np.asarray(indices, dtype=np.int64)
-        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
-            bad = indices[(indices < 0) | (indices >= len(self))][0]
-            raise IndexError(f"index {int(bad)} out of range for dataset of {len(self)} rows")
+        n = len(self)
+        if indices.size and np.maximum.reduce(indices.view(np.uint64), axis=None) >= n:  # negatives wrap high
+            bad = indices[(indices < 0) | (indices >= n)][0]
+            raise IndexError(f"index {int(bad)} out of range for dataset of {n} rows")
+        if len(self.shards) == 1:
+            return np.zeros(indices.shape, dtype=np.int64), indices
         shard = np.searchsorted(self.cumulative, indices, side="right") - 1
         return shard, indices - self.cumulative[shard]
 
-    def lengths(self, column: str, indices: np.ndarray | None = None) -> np.ndarray:
-        """Token counts (int64) of ``indices`` (all rows when None), from the offsets alone."""
+    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
+        """Token counts of ``indices`` (all rows when None), from the offsets alone.
+
+        int64 unless ``dtype`` (any integer dtype holding ``2**31 - 1``, e.g. int32 to halve the memory).
+        """
         if indices is None:
-            return np.concatenate([s.lengths(column) for s in self.shards])
+            parts = [s.lengths(column, dtype=dtype) for s in self.shards]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
         shard, local = self.locate(indices)
-        out = np.empty(shard.shape[0], dtype=np.int64)
+        if len(self.shards) == 1:
+            return self.shards[0].lengths(column, local, dtype)
+        out = np.empty(shard.shape[0], dtype=dtype)
         for k in np.unique(shard):
             mask = shard == k
-            out[mask] = self.shards[k].lengths(column, local[mask])
+            out[mask] = self.shards[k].lengths(column, local[mask], dtype)
         return out
 
     def num_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
-        """fairseq's size of a row: max over columns of the token count."""
-        per_column = [self.lengths(c, indices) for c in self.columns]
-        return np.maximum.reduce(per_column) if len(per_column) > 1 else per_column[0]
+        """fairseq's size of a row (int64): max over columns of the token count."""
+        sizes = self.lengths(self.columns[0], indices)
+        for column in self.columns[1:]:
+            np.maximum(sizes, self.lengths(column, indices), out=sizes)
+        return sizes
 
     def row(self, column: str, index: int) -> torch.Tensor:
         """Row ``index`` of ``column`` as an int32 tensor viewing the map (no copy)."""
@@ -130,13 +141,13 @@ class ArrowMTDataset(Dataset):
         if column not in self.columns:
             raise InvalidParameterError(f"column: expected one of {list(self.columns)}, got {column!r}")
         shard, local = self.locate(indices)
+        if len(self.shards) == 1:
+            return _shard_spans(self.shards[0], column, local)
         present = np.unique(shard)
+        if present.size == 1:
+            return _shard_spans(self.shards[int(present[0])], column, local)
         if present.size == 0:
             return Spans.empty()
-        if present.size == 1:
-            part = self.shards[int(present[0])]
-            starts, lengths = part.spans(column, local)
-            return Spans(part.words, starts, lengths)
         return self._multi_shard_spans(column, shard, local, present)
 
     def _multi_shard_spans(self, column: str, shard: np.ndarray, local: np.ndarray, present: np.ndarray) -> Spans:
@@ -156,7 +167,10 @@ class ArrowMTDataset(Dataset):
         The result is also a sequence of ``ds[i]``-like sample dicts.
         """
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return GatheredBatch(ids, {c: self.column_spans(c, ids) for c in self.columns})
+        if len(self.shards) > 1:
+            return GatheredBatch(ids, {c: self.column_spans(c, ids) for c in self.columns})
+        local = self.locate(ids)[1]
+        return GatheredBatch(ids, {c: _shard_spans(self.shards[0], c, local) for c in self.columns})
 
     def fingerprint(self) -> str:
         """Stable identity of this split's content (from the manifest's checksums)."""
@@ -169,6 +183,11 @@ class ArrowMTDataset(Dataset):
         """Raise FormatError if any shard file was modified since opening."""
         for shard in self.shards:
             shard.check_unchanged()
+
+
+def _shard_spans(shard: SplitFile, column: str, rows: np.ndarray) -> Spans:
+    """Rows ``rows`` of ``column`` in one shard, viewing its map."""
+    return Spans(shard.words, *shard.spans(column, rows))
 
 
 def open_dataset(path: str | os.PathLike[str], split: str = "train") -> ArrowMTDataset:

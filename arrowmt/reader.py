@@ -102,22 +102,44 @@ class SplitFile:
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
         rows = np.asarray(rows, dtype=np.int64)
-        _check_rows(self.path, rows, len(self))
+        if rows.size and np.maximum.reduce(rows.view(np.uint64), axis=None) >= len(self):  # negatives wrap high
+            _check_rows(self.path, rows, len(self))
         layout = self.layouts[column]
         batch, local = np.divmod(rows, self.rows_per_batch)
         at = layout.offsets_pos[batch] + local
-        start = self.words[at].astype(np.int64)
-        end = self.words[at + 1].astype(np.int64)
-        bad = (start < 0) | (end < start) | (end > layout.values_len[batch])
-        if bad.any():
-            self._raise_bad_offsets(column, rows, start, end, layout.values_len[batch], bad)
-        return layout.values_pos[batch] + start, end - start
+        start, end = self.words[at], self.words[1:][at]
+        limit = layout.values_len[batch]
+        # As uint32 a negative offset wraps past any limit, so two compares check 0 <= start <= end <= limit.
+        bad = (start.view(np.uint32) > end.view(np.uint32)) | (end.view(np.uint32) > limit)
+        if np.count_nonzero(bad):
+            self._raise_bad_offsets(column, rows, start, end, limit, bad)
+        return layout.values_pos[batch] + start, np.subtract(end, start, dtype=np.int64)
 
-    def lengths(self, column: str, rows: np.ndarray | None = None) -> np.ndarray:
-        """Token counts of ``rows`` (all rows when None) as int64, read from the offsets only."""
-        if rows is None:
-            rows = np.arange(len(self), dtype=np.int64)
-        return self.spans(column, rows)[1]
+    def lengths(self, column: str, rows: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
+        """Token counts of ``rows`` (all rows when None), read from the offsets only.
+
+        ``dtype`` is int64 or any integer dtype holding ``2**31 - 1`` (a count fits int32).
+        All rows are one ``np.diff`` of each record batch's offsets, checked as :meth:`spans`
+        checks them (FormatError naming the first bad row).
+        """
+        dtype = np.dtype(dtype)
+        if dtype.kind not in "iu" or np.iinfo(dtype).max < 2**31 - 1:
+            raise ValueError(f"dtype: expected an integer dtype holding 2**31 - 1, got {dtype}")
+        if rows is not None:
+            return self.spans(column, rows)[1].astype(dtype, copy=False)
+        layout, n, rpb = self.layouts[column], len(self), self.rows_per_batch
+        out = np.empty(n, dtype=dtype)
+        for b, (pos, limit) in enumerate(zip(layout.offsets_pos.tolist(), layout.values_len.tolist(), strict=True)):
+            first = b * rpb
+            count = min(rpb, n - first)
+            offsets = self.words[pos : pos + count + 1]
+            counts = np.diff(offsets)
+            # As uint32 a negative offset wraps past any limit; with all offsets in 0..limit the diff is exact.
+            if int(offsets.view(np.uint32).max()) > limit or (counts.size and int(counts.min()) < 0):
+                self.spans(column, np.arange(first, first + count))  # raises FormatError naming the row
+                raise FormatError(f"{self.path}: record batch {b} ({column}): offsets are invalid; the file is corrupt")
+            out[first : first + count] = counts
+        return out
 
     def row(self, column: str, i: int) -> np.ndarray:
         """Row ``i`` of ``column`` as a writable int32 view of the map (no copy)."""

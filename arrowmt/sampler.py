@@ -9,9 +9,11 @@ the same number (short ranks wrap around, see :func:`arrowmt.bucketing.shard_bat
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from arrowmt.bucketing import (
     batch_by_size,
     check_limit,
     check_seed,
+    compact_counts,
     epoch_batch_order,
     filter_by_size,
     ordered_indices,
@@ -67,12 +70,34 @@ class PlanParams:
             check_seed("seed", self.seed)
 
 
-def side_lengths(dataset: ArrowMTDataset) -> tuple[np.ndarray, np.ndarray | None]:
-    """(source lengths, target lengths or None): ``tokens`` is the source of a monolingual split."""
+def column_lengths(dataset: ArrowMTDataset) -> dict[str, np.ndarray]:
+    """Every column's token counts, each read once, in the narrowest unsigned dtype holding them."""
+    return {column: compact_counts(dataset.lengths(column, dtype=np.int32)) for column in dataset.columns}
+
+
+def side_lengths(
+    dataset: ArrowMTDataset, lengths: Mapping[str, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(source lengths, target lengths or None): ``tokens`` is the source of a monolingual split.
+
+    Taken from ``lengths`` (see :func:`column_lengths`) when given, else read (int64).
+    """
+
+    def get(column: str) -> np.ndarray:
+        return dataset.lengths(column) if lengths is None else lengths[column]
+
     if SOURCE in dataset.columns:
-        target = dataset.lengths(TARGET) if TARGET in dataset.columns else None
-        return dataset.lengths(SOURCE), target
-    return dataset.lengths(dataset.columns[0]), None
+        return get(SOURCE), get(TARGET) if TARGET in dataset.columns else None
+    return get(dataset.columns[0]), None
+
+
+def row_sizes(lengths: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """fairseq's size of each of ``rows`` (``ArrowMTDataset.num_tokens``): the max over columns of its length."""
+    columns = list(lengths.values())
+    sizes = columns[0][rows].astype(np.result_type(*columns), copy=False)
+    for other in columns[1:]:
+        np.maximum(sizes, other[rows], out=sizes)
+    return sizes
 
 
 def _too_long_error(name: str, limit: int, index: int, size: int, count: int) -> InputDataError:
@@ -91,9 +116,10 @@ def _position_error(dropped: np.ndarray, src: np.ndarray, tgt: np.ndarray | None
     return _too_long_error("max_target_positions", tgt_limit, index, int(tgt[index]), count)
 
 
-def _filter_positions(dataset: ArrowMTDataset, order: np.ndarray, params: PlanParams) -> tuple[np.ndarray, int]:
+def _filter_positions(
+    order: np.ndarray, src: np.ndarray, tgt: np.ndarray | None, params: PlanParams
+) -> tuple[np.ndarray, int]:
     """Remove samples over the position limits; InputDataError unless skipping is allowed."""
-    src, tgt = side_lengths(dataset)
     kept, dropped = filter_by_size(order, src, tgt, params.max_source_positions, params.max_target_positions)
     if dropped.size and not params.skip_invalid_size_inputs:
         raise _position_error(dropped, src, tgt, params)
@@ -102,7 +128,7 @@ def _filter_positions(dataset: ArrowMTDataset, order: np.ndarray, params: PlanPa
 
 def _filter_tokens(kept: np.ndarray, num_tokens: np.ndarray, params: PlanParams) -> tuple[np.ndarray, np.ndarray, int]:
     """Remove samples over ``max_tokens``: (kept, their sizes, dropped count)."""
-    if params.max_tokens is None:
+    if params.max_tokens is None or num_tokens.size == 0 or num_tokens.max() <= params.max_tokens:
         return kept, num_tokens, 0
     over = num_tokens > params.max_tokens
     if over.any() and not params.skip_invalid_size_inputs:
@@ -112,11 +138,19 @@ def _filter_tokens(kept: np.ndarray, num_tokens: np.ndarray, params: PlanParams)
 
 
 def build_plan(dataset: ArrowMTDataset, params: PlanParams) -> PlanArrays:
-    """fairseq's batches for ``dataset``: ordered indices, size filter, ``batch_by_size``."""
-    src, tgt = side_lengths(dataset)
+    """fairseq's batches for ``dataset``: ordered indices, size filter, ``batch_by_size``.
+
+    Each column's lengths are read once, narrow (uint8/uint16 for usual lengths), and
+    indices are int32 below 2**31 rows; every intermediate is released as soon as it is used.
+    """
+    lengths = column_lengths(dataset)
+    src, tgt = side_lengths(dataset, lengths)
     order = ordered_indices(src, tgt, params.seed)
-    kept, dropped = _filter_positions(dataset, order, params)
-    kept, sizes, over = _filter_tokens(kept, dataset.num_tokens(kept), params)
+    kept, dropped = _filter_positions(order, src, tgt, params)
+    del order, src, tgt
+    sizes = row_sizes(lengths, kept)
+    del lengths
+    kept, sizes, over = _filter_tokens(kept, sizes, params)
     flat, offsets = batch_by_size(
         kept, sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple
     )
@@ -249,6 +283,8 @@ def _load_plan(dataset: ArrowMTDataset, params: PlanParams, cache_dir: str | os.
     key = plan_key({"dataset": dataset.fingerprint(), "rows": len(dataset), **asdict(params)})
     folder = Path(cache_dir) if cache_dir is not None else Path(dataset.path) / CACHE_DIR_NAME
     plan = load_or_build_plan(folder, key, len(dataset), lambda: build_plan(dataset, params))
+    if plan.built:
+        release_free_heap()
     if plan.dropped:
         logger.warning(
             "%s: %d samples exceed max_tokens/max_source_positions/max_target_positions and are skipped",
@@ -256,6 +292,18 @@ def _load_plan(dataset: ArrowMTDataset, params: PlanParams, cache_dir: str | os.
             plan.dropped,
         )
     return plan
+
+
+def release_free_heap() -> None:
+    """Return the heap freed by a plan build to the OS (glibc's ``malloc_trim``); a no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # absent from musl
+    except (OSError, AttributeError):
+        return
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
 
 
 def _check_state(state: dict[str, Any], current: dict[str, Any], length: int) -> None:

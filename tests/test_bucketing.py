@@ -13,13 +13,21 @@ from hypothesis import strategies as st
 
 from arrowmt.bucketing import (
     batch_by_size,
+    compact_counts,
     emitted_length,
     epoch_batch_order,
     filter_by_size,
     find_full_position,
+    first_full_position,
+    index_dtype,
+    order_keys,
     ordered_indices,
     shard_batches,
     shard_length,
+    shuffled_range,
+    smallest_uint,
+    sort_key,
+    stable_order,
     tail_overflows,
     window_is_full,
 )
@@ -45,7 +53,7 @@ def test_ordered_indices_unshuffled_sorts_by_target_then_source_stably() -> None
 def test_ordered_indices_seeded_starts_from_the_legacy_permutation() -> None:
     # np.random.RandomState(0).permutation(6) == [5, 2, 1, 3, 0, 4]
     assert ordered_indices(SRC, TGT, 0).tolist() == [3, 5, 1, 2, 4, 0]
-    assert ordered_indices(SRC, TGT, 0).dtype == np.int64
+    assert ordered_indices(SRC, TGT, 0).dtype == np.int32  # index_dtype: int32 below 2**31 rows
 
 
 def test_ordered_indices_rejects_mismatched_lengths() -> None:
@@ -53,6 +61,107 @@ def test_ordered_indices_rejects_mismatched_lengths() -> None:
         ordered_indices(SRC, TGT[:5], 1)
     with pytest.raises(InvalidParameterError, match="seed"):
         ordered_indices(SRC, TGT, -1)
+
+
+def reference_order(src: np.ndarray, tgt: np.ndarray | None, seed: int | None) -> np.ndarray:
+    """The plain formula ``ordered_indices`` computes: permutation, mergesort by target, then by source."""
+    src = np.asarray(src, dtype=np.int64)
+    order = np.arange(src.shape[0]) if seed is None else np.random.RandomState(seed).permutation(src.shape[0])
+    if tgt is not None:
+        order = order[np.argsort(np.asarray(tgt, dtype=np.int64)[order], kind="mergesort")]
+    return order[np.argsort(src[order], kind="mergesort")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(-(2**40), 2**40), st.integers(-(2**40), 2**40)), max_size=60),
+    bound=st.sampled_from([3, 300, 70_000, 2**40]),
+    seed=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
+    paired=st.booleans(),
+)
+def test_ordered_indices_equals_the_plain_formula(
+    pairs: list[tuple[int, int]], bound: int, seed: int | None, paired: bool
+) -> None:
+    # Narrow keys (one combined key, or two when the spans are too wide) give the same order.
+    src = np.array([a % bound for a, _ in pairs], dtype=np.int64) - bound // 3
+    tgt = np.array([b % bound for _, b in pairs], dtype=np.int64) if paired else None
+    assert ordered_indices(src, tgt, seed).tolist() == reference_order(src, tgt, seed).tolist()
+
+
+def test_index_dtype_and_smallest_uint() -> None:
+    assert [index_dtype(n) for n in (0, 5, 2**31, 2**31 + 1)] == [np.int32, np.int32, np.int32, np.int64]
+    highs = [0, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1]
+    assert [smallest_uint(h) for h in highs] == [np.uint8] * 2 + [np.uint16] * 2 + [np.uint32] * 2 + [np.uint64] * 2
+
+
+def test_compact_counts_keeps_values_in_fewer_bytes() -> None:
+    out = compact_counts(np.array([0, 3, 300], dtype=np.int32))
+    assert (out.dtype, out.tolist()) == (np.uint16, [0, 3, 300])
+    assert compact_counts(np.array([2, 250], dtype=np.int64)).dtype == np.uint8
+    wide = np.array([1, 2**40])
+    assert compact_counts(wide) is wide  # uint64 would be no narrower
+    same = np.array([1, 2], dtype=np.uint8)
+    assert compact_counts(same) is same
+    negative = np.array([-1, 5])
+    assert compact_counts(negative) is negative
+    assert compact_counts(np.zeros(0, dtype=np.int32)).shape == (0,)
+
+
+def test_sort_key_shifts_to_zero_in_the_narrowest_dtype() -> None:
+    key = sort_key(np.array([5, -3, 7]))
+    assert (key.dtype, key.tolist()) == (np.uint8, [8, 0, 10])
+    key = sort_key(np.array([-(2**31), 2**31 - 1], dtype=np.int32))
+    assert (key.dtype, key.tolist()) == (np.uint32, [0, 2**32 - 1])
+    assert sort_key(np.array([0, 70_000])).dtype == np.uint32
+    assert sort_key(np.array([100, 400])).tolist() == [0, 300]
+    same = np.array([0, 9], dtype=np.uint8)
+    assert sort_key(same) is same
+    assert sort_key(np.zeros(0, dtype=np.int64)).dtype == np.uint8
+
+
+def test_order_keys_combine_source_and_target_when_they_fit() -> None:
+    # source - 1 = [2, 0, 1, 0, 1, 0], target - 1 = [0, 1, 0, 0, 2, 1]: key = 3 * source + target
+    (key,) = order_keys(SRC, TGT)
+    assert (key.dtype, key.tolist()) == (np.uint8, [6, 1, 3, 0, 5, 1])
+    (key,) = order_keys(SRC, None)
+    assert key.tolist() == [2, 0, 1, 0, 1, 0]
+    wide = np.array([0, 60_000, 5])
+    (key,) = order_keys(wide, wide)
+    assert (key.dtype, key.tolist()) == (np.uint32, [0, 60_000 * 60_001 + 60_000, 5 * 60_001 + 5])
+    too_wide = np.array([0, 2**20, 3])
+    tgt_key, src_key = order_keys(too_wide, too_wide + 1)
+    assert (tgt_key.tolist(), src_key.tolist()) == ([0, 2**20, 3], [0, 2**20, 3])
+
+
+@pytest.mark.parametrize(("n", "seed"), [(0, 1), (1, 1), (6, 0), (1000, 7), (200_003, 2**32 - 1)])
+def test_shuffled_range_is_the_legacy_permutation_as_int32(n: int, seed: int) -> None:
+    ours = shuffled_range(n, seed)
+    assert ours.dtype == np.int32
+    assert np.array_equal(ours, np.random.RandomState(seed).permutation(n))
+    assert shuffled_range(4, None).tolist() == [0, 1, 2, 3]
+    with pytest.raises(InvalidParameterError, match="seed"):
+        shuffled_range(3, 2**32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 2**64 - 1), max_size=80),
+    dtype=st.sampled_from([np.uint8, np.uint16, np.uint32, np.uint64, np.int64]),
+    seed=st.integers(0, 2**16),
+)
+def test_stable_order_equals_a_stable_argsort(keys: list[int], dtype: type, seed: int) -> None:
+    info = np.iinfo(dtype)
+    key = np.array([k % (int(info.max) + 1) + int(info.min) for k in keys], dtype=dtype)
+    indices = np.random.RandomState(seed).permutation(key.shape[0]).astype(np.int32)
+    expected = indices[np.argsort(key[indices], kind="stable")]
+    assert stable_order(indices, key).tolist() == expected.tolist()
+    out = stable_order(indices, key, in_place=True)
+    assert out is indices and indices.tolist() == expected.tolist()
+
+
+def test_stable_order_exact() -> None:
+    key = np.array([2, 0, 2, 1, 0], dtype=np.uint8)
+    assert stable_order(np.array([4, 3, 2, 1, 0]), key).tolist() == [4, 1, 3, 2, 0]
 
 
 def test_filter_by_size_keeps_order_and_reports_dropped() -> None:
@@ -64,6 +173,10 @@ def test_filter_by_size_keeps_order_and_reports_dropped() -> None:
     assert (kept.tolist(), dropped.tolist()) == ([5, 0, 1], [4])
     kept, dropped = filter_by_size(indices, SRC, None, 2, 1)
     assert (kept.tolist(), dropped.tolist()) == ([5, 4, 1], [0])
+    kept, dropped = filter_by_size(indices, SRC, TGT, 3, 3)  # nothing too long: kept is the input
+    assert kept is indices and dropped.tolist() == [] and dropped.dtype == indices.dtype
+    kept, dropped = filter_by_size(indices.astype(np.int32), SRC.astype(np.uint8), TGT.astype(np.uint8), 2, 2)
+    assert (kept.dtype, kept.tolist(), dropped.tolist()) == (np.int32, [5, 1], [0, 4])
 
 
 # ---------------------------------------------------------------- batch arithmetic
@@ -90,6 +203,33 @@ def test_find_full_position_grows_its_window() -> None:
     assert find_full_position(sizes, 0, 1, 50, None, 2) == 50
     assert find_full_position(sizes, 10, 12, None, 7, 1) == 17
     assert find_full_position(sizes, 0, 1, 1000, None, 2) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 30), min_size=2, max_size=120),
+    data=st.data(),
+    max_tokens=st.one_of(st.none(), st.integers(1, 500)),
+    max_sentences=st.one_of(st.none(), st.integers(1, 40)),
+    window=st.integers(1, 64),
+)
+def test_first_full_position_equals_find_full_position(
+    sizes: list[int], data: st.DataObject, max_tokens: int | None, max_sentences: int | None, window: int
+) -> None:
+    arr = np.array(sizes, dtype=data.draw(st.sampled_from([np.uint8, np.int32, np.int64])))
+    start = data.draw(st.integers(0, len(sizes) - 2))
+    first = data.draw(st.integers(start + 1, len(sizes)))
+    expected = find_full_position(arr, start, first, max_tokens, max_sentences, window)
+    assert first_full_position(arr, start, first, max_tokens, max_sentences, window) == expected
+
+
+def test_first_full_position_exact() -> None:
+    sizes = np.array([1, 1, 4, 1, 1, 1, 9])
+    assert first_full_position(sizes, 0, 1, 8, None, 2) == 2  # 3 * 4 > 8
+    assert first_full_position(sizes, 3, 4, 8, None, 1) == 6  # 4 * 9 > 8
+    assert first_full_position(sizes, 3, 4, 100, 2, 1) == 5  # holds max_sentences=2 at position 5
+    assert first_full_position(sizes, 3, 4, 100, 5, 1) is None  # would fill past the end
+    assert first_full_position(sizes, 0, 1, None, None, 4) is None
 
 
 def test_tail_overflows() -> None:
@@ -198,6 +338,7 @@ def fairseq() -> SimpleNamespace:
 def fairseq_batches(
     fs: SimpleNamespace, indices: np.ndarray, sizes: np.ndarray, mt: int | None, ms: int | None, mult: int
 ) -> list[list[int]]:
+    indices = np.asarray(indices, dtype=np.int64)  # fairseq's Cython batch_by_size takes int64 only
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         batches = fs.data_utils.batch_by_size(

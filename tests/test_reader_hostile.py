@@ -562,6 +562,43 @@ def test_corrupt_offsets(dataset: Path, worker: ReadWorker, case: str) -> None:
     assert any(verify_piece in p for p in found["problems"]), found["problems"]
 
 
+@pytest.mark.parametrize("case", ["valid", *(c for c, v in OFFSET_CASES.items() if v[4] != "open")])
+def test_whole_column_lengths_check_offsets_as_spans_does(dataset: Path, case: str) -> None:
+    """``lengths(column)`` (one diff per record batch) gives the lengths or the error of ``spans`` on every row.
+
+    In-process: both only read offsets, which the open checked lie inside the map.
+    """
+    path = split_path(dataset, SPLIT)
+    if case != "valid":
+        column, batch, index, new_value, *_ = OFFSET_CASES[case]
+        pos, old, n_values = offset_word(path, column, batch, index)
+        previous = offset_word(path, column, batch, index - 1)[1] if index else 0
+        poke(path, pos, new_value(old, previous, n_values))
+    split = SplitFile(path)
+    for column in split.columns:
+        try:
+            expected = split.spans(column, np.arange(len(split)))[1]
+        except FormatError as exc:
+            for dtype in (np.int64, np.int32):
+                with pytest.raises(FormatError) as caught:
+                    split.lengths(column, dtype=dtype)
+                assert str(caught.value) == str(exc)
+            continue
+        for dtype in (np.int64, np.int32, np.uint32):
+            got = split.lengths(column, dtype=dtype)
+            assert got.dtype == dtype and got.tolist() == expected.tolist()
+        assert split.lengths(column).dtype == np.int64
+        assert split.lengths(column, np.array([3, 0]), np.int32).tolist() == expected[[3, 0]].tolist()
+    if case == "valid":
+        ds = ArrowMTDataset(dataset, SPLIT)
+        src, tgt = (ds.lengths(c, dtype=np.int32) for c in ("source", "target"))
+        assert src.dtype == np.int32 and src.tolist() == [len(r) for r in corpus()["source"]]
+        assert ds.num_tokens().tolist() == np.maximum(src, tgt).tolist() and ds.num_tokens().dtype == np.int64
+        assert ds.num_tokens(np.array([4, 2])).tolist() == np.maximum(src, tgt)[[4, 2]].tolist()
+        with pytest.raises(ValueError, match="dtype"):
+            split.lengths("source", dtype=np.int16)
+
+
 def test_shifted_offset_is_only_caught_by_the_checksum(dataset: Path, worker: ReadWorker) -> None:
     """A middle offset moved within its neighbours is valid Arrow: rows shift, only the SHA-256 differs."""
     path = split_path(dataset, SPLIT)

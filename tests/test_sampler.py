@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch.distributed as dist
-from builders import lengths_dataset, multi30k_dataset
+from builders import fixture_lengths, lengths_dataset, multi30k_dataset
 from state_helpers import check_resume
 from torch.utils.data import DataLoader
 
@@ -19,7 +20,7 @@ from arrowmt.bucketing import batch_by_size, ordered_indices
 from arrowmt.dataset import ArrowMTDataset
 from arrowmt.errors import InputDataError, InvalidParameterError
 from arrowmt.plan_cache import CACHE_DIR_NAME
-from arrowmt.sampler import PlanParams, TokenBatchSampler, build_plan, side_lengths
+from arrowmt.sampler import PlanParams, TokenBatchSampler, build_plan, release_free_heap, side_lengths
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +187,63 @@ def sampler_params(**kw: object) -> PlanParams:
         "skip_invalid_size_inputs": False,
     }
     return PlanParams(**{**defaults, **kw})  # type: ignore[arg-type]
+
+
+def fairseq_plan(src: np.ndarray, tgt: np.ndarray, params: PlanParams) -> tuple[np.ndarray, np.ndarray, int]:
+    """(flat indices, batch offsets, dropped) from fairseq 0.12's own order, position filter and batch_by_size."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pytest.importorskip("fairseq")
+        from fairseq.data import Dictionary, LanguagePairDataset, data_utils
+
+        n, d = src.shape[0], Dictionary()
+        pairs = LanguagePairDataset(list(range(n)), src, d, list(range(n)), tgt, d, shuffle=params.seed is not None)
+        with data_utils.numpy_seed(params.seed):
+            order = pairs.ordered_indices()
+        ignored: list[int] = []
+        if params.max_source_positions is not None:
+            limits = (params.max_source_positions, params.max_target_positions)
+            order, ignored = data_utils.filter_paired_dataset_indices_by_size(src, tgt, order, limits)
+        batches = data_utils.batch_by_size(
+            order,
+            pairs.num_tokens,
+            num_tokens_vec=pairs.num_tokens_vec(order),
+            max_tokens=params.max_tokens,
+            max_sentences=params.max_sentences,
+            required_batch_size_multiple=params.required_batch_size_multiple,
+        )
+    sizes = [len(b) for b in batches]
+    flat = np.concatenate([np.asarray(b, dtype=np.int64) for b in batches]) if batches else np.zeros(0, np.int64)
+    return flat, np.concatenate([[0], np.cumsum(sizes)]), len(ignored)
+
+
+@pytest.fixture(scope="module")
+def train_ds(tmp_path_factory: pytest.TempPathFactory) -> ArrowMTDataset:
+    """The real Multi30k train split (29000 pairs) as an arrowmt dataset."""
+    return ArrowMTDataset(multi30k_dataset(tmp_path_factory.mktemp("train") / "arrowmt", "train"), "train")
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"seed": 1},
+        {"max_tokens": 1000, "max_sentences": 64, "required_batch_size_multiple": 8, "seed": 7},
+        {"max_tokens": 300, "required_batch_size_multiple": 3},
+        {"max_tokens": 512, "max_source_positions": 20, "max_target_positions": 25, "seed": 3},
+    ],
+)
+def test_build_plan_is_fairseqs_plan_on_the_fixture(train_ds: ArrowMTDataset, kw: dict) -> None:
+    """The whole plan, byte for byte, against fairseq's pipeline on fairseq's own sizes of the fixture."""
+    params = sampler_params(skip_invalid_size_inputs=True, **kw)
+    src, tgt = (x.astype(np.int64) for x in fixture_lengths("train"))
+    flat, offsets, dropped = fairseq_plan(src, tgt, params)
+    plan = build_plan(train_ds, params)
+    assert plan.indices.dtype == np.int32 and plan.offsets.dtype == np.int64
+    assert np.array_equal(plan.indices, flat)
+    assert np.array_equal(plan.offsets, offsets)
+    assert plan.dropped == dropped
+    assert dropped > 0 if "max_source_positions" in kw else dropped == 0
+    release_free_heap()  # harmless to call any time
 
 
 def test_completed_epoch_then_next_epoch_starts_fresh(valid_ds: ArrowMTDataset, cache: Path) -> None:

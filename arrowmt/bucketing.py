@@ -220,48 +220,6 @@ def emitted_length(batch_len: int, multiple: int) -> int:
     return max(multiple * (batch_len // multiple), batch_len % multiple)
 
 
-def window_is_full(
-    batch_lens: np.ndarray, running_max: np.ndarray, max_tokens: int | None, max_sentences: int | None
-) -> np.ndarray:
-    """fairseq's ``_is_batch_full`` for a batch of ``batch_lens`` entries meeting one more sample.
-
-    ``running_max`` is the longest of the batch and the new sample. Full when the
-    batch is non-empty and either holds ``max_sentences`` entries or
-    ``(batch_len + 1) * running_max > max_tokens``.
-    """
-    full = np.zeros(batch_lens.shape[0], dtype=bool)
-    if max_tokens is not None:
-        full |= (batch_lens + 1) * running_max > max_tokens
-    if max_sentences is not None:
-        full |= batch_lens == max_sentences
-    return full & (batch_lens > 0)
-
-
-def find_full_position(
-    num_tokens: np.ndarray,
-    start: int,
-    first: int,
-    max_tokens: int | None,
-    max_sentences: int | None,
-    window: int,
-) -> int | None:
-    """First position ``i >= first`` at which batch ``num_tokens[start:i]`` is full, or None.
-
-    Scans windows of ``window`` positions (doubling each time) with a running
-    maximum that starts at ``start``, so entries carried over count in the max.
-    """
-    n = num_tokens.shape[0]
-    while first < n:
-        stop = min(n, first + window)
-        running_max = np.maximum.accumulate(num_tokens[start:stop])[first - start :]
-        batch_lens = np.arange(first - start, stop - start, dtype=np.int64)
-        hits = np.flatnonzero(window_is_full(batch_lens, running_max, max_tokens, max_sentences))
-        if hits.size:
-            return first + int(hits[0])
-        first, window = stop, window * 2
-    return None
-
-
 def first_full_position(
     num_tokens: np.ndarray,
     start: int,
@@ -270,11 +228,14 @@ def first_full_position(
     max_sentences: int | None,
     window: int,
 ) -> int | None:
-    """:func:`find_full_position` for sizes >= 0 and ``first > start``, in fewer numpy steps.
+    """First position ``i >= first`` (> ``start``) at which batch ``num_tokens[start:i]`` is full, or None.
 
-    With sizes >= 0, ``(batch_len + 1) * running_max`` never decreases along the order, so
-    the first position over ``max_tokens`` in a window is one ``searchsorted``; the batch
-    holds ``max_sentences`` at the single position ``start + max_sentences``.
+    Full (fairseq's ``_is_batch_full``) when the batch holds ``max_sentences`` entries or
+    ``(batch_len + 1) * running_max > max_tokens``, the running maximum starting at
+    ``start`` so carried-over entries count. With sizes >= 0, ``(batch_len + 1) *
+    running_max`` never decreases along the order, so the first position over
+    ``max_tokens`` in a window is one ``searchsorted``; the batch holds
+    ``max_sentences`` at the single position ``start + max_sentences``.
     """
     n = num_tokens.shape[0]
     cap = start + max_sentences if max_sentences is not None and first <= start + max_sentences < n else None
@@ -317,8 +278,7 @@ def _batch_ends(num_tokens: np.ndarray, max_tokens: int | None, max_sentences: i
     n = num_tokens.shape[0]
     ends: list[int] = []
     start, first, window = 0, 1, MIN_WINDOW
-    find = first_full_position if n == 0 or int(num_tokens.min()) >= 0 else find_full_position
-    while (full_at := find(num_tokens, start, first, max_tokens, max_sentences, window)) is not None:
+    while (full_at := first_full_position(num_tokens, start, first, max_tokens, max_sentences, window)) is not None:
         split = start + emitted_length(full_at - start, multiple)
         ends.append(split)
         if tail_overflows(num_tokens, split, full_at, max_tokens):
@@ -364,6 +324,9 @@ def batch_by_size(
     sizes = _as_lengths("num_tokens", num_tokens)
     if sizes.shape != idx.shape:
         raise InvalidParameterError(f"num_tokens: expected {idx.shape[0]} sizes (one per index), got {sizes.shape[0]}")
+    if sizes.size and int(sizes.min()) < 0:
+        k = int(np.argmin(sizes))
+        raise InvalidParameterError(f"num_tokens[{k}]: expected a size >= 0, got {int(sizes[k])}")
     check_limit("max_tokens", max_tokens)
     check_limit("max_sentences", max_sentences)
     check_limit("required_batch_size_multiple", required_batch_size_multiple)

@@ -17,7 +17,6 @@ from arrowmt.bucketing import (
     emitted_length,
     epoch_batch_order,
     filter_by_size,
-    find_full_position,
     first_full_position,
     index_dtype,
     order_keys,
@@ -29,7 +28,6 @@ from arrowmt.bucketing import (
     sort_key,
     stable_order,
     tail_overflows,
-    window_is_full,
 )
 from arrowmt.errors import InputDataError, InvalidParameterError
 
@@ -190,6 +188,51 @@ def test_emitted_length(length: int, multiple: int, expected: int) -> None:
     assert emitted_length(length, multiple) == expected
 
 
+# ------------------------------------------------ reference scans (the rule as written)
+
+
+def window_is_full(  # reference: fairseq's rule, one window at a time
+    batch_lens: np.ndarray, running_max: np.ndarray, max_tokens: int | None, max_sentences: int | None
+) -> np.ndarray:
+    """fairseq's ``_is_batch_full`` for a batch of ``batch_lens`` entries meeting one more sample.
+
+    ``running_max`` is the longest of the batch and the new sample. Full when the
+    batch is non-empty and either holds ``max_sentences`` entries or
+    ``(batch_len + 1) * running_max > max_tokens``.
+    """
+    full = np.zeros(batch_lens.shape[0], dtype=bool)
+    if max_tokens is not None:
+        full |= (batch_lens + 1) * running_max > max_tokens
+    if max_sentences is not None:
+        full |= batch_lens == max_sentences
+    return full & (batch_lens > 0)
+
+
+def find_full_position(  # reference: the direct scan first_full_position must equal
+    num_tokens: np.ndarray,
+    start: int,
+    first: int,
+    max_tokens: int | None,
+    max_sentences: int | None,
+    window: int,
+) -> int | None:
+    """First position ``i >= first`` at which batch ``num_tokens[start:i]`` is full, or None.
+
+    Scans windows of ``window`` positions (doubling each time) with a running
+    maximum that starts at ``start``, so entries carried over count in the max.
+    """
+    n = num_tokens.shape[0]
+    while first < n:
+        stop = min(n, first + window)
+        running_max = np.maximum.accumulate(num_tokens[start:stop])[first - start :]
+        batch_lens = np.arange(first - start, stop - start, dtype=np.int64)
+        hits = np.flatnonzero(window_is_full(batch_lens, running_max, max_tokens, max_sentences))
+        if hits.size:
+            return first + int(hits[0])
+        first, window = stop, window * 2
+    return None
+
+
 def test_window_is_full() -> None:
     lens = np.array([0, 1, 2, 3])
     running = np.array([5, 5, 5, 6])
@@ -271,6 +314,11 @@ def test_batch_by_size_last_batch_cut_at_multiple() -> None:
     assert as_lists(flat, offsets) == [list(range(8))]
     flat, offsets = batch_by_size(np.arange(3), np.ones(3, dtype=np.int64), 100, None, 4)
     assert offsets.tolist() == [0] and flat.tolist() == []
+
+
+def test_batch_by_size_rejects_negative_sizes() -> None:
+    with pytest.raises(InvalidParameterError, match=r"num_tokens\[1\]: expected a size >= 0, got -3"):
+        batch_by_size(np.array([0, 1]), np.array([2, -3]), 10, None)
 
 
 def test_batch_by_size_empty() -> None:

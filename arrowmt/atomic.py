@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,3 +118,22 @@ def prepare_output_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
     except OSError as exc:
         raise OutputWriteError(f"{out}: cannot create the output folder: {_reason(exc)}") from exc
     return out
+
+
+def remove_unlisted(folder: Path, patterns: tuple[str, ...], keep: set[str]) -> list[Path]:
+    """After a rewrite, delete what an earlier run left in ``folder``: entries matching ``patterns``
+    whose names are not in ``keep`` (folders too). Returns what was removed.
+
+    Called once the new output is complete, so a failed rewrite never loses the old output.
+    """
+    removed = []
+    for pattern in patterns:
+        for stale in sorted(folder.glob(pattern)):
+            if stale.name in keep:
+                continue
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
+            removed.append(stale)
+    return removed

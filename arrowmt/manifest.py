@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -64,20 +63,22 @@ class Manifest:
         return manifest
 
     def shards(self, split: str) -> list[str]:
-        """File-level split names making up ``split``: ``train``, ``train1``, ``train2``, ... in order."""
-        pattern = re.compile(re.escape(split) + r"(\d*)")
-        found = [(m.group(1), name) for name in self.files if (m := pattern.fullmatch(name))]
-        return [name for _, name in sorted(found, key=lambda kv: int(kv[0] or 0))]
+        """File-level names making up ``split``, as fairseq loads them: ``train``, ``train1``, ``train2``, ...
+
+        Numbering starts at 1 and stops at the first missing number (``train`` + ``train2``
+        without ``train1`` is just ``train``); a split that does not exist has no shards.
+        """
+        if split not in self.files:
+            return []
+        names = [split]
+        while (name := f"{split}{len(names)}") in self.files:
+            names.append(name)
+        return names
 
     def splits(self) -> list[str]:
-        """Top-level split names (shards folded into their base name)."""
-        return sorted({_base_split(name, self.files) for name in self.files})
-
-
-def _base_split(name: str, files: dict[str, FileEntry]) -> str:
-    """``train3`` belongs to ``train`` when ``train`` exists; otherwise the name stands alone."""
-    base = re.sub(r"\d+$", "", name)
-    return base if base and base in files else name
+        """Top-level split names: every file-level name that is not a shard of another split."""
+        claimed = {shard for name in self.files for shard in self.shards(name)[1:]}
+        return sorted(name for name in self.files if name not in claimed)
 
 
 def split_path(folder: str | os.PathLike[str], name: str) -> Path:

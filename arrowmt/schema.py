@@ -13,18 +13,11 @@ MANIFEST_NAME = "arrowmt.json"
 SOURCE = "source"
 TARGET = "target"
 TOKENS = "tokens"
-PAIR_COLUMNS = (SOURCE, TARGET)
-MONO_COLUMNS = (TOKENS,)
 
 TOKEN_TYPE = pa.list_(pa.int32())
 MAX_LIST_VALUES = 2**31 - 1
 DEFAULT_ROWS_PER_BATCH = 1 << 16
 ALIGNMENT = 4
-
-
-def columns_for(monolingual: bool) -> tuple[str, ...]:
-    """The token columns of a monolingual (``tokens``) or parallel (``source``, ``target``) split."""
-    return MONO_COLUMNS if monolingual else PAIR_COLUMNS
 
 
 def token_schema(columns: tuple[str, ...], metadata: bytes) -> pa.Schema:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.atomic import atomic_path, prepare_output_dir
+from arrowmt.atomic import atomic_path, prepare_output_dir, remove_unlisted
 from arrowmt.errors import FormatError
 from arrowmt.manifest import Manifest, split_path
 from arrowmt.progress import progress_bar
@@ -44,6 +44,8 @@ def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, p
     for split in manifest.files:
         shard = SplitFile(split_path(folder, split))
         prefixes += [_export_column(shard, split, c, dest, manifest, progress) for c in shard.columns]
+    keep = {f"{p.name}.{ext}" for p in prefixes for ext in ("idx", "bin")} | set(manifest.dictionaries.values())
+    remove_unlisted(dest, ("*.idx", "*.bin", "dict*.txt"), keep)
     return prefixes
 
 

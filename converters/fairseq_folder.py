@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ from arrowmt.manifest import Manifest
 from arrowmt.vocab import Dictionary
 from converters.fairseq_binary import detect_index_format, read_indexed
 from converters.output import OutputFolder, column, special_ids_of
+
+logger = logging.getLogger(__name__)
 
 PAIR_FILE = re.compile(r"(?P<split>[^.]+)\.(?P<src>[^.-]+)-(?P<tgt>[^.-]+)\.(?P<lang>[^.]+)\.idx")
 MONO_FILE = re.compile(r"(?P<split>[^.]+)\.idx")
@@ -56,6 +59,10 @@ def convert_fairseq(
     found = discover(data_bin)
     if found.pairs or pair:
         src, tgt = _choose_pair(data_bin, found, pair)
+        if found.mono:
+            logger.warning(
+                "%s: monolingual splits %s are not converted with pair %s-%s", data_bin, found.mono, src, tgt
+            )
         return _convert_pair(data_bin, Path(out), src, tgt, found.pairs[(src, tgt)], overwrite, progress)
     if found.mono:
         return _convert_mono(data_bin, Path(out), found.mono, overwrite, progress)

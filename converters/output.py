@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from arrowmt.atomic import atomic_path, prepare_output_dir
+from arrowmt.atomic import atomic_path, prepare_output_dir, remove_unlisted
 from arrowmt.manifest import Manifest, file_entry, split_path
 from arrowmt.metadata import SpecialIds
+from arrowmt.plan_cache import CACHE_DIR_NAME
 from arrowmt.ragged import Ragged
-from arrowmt.schema import MANIFEST_NAME
+from arrowmt.schema import MANIFEST_NAME, SPLIT_SUFFIX
 from arrowmt.vocab import Dictionary
 from arrowmt.writer import ColumnData, write_split
+
+# What an earlier conversion may have left that the new one does not rewrite.
+EARLIER_OUTPUT = (f"*{SPLIT_SUFFIX}", "dict*.txt", CACHE_DIR_NAME)
 
 
 @dataclass
@@ -20,11 +24,8 @@ class OutputFolder:
     """An arrowmt folder being written: split files first, the manifest last (its presence = complete)."""
 
     path: Path
-    languages: dict[str, str | None]
-    source_format: str
+    manifest: Manifest
     progress: bool = False
-    dictionaries: dict[str, str] = field(default_factory=dict)
-    manifest: Manifest | None = None
 
     @classmethod
     def prepare(
@@ -35,12 +36,12 @@ class OutputFolder:
         overwrite: bool,
         progress: bool,
     ) -> OutputFolder:
-        """Check ``path`` may be written (``overwrite`` to replace a dataset) and clear stale temp files."""
+        """Check ``path`` may be written (``overwrite`` replaces an earlier dataset there) and clear stale files."""
         out = prepare_output_dir(path, overwrite)
         if overwrite:
-            (out / MANIFEST_NAME).unlink(missing_ok=True)
+            (out / MANIFEST_NAME).unlink(missing_ok=True)  # incomplete until the new manifest is written
         manifest = Manifest(languages=languages, dictionaries={}, source_format=source_format)
-        return cls(out, languages, source_format, progress, manifest=manifest)
+        return cls(out, manifest, progress)
 
     def add_dictionary(self, lang: str | None, dictionary: Dictionary, source: Path | None = None) -> str:
         """Store ``dict.<lang>.txt`` (byte copy of ``source`` when given, else saved) and return its name."""
@@ -51,7 +52,7 @@ class OutputFolder:
                 shutil.copyfile(source, tmp)
         else:
             dictionary.save(target)
-        self.dictionaries[lang or ""] = name
+        self.manifest.dictionaries[lang or ""] = name
         return name
 
     def write(self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds) -> None:
@@ -62,17 +63,16 @@ class OutputFolder:
             name,
             columns,
             special_ids=special_ids,
-            source_format=self.source_format,
+            source_format=self.manifest.source_format,
             progress=self.progress,
         )
-        assert self.manifest is not None
         self.manifest.files[name] = file_entry(path, meta.rows)
 
     def finish(self) -> Manifest:
-        """Write the manifest; only now is the folder a complete dataset."""
-        assert self.manifest is not None
-        self.manifest.dictionaries = dict(self.dictionaries)
+        """Write the manifest (only now is the folder a complete dataset), then drop earlier output."""
         self.manifest.save(self.path)
+        keep = {e.file for e in self.manifest.files.values()} | set(self.manifest.dictionaries.values())
+        remove_unlisted(self.path, EARLIER_OUTPUT, keep)
         return self.manifest
 
 

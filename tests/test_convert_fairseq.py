@@ -178,3 +178,29 @@ def test_cli_bad_input_exit_2_one_line(fairseq_mmap_dir: Path, tmp_path: Path) -
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert "train.de-en.de.idx" in lines[0] and "magic" in lines[0]
+
+
+def test_overwrite_leaves_nothing_of_the_earlier_output(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
+    for lang in ("de", "en"):
+        for ext in ("bin", "idx"):
+            src = fairseq_mmap_dir / f"valid.de-en.{lang}.{ext}"
+            (fairseq_mmap_dir / f"train1.de-en.{lang}.{ext}").write_bytes(src.read_bytes())
+    out, back = tmp_path / "out", tmp_path / "back"
+    convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    export_fairseq(out, back, progress=False)
+    assert (out / "train1.arrow").exists() and (back / "train1.de-en.de.idx").exists()
+    for lang in ("de", "en"):
+        for ext in ("bin", "idx"):
+            (fairseq_mmap_dir / f"train1.de-en.{lang}.{ext}").unlink()
+    convert_fairseq(fairseq_mmap_dir, out, overwrite=True, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "arrowmt.json",
+        "dict.de.txt",
+        "dict.en.txt",
+        "test.arrow",
+        "train.arrow",
+        "valid.arrow",
+    ]
+    export_fairseq(out, back, overwrite=True, progress=False)
+    assert not list(back.glob("train1.*"))
+    assert len(list(back.glob("*.idx"))) == 6

@@ -14,7 +14,7 @@ from arrowmt.batch import GatheredBatch, Spans
 from arrowmt.errors import FormatError, InvalidParameterError
 from arrowmt.manifest import Manifest, split_path
 from arrowmt.metadata import SpecialIds, SplitMetadata
-from arrowmt.reader import SplitFile
+from arrowmt.reader import SplitFile, check_indices
 
 
 class ArrowMTDataset(Dataset):
@@ -88,10 +88,7 @@ class ArrowMTDataset(Dataset):
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shard number and row-within-shard of each global index."""
         indices = np.asarray(indices, dtype=np.int64)
-        n = len(self)
-        if indices.size and np.maximum.reduce(indices.view(np.uint64), axis=None) >= n:  # negatives wrap high
-            bad = indices[(indices < 0) | (indices >= n)][0]
-            raise IndexError(f"index {int(bad)} out of range for dataset of {n} rows")
+        check_indices(indices, len(self), f"{self.path} split {self.split!r}")
         if len(self.shards) == 1:
             return np.zeros(indices.shape, dtype=np.int64), indices
         shard = np.searchsorted(self.cumulative, indices, side="right") - 1

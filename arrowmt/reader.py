@@ -102,8 +102,7 @@ class SplitFile:
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and np.maximum.reduce(rows.view(np.uint64), axis=None) >= len(self):  # negatives wrap high
-            _check_rows(self.path, rows, len(self))
+        check_indices(rows, len(self), str(self.path))
         layout = self.layouts[column]
         batch, local = np.divmod(rows, self.rows_per_batch)
         at = layout.offsets_pos[batch] + local
@@ -329,7 +328,11 @@ def _word_position(
     return pos
 
 
-def _check_rows(path: Path, rows: np.ndarray, n: int) -> None:
-    if rows.size and (rows.min() < 0 or rows.max() >= n):
-        bad = rows[(rows < 0) | (rows >= n)][0]
-        raise IndexError(f"{path}: row {int(bad)} out of range (expected 0 <= row < {n})")
+def check_indices(indices: np.ndarray, n: int, where: str) -> None:
+    """IndexError naming ``where`` and the first index outside ``0 <= i < n`` (int64 ``indices``).
+
+    One reduction on the fast path: viewed as uint64, negative indices wrap past any ``n``.
+    """
+    if indices.size and np.maximum.reduce(indices.view(np.uint64), axis=None) >= n:
+        bad = indices[(indices < 0) | (indices >= n)][0]
+        raise IndexError(f"{where}: row {int(bad)} out of range (expected 0 <= row < {n})")

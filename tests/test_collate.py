@@ -434,7 +434,9 @@ def test_getitems_single_shard_views_the_map(pair_ds: ArrowMTDataset) -> None:
 
 
 def test_getitems_rejects_bad_indices(sharded_ds: ArrowMTDataset) -> None:
-    with pytest.raises(IndexError, match=f"index {N_ROWS} out of range for dataset of {N_ROWS} rows"):
+    with pytest.raises(
+        IndexError, match=rf"split 'valid'.*: row {N_ROWS} out of range \(expected 0 <= row < {N_ROWS}\)"
+    ):
         sharded_ds.__getitems__([0, N_ROWS])
     with pytest.raises(InvalidParameterError, match=r"column: expected one of \['source', 'target'\], got 'x'"):
         sharded_ds.column_spans("x", np.array([0]))

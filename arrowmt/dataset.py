@@ -137,7 +137,10 @@ class ArrowMTDataset(Dataset):
         """
         if column not in self.columns:
             raise InvalidParameterError(f"column: expected one of {list(self.columns)}, got {column!r}")
-        shard, local = self.locate(indices)
+        return self._located_spans(column, *self.locate(indices))
+
+    def _located_spans(self, column: str, shard: np.ndarray, local: np.ndarray) -> Spans:
+        """:meth:`column_spans` for indices already split by :meth:`locate`."""
         if len(self.shards) == 1:
             return _shard_spans(self.shards[0], column, local)
         present = np.unique(shard)
@@ -164,10 +167,8 @@ class ArrowMTDataset(Dataset):
         The result is also a sequence of ``ds[i]``-like sample dicts.
         """
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if len(self.shards) > 1:
-            return GatheredBatch(ids, {c: self.column_spans(c, ids) for c in self.columns})
-        local = self.locate(ids)[1]
-        return GatheredBatch(ids, {c: _shard_spans(self.shards[0], c, local) for c in self.columns})
+        shard, local = self.locate(ids)
+        return GatheredBatch(ids, {c: self._located_spans(c, shard, local) for c in self.columns})
 
     def fingerprint(self) -> str:
         """Stable identity of this split's content (from the manifest's checksums)."""

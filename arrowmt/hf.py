@@ -37,7 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from arrowmt.atomic import TEMP_PREFIX, atomic_path, fsync_dir, prepare_output_dir, write_bytes_atomic
+from arrowmt.atomic import TEMP_PREFIX, atomic_path, fsync_dir, prepare_output_dir, remove_unlisted, write_bytes_atomic
 from arrowmt.dataset import ArrowMTDataset, open_dataset
 from arrowmt.errors import ArrowMTError, InvalidParameterError, MissingDependencyError
 from arrowmt.manifest import Manifest, split_path
@@ -146,7 +146,7 @@ def export_for_load_from_disk(
     sources = [split_path(dataset.path, name) for name in dataset.shard_names]
     names = [DATA_FILE_FORMAT.format(index=k, count=len(sources)) for k in range(len(sources))]
     methods = tuple(_place(src, out / name, link) for src, name in zip(sources, names, strict=True))
-    _remove_stale_data_files(out, set(names))
+    remove_unlisted(out, ("data-*-of-*.arrow",), set(names))
     fsync_dir(out)
     write_bytes_atomic(out / INFO_FILE, _json_bytes(_info_dict(dataset)))
     write_bytes_atomic(out / STATE_FILE, _json_bytes(_state_dict(dataset, names)))
@@ -201,12 +201,6 @@ def _link_atomic(src: Path, dst: Path, link: LinkMode) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def _remove_stale_data_files(out: Path, keep: set[str]) -> None:
-    for stale in out.glob("data-*-of-*.arrow"):
-        if stale.name not in keep:
-            stale.unlink()
 
 
 def _info_dict(dataset: ArrowMTDataset) -> dict[str, Any]:

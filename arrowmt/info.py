@@ -61,7 +61,7 @@ def _column_summary(name: str, lang: str | None, vocab_size: int, lengths: np.nd
         vocab_size=vocab_size,
         tokens=int(lengths.sum()),
         mean=float(lengths.mean()),
-        percentiles={p: int(v) for p, v in zip(PERCENTILES, pct, strict=False)},
+        percentiles={p: int(v) for p, v in zip(PERCENTILES, pct, strict=True)},
         max=int(lengths.max()),
     )
 

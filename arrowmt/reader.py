@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from arrowmt.errors import FormatError
+from arrowmt.errors import FormatError, InvalidParameterError
 from arrowmt.metadata import SplitMetadata
 from arrowmt.schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
 
@@ -31,6 +32,17 @@ class ColumnLayout:
     offsets_pos: np.ndarray
     values_pos: np.ndarray
     values_len: np.ndarray
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    """One record batch of one column: batch number, first row, offsets (a view), values place in ``words``."""
+
+    batch: int
+    first_row: int
+    offsets: np.ndarray
+    values_pos: int
+    values_len: int
 
 
 @dataclass(frozen=True)
@@ -123,22 +135,29 @@ class SplitFile:
         """
         dtype = np.dtype(dtype)
         if dtype.kind not in "iu" or np.iinfo(dtype).max < 2**31 - 1:
-            raise ValueError(f"dtype: expected an integer dtype holding 2**31 - 1, got {dtype}")
+            raise InvalidParameterError(f"dtype: expected an integer dtype holding 2**31 - 1, got {dtype}")
         if rows is not None:
             return self.spans(column, rows)[1].astype(dtype, copy=False)
-        layout, n, rpb = self.layouts[column], len(self), self.rows_per_batch
-        out = np.empty(n, dtype=dtype)
-        for b, (pos, limit) in enumerate(zip(layout.offsets_pos.tolist(), layout.values_len.tolist(), strict=True)):
-            first = b * rpb
-            count = min(rpb, n - first)
-            offsets = self.words[pos : pos + count + 1]
+        out = np.empty(len(self), dtype=dtype)
+        for batch in self.batch_offsets(column):
+            offsets, first = batch.offsets, batch.first_row
             counts = np.diff(offsets)
             # As uint32 a negative offset wraps past any limit; with all offsets in 0..limit the diff is exact.
-            if int(offsets.view(np.uint32).max()) > limit or (counts.size and int(counts.min()) < 0):
-                self.spans(column, np.arange(first, first + count))  # raises FormatError naming the row
-                raise FormatError(f"{self.path}: record batch {b} ({column}): offsets are invalid; the file is corrupt")
-            out[first : first + count] = counts
+            if int(offsets.view(np.uint32).max()) > batch.values_len or (counts.size and int(counts.min()) < 0):
+                self.spans(column, np.arange(first, first + counts.shape[0]))  # raises FormatError naming the row
+                raise FormatError(
+                    f"{self.path}: record batch {batch.batch} ({column}): offsets are invalid; the file is corrupt"
+                )
+            out[first : first + counts.shape[0]] = counts
         return out
+
+    def batch_offsets(self, column: str) -> Iterator[BatchOffsets]:
+        """Each record batch of ``column``: its rows' offsets (an unchecked view) and where its values are."""
+        layout, n, rpb = self.layouts[column], len(self), self.rows_per_batch
+        places = zip(layout.offsets_pos.tolist(), layout.values_pos.tolist(), layout.values_len.tolist(), strict=True)
+        for b, (pos, values_pos, values_len) in enumerate(places):
+            count = min(rpb, n - b * rpb)
+            yield BatchOffsets(b, b * rpb, self.words[pos : pos + count + 1], values_pos, values_len)
 
     def row(self, column: str, i: int) -> np.ndarray:
         """Row ``i`` of ``column`` as a writable int32 view of the map (no copy)."""

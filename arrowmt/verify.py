@@ -126,16 +126,13 @@ def _validate_batch(path: Path, k: int, batch: pa.RecordBatch) -> None:
 
 
 def _check_column(split: SplitFile, name: str, vocab_size: int, tokens: int) -> None:
-    layout = split.layouts[name]
     total = 0
-    for b in range(layout.offsets_pos.shape[0]):
-        n = min(split.rows_per_batch, len(split) - b * split.rows_per_batch)
-        pos = int(layout.offsets_pos[b])
-        offsets = split.words[pos : pos + n + 1].astype(np.int64)
-        where = _BatchPlace(split.path, name, b, b * split.rows_per_batch)
-        _check_offsets(where, offsets, int(layout.values_len[b]))
-        start = int(layout.values_pos[b])
-        _check_ids(where, offsets, split.words[start : start + int(offsets[-1])], vocab_size)
+    for batch in split.batch_offsets(name):
+        offsets = batch.offsets.astype(np.int64)
+        where = _BatchPlace(split.path, name, batch.batch, batch.first_row)
+        _check_offsets(where, offsets, batch.values_len)
+        values = split.words[batch.values_pos : batch.values_pos + int(offsets[-1])]
+        _check_ids(where, offsets, values, vocab_size)
         total += int(offsets[-1])
     if total != tokens:
         raise FormatError(f"{split.path}: column {name!r}: expected {tokens} tokens (metadata), got {total}")

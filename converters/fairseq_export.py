@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt.atomic import atomic_path, prepare_output_dir, remove_unlisted
-from arrowmt.errors import FormatError
 from arrowmt.manifest import Manifest, split_path
 from arrowmt.progress import progress_bar
 from arrowmt.reader import SplitFile
@@ -59,19 +58,14 @@ def _prefix(dest: Path, split: str, column: str, manifest: Manifest) -> Path:
 def _export_column(shard: SplitFile, split: str, column: str, dest: Path, manifest: Manifest, progress: bool) -> Path:
     dtype = index_dtype(shard.metadata.columns[column].vocab_size)
     prefix = _prefix(dest, split, column, manifest)
-    lengths = shard.lengths(column)
-    rpb = shard.rows_per_batch
+    lengths = shard.lengths(column)  # checks every offset, so each batch's values below are its rows
     with atomic_path(f"{prefix}.bin") as tmp, open(tmp, "wb") as handle:
         bar = progress_bar(len(shard), f"export {prefix.name}", "rows", progress)
         with bar:
-            for start in range(0, len(shard), rpb):
-                rows = np.arange(start, min(start + rpb, len(shard)))
-                begin, size = shard.spans(column, rows)
-                chunk = shard.words[begin[0] : begin[-1] + size[-1]]
-                if chunk.shape[0] != size.sum():
-                    raise FormatError(f"{shard.path}: rows {start}.. of {column!r} are not contiguous (corrupt)")
-                handle.write(chunk.astype(dtype).tobytes())
-                bar.update(len(rows))
+            for batch in shard.batch_offsets(column):
+                begin, end = batch.values_pos + int(batch.offsets[0]), batch.values_pos + int(batch.offsets[-1])
+                handle.write(shard.words[begin:end].astype(dtype).tobytes())
+                bar.update(batch.offsets.shape[0] - 1)
     with atomic_path(f"{prefix}.idx") as tmp:
         tmp.write_bytes(mmap_index_bytes(lengths, dtype))
     return prefix

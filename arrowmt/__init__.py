@@ -1,13 +1,23 @@
 """arrowmt: memory-mapped Apache Arrow corpora for machine-translation training.
 
-The public API is what this module exports; everything else is internal.
+The public API is what this module exports (``__all__``); everything else is internal.
+The package has four layers, each importing only those below it:
+
+1. :mod:`arrowmt.format`: the on-disk format (never imports torch);
+2. :mod:`arrowmt.converters`: conversion from fairseq data-bins and raw text, export;
+3. :mod:`arrowmt.training`: batch plans, samplers, the torch dataset, collaters;
+4. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and the fairseq plugin.
+
+Exports load their module on first use, so ``import arrowmt`` (and the CLI) never
+imports torch unless a training class is used.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
-from arrowmt.errors import (
+from arrowmt._errors import (
     ArrowMTError,
     FormatError,
     InputDataError,
@@ -17,33 +27,46 @@ from arrowmt.errors import (
     OutputWriteError,
     VocabularyError,
 )
+from arrowmt._version import __version__
 
 if TYPE_CHECKING:
-    from arrowmt.collate import Collater
-    from arrowmt.dataset import ArrowMTDataset, open_dataset
-    from arrowmt.info import summarize
-    from arrowmt.manifest import Manifest
-    from arrowmt.sampler import TokenBatchSampler
-    from arrowmt.verify import verify_dataset
-    from arrowmt.vocab import Dictionary
+    from arrowmt._info import ColumnSummary, SplitSummary, summarize
+    from arrowmt.converters._fairseq_export import export_fairseq
+    from arrowmt.converters._fairseq_folder import convert_fairseq
+    from arrowmt.converters._parallel_text import convert_text
+    from arrowmt.format._manifest import FileEntry, Manifest
+    from arrowmt.format._metadata import SpecialIds
+    from arrowmt.format._split import Split, open_split
+    from arrowmt.format._verify import VerifyReport, verify_dataset
+    from arrowmt.format._vocab import Dictionary
+    from arrowmt.training._collate import Collater
+    from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+    from arrowmt.training._sampler import TokenBatchSampler
 
-# Exports that pull in torch load on first use, so the CLI and DataLoader workers start fast.
 _LAZY = {
-    "ArrowMTDataset": "arrowmt.dataset",
-    "Collater": "arrowmt.collate",
-    "Dictionary": "arrowmt.vocab",
-    "Manifest": "arrowmt.manifest",
-    "TokenBatchSampler": "arrowmt.sampler",
-    "open_dataset": "arrowmt.dataset",
-    "summarize": "arrowmt.info",
-    "verify_dataset": "arrowmt.verify",
+    "ArrowMTDataset": "arrowmt.training._dataset",
+    "Collater": "arrowmt.training._collate",
+    "ColumnSummary": "arrowmt._info",
+    "Dictionary": "arrowmt.format._vocab",
+    "FileEntry": "arrowmt.format._manifest",
+    "Manifest": "arrowmt.format._manifest",
+    "SpecialIds": "arrowmt.format._metadata",
+    "Split": "arrowmt.format._split",
+    "SplitSummary": "arrowmt._info",
+    "TokenBatchSampler": "arrowmt.training._sampler",
+    "VerifyReport": "arrowmt.format._verify",
+    "convert_fairseq": "arrowmt.converters._fairseq_folder",
+    "convert_text": "arrowmt.converters._parallel_text",
+    "export_fairseq": "arrowmt.converters._fairseq_export",
+    "open_dataset": "arrowmt.training._dataset",
+    "open_split": "arrowmt.format._split",
+    "summarize": "arrowmt._info",
+    "verify_dataset": "arrowmt.format._verify",
 }
 
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
-        import importlib
-
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
@@ -54,13 +77,13 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-__version__ = "0.1.0"
-
 __all__ = [
     "ArrowMTDataset",
     "ArrowMTError",
     "Collater",
+    "ColumnSummary",
     "Dictionary",
+    "FileEntry",
     "FormatError",
     "InputDataError",
     "InvalidParameterError",
@@ -68,42 +91,18 @@ __all__ = [
     "MissingDependencyError",
     "OutputExistsError",
     "OutputWriteError",
+    "SpecialIds",
+    "Split",
+    "SplitSummary",
     "TokenBatchSampler",
+    "VerifyReport",
     "VocabularyError",
     "__version__",
     "convert_fairseq",
     "convert_text",
     "export_fairseq",
     "open_dataset",
+    "open_split",
     "summarize",
     "verify_dataset",
 ]
-
-
-def convert_fairseq(data_bin: str, out: str, **kwargs: object) -> Manifest:
-    """Convert a fairseq data-bin folder (see :func:`converters.fairseq_folder.convert_fairseq`)."""
-    from converters.fairseq_folder import convert_fairseq as _convert
-
-    return _convert(data_bin, out, **kwargs)  # type: ignore[arg-type]
-
-
-def convert_text(out: str, src_lang: str, tgt_lang: str, trainpref: str | None = None, **kwargs: object) -> Manifest:
-    """Convert raw parallel text ``{pref}.{lang}`` (see :class:`converters.parallel_text.TextConversion`).
-
-    ``validpref``/``testpref`` and the other TextConversion fields are keyword arguments;
-    ``overwrite`` and ``progress`` go to the conversion.
-    """
-    from converters.parallel_text import TextConversion
-    from converters.parallel_text import convert_text as _convert
-
-    run = {k: kwargs.pop(k) for k in ("overwrite", "progress") if k in kwargs}
-    prefixes = {"train": trainpref, "valid": kwargs.pop("validpref", None), "test": kwargs.pop("testpref", None)}
-    options = TextConversion(src_lang=src_lang, tgt_lang=tgt_lang, prefixes=prefixes, **kwargs)  # type: ignore[arg-type]
-    return _convert(options, out, **run)  # type: ignore[arg-type]
-
-
-def export_fairseq(path: str, out: str, **kwargs: object) -> list:
-    """Export an arrowmt folder to fairseq mmap files (see :func:`converters.fairseq_export.export_fairseq`)."""
-    from converters.fairseq_export import export_fairseq as _export
-
-    return _export(path, out, **kwargs)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ equal a smaller one) and generated chunk by chunk, so memory stays bounded at an
 * fairseq side: ``train.de-en.{de,en}.{idx,bin}`` in the mmap format (``MMIDIDX`` magic,
   version 1, dtype code 8 = uint16, int32 sizes, int64 byte pointers) plus
   ``dict.{de,en}.txt`` (32,000 symbols in all, a multiple of 8);
-* arrowmt side: converted from the data-bin with ``converters.fairseq_folder.convert_fairseq``.
+* arrowmt side: converted from the data-bin with ``arrowmt.converters._fairseq_folder.convert_fairseq``.
 
 Usage::
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = make_data_bin(out / "data-bin", args.rows, args.seed, args.vocab, args.chunk)
     t1 = time.perf_counter()
 
-    from converters.fairseq_folder import convert_fairseq
+    from arrowmt.converters._fairseq_folder import convert_fairseq
 
     convert_fairseq(out / "data-bin", out / "arrowmt", overwrite=True, progress=False)
     t2 = time.perf_counter()

@@ -37,11 +37,11 @@ import numpy.ma
 import torch
 from torch.utils.data import DataLoader
 
-import arrowmt.collate as collate
-import arrowmt.gather as gather
-import arrowmt.sampler as sampler_mod
-from arrowmt.dataset import open_dataset
-from arrowmt.schema import SOURCE, TARGET
+import arrowmt.format._spans as spans_mod
+import arrowmt.training._collate as collate
+import arrowmt.training._sampler as sampler_mod
+from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.training._dataset import open_dataset
 
 
 def best_cpu(fn: Callable[[], object], repeat: int = 3) -> float:
@@ -66,7 +66,7 @@ def stage_breakdown(path: Path, limit: int | None) -> None:
     targets = [g.columns[TARGET].select(c._fairseq_source(g.columns[SOURCE])[2]) for g in gathered]
     padded_targets = [c._pad(t, False) for t in targets]
     spans = [g.columns[col] for g in gathered for col in (SOURCE, TARGET)]
-    positions = [gather.flat_positions(sp.starts, sp.lengths) for sp in spans]
+    positions = [spans_mod.flat_positions(sp.starts, sp.lengths) for sp in spans]
     words = spans[0].words
     contiguous = [np.arange(p.shape[0]) + 1000 for p in positions]
 
@@ -111,7 +111,7 @@ def first_batch(path: Path) -> None:
     code = f"""
 import sys, time
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-import torch, arrowmt.collate as C, arrowmt.dataset as D, arrowmt.sampler as S
+import torch, arrowmt.training._collate as C, arrowmt.training._dataset as D, arrowmt.training._sampler as S
 ds = D.open_dataset({str(path)!r}); s = S.TokenBatchSampler(ds, max_tokens=4096, seed=1)
 c = C.Collater.for_dataset(ds); s.set_epoch(1); it = iter(s)
 t0 = time.perf_counter(); b = next(it); t1 = time.perf_counter(); g = ds.__getitems__(b)

@@ -108,7 +108,7 @@ def source_digest() -> str:
     """SHA-256 over arrowmt's and the converters' source files: which code version was measured."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for path in sorted([*root.glob("arrowmt/*.py"), *root.glob("converters/*.py")]):
+    for path in sorted([*root.glob("arrowmt/**/*.py"), *root.glob("converters/*.py")]):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -214,9 +214,9 @@ class ArrowMT(Pipeline):
     def __init__(self, data: Path, args: argparse.Namespace) -> None:
         from torch.utils.data import DataLoader
 
-        from arrowmt.collate import Collater
-        from arrowmt.dataset import open_dataset
-        from arrowmt.sampler import TokenBatchSampler
+        from arrowmt.training._collate import Collater
+        from arrowmt.training._dataset import open_dataset
+        from arrowmt.training._sampler import TokenBatchSampler
 
         self.ds = open_dataset(data / "arrowmt")
         self.sampler = TokenBatchSampler(self.ds, max_tokens=args.max_tokens, seed=args.seed)
@@ -363,9 +363,9 @@ def import_system(system: str) -> None:
 
     torch.set_num_threads(1)
     if system.startswith("arrowmt"):
-        import arrowmt.collate
-        import arrowmt.dataset
-        import arrowmt.sampler  # noqa: F401
+        import arrowmt.training._collate
+        import arrowmt.training._dataset
+        import arrowmt.training._sampler  # noqa: F401
     elif system == "fairseq":
         logging.disable(logging.WARNING)
         import fairseq.data

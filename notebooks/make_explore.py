@@ -47,21 +47,21 @@ from IPython.display import Image, display
 
 def find_repo_root() -> Path:
     for folder in [Path.cwd(), *Path.cwd().parents]:
-        if (folder / "arrowmt" / "schema.py").is_file():
+        if (folder / "arrowmt" / "format" / "_schema.py").is_file():
             return folder.resolve()
     raise RuntimeError("run this notebook from inside the arrowmt repository (or install arrowmt)")
 
 
 try:
-    import arrowmt.dataset  # noqa: F401
+    import arrowmt.training._dataset  # noqa: F401
     ROOT = find_repo_root()
 except ImportError:
     ROOT = find_repo_root()
     sys.path.insert(0, str(ROOT))
 
-from arrowmt.dataset import open_dataset
-from arrowmt.manifest import Manifest, split_path
-from arrowmt.vocab import Dictionary
+from arrowmt.training._dataset import open_dataset
+from arrowmt.format._manifest import Manifest, split_path
+from arrowmt.format._vocab import Dictionary
 
 
 def show(fig: plt.Figure, name: str) -> None:
@@ -81,7 +81,7 @@ data = os.environ.get("ARROWMT_NOTEBOOK_DATA")
 if data:
     CORPUS = Path(data)
 else:
-    from converters.fairseq_folder import convert_fairseq
+    from arrowmt.converters._fairseq_folder import convert_fairseq
 
     _workdir = tempfile.TemporaryDirectory(prefix="arrowmt-notebook-")  # removed when the kernel exits
     CORPUS = Path(_workdir.name) / "multi30k-de-en"

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from arrowmt.converters._fairseq_binary import read_indexed
 
-from arrowmt.errors import FormatError
-from arrowmt.manifest import Manifest, file_entry, file_sha256, split_path
-from arrowmt.ragged import Ragged
-from arrowmt.schema import SOURCE, TARGET
-from arrowmt.writer import ColumnData, write_split
-from converters.fairseq_binary import read_indexed
+from arrowmt._errors import FormatError
+from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_path
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format._writer import ColumnData, write_split
 
 FAIRSEQ_MMAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
 PAIR = "de-en"

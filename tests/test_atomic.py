@@ -1,6 +1,6 @@
 """Crash-safe output: a killed, interrupted or failing writer never leaves a partial split file.
 
-Every writer goes through ``arrowmt.atomic.atomic_path``: data goes to a
+Every writer goes through ``arrowmt.format._atomic.atomic_path``: data goes to a
 ``.arrowmt-tmp-*`` file beside the target, is fsynced and renamed over the target
 only when complete. A SIGKILL can leave that temp file behind (nothing runs on
 SIGKILL); ``remove_stale_temps`` and the next conversion's ``OutputFolder.prepare``
@@ -22,13 +22,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from arrowmt.converters._output import OutputFolder
 
-from arrowmt.atomic import TEMP_PREFIX, atomic_path, remove_stale_temps
-from arrowmt.errors import ArrowMTError, FormatError, InputDataError, OutputExistsError
-from arrowmt.ragged import Ragged
-from arrowmt.reader import SplitFile
-from arrowmt.writer import ColumnData, write_split
-from converters.output import OutputFolder
+from arrowmt._errors import ArrowMTError, FormatError, InputDataError, OutputExistsError
+from arrowmt.format._atomic import TEMP_PREFIX, atomic_path, remove_stale_temps
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._reader import SplitFile
+from arrowmt.format._writer import ColumnData, write_split
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 1000
@@ -39,8 +39,8 @@ KILL_AFTER_BYTES = 1 << 20
 BIG_WRITER = f"""
 import sys
 import numpy as np
-from arrowmt.ragged import Ragged
-from arrowmt.writer import ColumnData, write_split
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._writer import ColumnData, write_split
 rng = np.random.default_rng(0)
 lengths = rng.integers(1, 20, {BIG_ROWS})
 values = rng.integers(4, {VOCAB}, int(lengths.sum()), dtype=np.int32)

@@ -1,4 +1,4 @@
-"""Tests for arrowmt.bucketing: exact values on hand-made inputs and equality with fairseq 0.12."""
+"""Tests for arrowmt.training._bucketing: exact values on hand-made inputs and equality with fairseq 0.12."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from builders import fixture_lengths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arrowmt.bucketing import (
+from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt.training._bucketing import (
     batch_by_size,
     compact_counts,
     emitted_length,
@@ -29,7 +30,6 @@ from arrowmt.bucketing import (
     stable_order,
     tail_overflows,
 )
-from arrowmt.errors import InputDataError, InvalidParameterError
 
 
 def as_lists(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:

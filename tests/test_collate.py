@@ -16,13 +16,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt.batch import GatheredBatch
-from arrowmt.collate import Collater
-from arrowmt.dataset import ArrowMTDataset
-from arrowmt.errors import InvalidParameterError
-from arrowmt.manifest import Manifest, file_entry, file_sha256, split_path
-from arrowmt.ragged import Ragged
-from arrowmt.writer import ColumnData, write_split
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_path
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._collate import Collater
+from arrowmt.training._dataset import ArrowMTDataset
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
 PREFIX = {lang: FIXTURE / f"valid.de-en.{lang}" for lang in ("de", "en")}

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from arrowmt.converters._fairseq_export import export_fairseq
+from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 
-from arrowmt.dataset import open_dataset
-from arrowmt.errors import InputDataError, InvalidParameterError, OutputExistsError
-from arrowmt.manifest import Manifest
-from arrowmt.vocab import Dictionary
-from converters.fairseq_export import export_fairseq
-from converters.fairseq_folder import convert_fairseq, discover
+from arrowmt._errors import InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._vocab import Dictionary
+from arrowmt.training._dataset import open_dataset
 from tests.conftest import fairseq_rows
 
 SPLITS = ("train", "valid", "test")
@@ -156,7 +156,7 @@ def test_several_pairs_need_a_choice(fairseq_mmap_dir: Path, tmp_path: Path) -> 
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "arrowmt.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "arrowmt._cli", *args], capture_output=True, text=True)
 
 
 def test_cli_convert_info_verify(fairseq_lazy_dir: Path, tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from arrowmt.converters._parallel_text import TextConversion, convert_with_options
 
-from arrowmt.dataset import open_dataset
-from arrowmt.errors import InputDataError, InvalidParameterError
-from arrowmt.vocab import Dictionary
-from converters.parallel_text import TextConversion, convert_text
+from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt.format._vocab import Dictionary
+from arrowmt.training._dataset import open_dataset
 from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, import_fairseq
 
 
@@ -31,7 +31,7 @@ def test_ids_equal_fairseq_encoding_of_every_line(tmp_path: Path) -> None:
     import_fairseq()
     from fairseq.data import Dictionary as FairseqDictionary
 
-    convert_text(_options(), tmp_path / "out", progress=False)
+    convert_with_options(_options(), tmp_path / "out", progress=False)
     for column, lang in (("source", "de"), ("target", "en")):
         ours = Dictionary.load(tmp_path / "out" / f"dict.{lang}.txt")
         theirs = FairseqDictionary.load(str(tmp_path / "out" / f"dict.{lang}.txt"))
@@ -56,7 +56,7 @@ def _real_counts(path: Path) -> list[int]:
 
 
 def test_dictionary_built_from_train_only_with_threshold(tmp_path: Path) -> None:
-    convert_text(_options(thresholds=(2, 3)), tmp_path / "out", progress=False)
+    convert_with_options(_options(thresholds=(2, 3)), tmp_path / "out", progress=False)
     assert len(Dictionary.load(tmp_path / "out" / "dict.de.txt")) % 8 == 0
     assert min(_real_counts(tmp_path / "out" / "dict.de.txt")) == 2
     assert min(_real_counts(tmp_path / "out" / "dict.en.txt")) == 3
@@ -67,7 +67,7 @@ def test_existing_dictionaries_and_unknowns(tmp_path: Path) -> None:
         srcdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"),
         tgtdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"),
     )
-    convert_text(opts, tmp_path / "out", progress=False)
+    convert_with_options(opts, tmp_path / "out", progress=False)
     assert (tmp_path / "out" / "dict.de.txt").read_bytes() == (FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt").read_bytes()
     ds = open_dataset(tmp_path / "out", "train")
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
@@ -76,7 +76,7 @@ def test_existing_dictionaries_and_unknowns(tmp_path: Path) -> None:
 
 
 def test_joined_dictionary(tmp_path: Path) -> None:
-    convert_text(_options(joined_dictionary=True), tmp_path / "out", progress=False)
+    convert_with_options(_options(joined_dictionary=True), tmp_path / "out", progress=False)
     de = (tmp_path / "out" / "dict.de.txt").read_bytes()
     assert de == (tmp_path / "out" / "dict.en.txt").read_bytes()
     words = Dictionary.load(tmp_path / "out" / "dict.de.txt")
@@ -89,7 +89,7 @@ def test_comma_prefixes_become_shards_and_gz_equals_plain(tmp_path: Path) -> Non
     for lang in ("de", "en"):
         (plain / f"val.{lang}").write_text("\n".join(_lines(MULTI30K / f"val.{lang}.gz")) + "\n", encoding="utf-8")
     prefixes = {"train": f"{MULTI30K / 'val'},{plain / 'val'}"}
-    manifest = convert_text(_options(prefixes=prefixes), tmp_path / "out", progress=False)
+    manifest = convert_with_options(_options(prefixes=prefixes), tmp_path / "out", progress=False)
     assert manifest.shards("train") == ["train", "train1"]
     ds = open_dataset(tmp_path / "out", "train")
     assert len(ds) == 2 * 1014
@@ -98,8 +98,8 @@ def test_comma_prefixes_become_shards_and_gz_equals_plain(tmp_path: Path) -> Non
 
 
 def test_workers_give_identical_files(tmp_path: Path) -> None:
-    convert_text(_options(), tmp_path / "one", progress=False)
-    convert_text(_options(workers=2), tmp_path / "two", progress=False)
+    convert_with_options(_options(), tmp_path / "one", progress=False)
+    convert_with_options(_options(workers=2), tmp_path / "two", progress=False)
     for name in ("train.arrow", "test.arrow", "dict.de.txt", "arrowmt.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
 
@@ -109,7 +109,7 @@ def test_sentencepiece_model(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(_lines(MULTI30K / "val.de.gz") + _lines(MULTI30K / "val.en.gz")), encoding="utf-8")
     spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "spm"), vocab_size=300, minloglevel=2)
-    convert_text(_options(spm_model=str(tmp_path / "spm.model")), tmp_path / "out", progress=False)
+    convert_with_options(_options(spm_model=str(tmp_path / "spm.model")), tmp_path / "out", progress=False)
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
     assert "▁Ein" in de.symbols and len(de) <= 320
     processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
@@ -124,7 +124,7 @@ def test_line_count_mismatch_names_both_files(tmp_path: Path) -> None:
             "\n".join(_lines(MULTI30K / f"val.{lang}.gz")[:keep]) + "\n", encoding="utf-8"
         )
     with pytest.raises(InputDataError, match=r"1014 in \S*val\.de and 1000 in \S*val\.en"):
-        convert_text(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
+        convert_with_options(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
     assert not (tmp_path / "out" / "arrowmt.json").exists()
 
 
@@ -134,12 +134,12 @@ def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "val.de").write_bytes(data)
     (tmp_path / "val.en.gz").write_bytes((MULTI30K / "val.en.gz").read_bytes())
     with pytest.raises(InputDataError, match=r"val\.de.*line 7"):
-        convert_text(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
+        convert_with_options(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
 
 
 def test_missing_files_and_bad_options(tmp_path: Path) -> None:
     with pytest.raises(InputDataError, match=r"nothere\.de: text file missing"):
-        convert_text(_options(prefixes={"train": str(tmp_path / "nothere")}), tmp_path / "out", progress=False)
+        convert_with_options(_options(prefixes={"train": str(tmp_path / "nothere")}), tmp_path / "out", progress=False)
     with pytest.raises(InvalidParameterError, match="tgt_lang"):
         TextConversion(src_lang="de", tgt_lang="de", prefixes={"train": "x"})
     with pytest.raises(InvalidParameterError, match="trainpref"):
@@ -147,7 +147,7 @@ def test_missing_files_and_bad_options(tmp_path: Path) -> None:
 
 
 def test_cli_convert_text_and_bad_input(tmp_path: Path) -> None:
-    args = [sys.executable, "-m", "arrowmt.cli", "convert", "text", "--src-lang", "de", "--tgt-lang", "en"]
+    args = [sys.executable, "-m", "arrowmt._cli", "convert", "text", "--src-lang", "de", "--tgt-lang", "en"]
     ok = subprocess.run(
         [*args, "--trainpref", str(MULTI30K / "val"), str(tmp_path / "out"), "--quiet"],
         capture_output=True,

@@ -16,7 +16,7 @@ from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K
 def test_demo_converts_bundled_sample_and_iterates_batches(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     done = subprocess.run(
-        [sys.executable, "-m", "arrowmt.cli", "demo", "--out", str(out)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "arrowmt._cli", "demo", "--out", str(out)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
     text = done.stdout
@@ -29,7 +29,9 @@ def test_demo_converts_bundled_sample_and_iterates_batches(tmp_path: Path) -> No
 
 
 def test_public_api_round_trip(tmp_path: Path) -> None:
-    manifest = arrowmt.convert_text(str(tmp_path / "text"), "de", "en", trainpref=str(MULTI30K / "val"), progress=False)
+    manifest = arrowmt.convert_text(
+        str(MULTI30K / "val"), str(tmp_path / "text"), src_lang="de", tgt_lang="en", progress=False
+    )
     assert manifest.files["train"].rows == 1014
     arrowmt.convert_fairseq(str(FAIRSEQ_FIXTURE / "mmap"), str(tmp_path / "fs"), progress=False)
     ds = arrowmt.open_dataset(tmp_path / "fs", "valid")

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from converters.fairseq_folder import convert_fairseq
 from tests.conftest import FAIRSEQ_FIXTURE
 
 ROOT = Path(__file__).resolve().parents[1]

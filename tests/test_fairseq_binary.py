@@ -1,4 +1,4 @@
-"""Tests for converters.fairseq_binary: real fairseq-preprocess output and synthetic files."""
+"""Tests for arrowmt.converters._fairseq_binary: real fairseq-preprocess output and synthetic files."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from arrowmt.converters._fairseq_binary import detect_index_format, read_document_index, read_indexed
 
-from arrowmt.errors import FormatError, InputDataError
-from arrowmt.ragged import Ragged
-from converters.fairseq_binary import detect_index_format, read_document_index, read_indexed
+from arrowmt._errors import FormatError, InputDataError
+from arrowmt.format._ragged import Ragged
 
 SPLITS = ("train", "valid", "test")
 LANGS = ("de", "en")

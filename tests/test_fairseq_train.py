@@ -1,4 +1,4 @@
-"""The fairseq plugin (``--user-dir arrowmt/fairseq_plugin --task translation_arrow``) with the real fairseq.
+"""The fairseq plugin (``--user-dir arrowmt/integrations/fairseq_plugin``) with the real fairseq.
 
 The training tests run the real ``fairseq-train`` in a subprocess on the
 converted Multi30k fixture (CPU, a tiny transformer); the others drive the task
@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from arrowmt.dataset import open_dataset
-from arrowmt.errors import InvalidParameterError
-from arrowmt.sampler import TokenBatchSampler
-from converters.fairseq_folder import convert_fairseq
+from arrowmt._errors import InvalidParameterError
+from arrowmt.training._dataset import open_dataset
+from arrowmt.training._sampler import TokenBatchSampler
 from tests.conftest import FAIRSEQ_FIXTURE, import_fairseq
 
 ROOT = Path(__file__).resolve().parents[1]
-PLUGIN_DIR = ROOT / "arrowmt" / "fairseq_plugin"
+PLUGIN_DIR = ROOT / "arrowmt" / "integrations" / "fairseq_plugin"
 MAX_TOKENS = 1024
 TINY_MODEL = [
     "--arch", "transformer",
@@ -131,7 +131,7 @@ def test_fairseq_train_resumes_exactly(corpus: Path, uninterrupted: str, tmp_pat
 def plugin() -> ModuleType:
     import_fairseq()
     with quiet():
-        import arrowmt.fairseq_plugin as plugin
+        import arrowmt.integrations.fairseq_plugin as plugin
     return plugin
 
 

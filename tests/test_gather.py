@@ -1,4 +1,4 @@
-"""Exact-value tests for arrowmt.gather and the Spans / GatheredBatch containers."""
+"""Exact-value tests for arrowmt.training._gather and the Spans / GatheredBatch containers."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt.batch import GatheredBatch, Spans
-from arrowmt.errors import InvalidParameterError
-from arrowmt.gather import padded_width, shift_right, take_flat, take_padded, valid_mask
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format._spans import take_flat
+from arrowmt.training._batch import GatheredBatch, Spans
+from arrowmt.training._gather import padded_width, shift_right, take_padded, valid_mask
 
 # rows: [10 11 12] at 0, [] at 3, [20 21] at 5, [30] at 9
 WORDS = np.array([10, 11, 12, 99, 99, 20, 21, 99, 99, 30], dtype=np.int32)

@@ -13,16 +13,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from arrowmt.converters._fairseq_binary import read_indexed
+from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from arrowmt import hf
-from arrowmt.dataset import ArrowMTDataset, open_dataset
-from arrowmt.errors import MissingDependencyError, OutputExistsError
-from arrowmt.manifest import Manifest, file_entry, split_path
-from arrowmt.ragged import Ragged
-from arrowmt.vocab import Dictionary
-from arrowmt.writer import ColumnData, write_split
-from converters.fairseq_binary import read_indexed
-from converters.fairseq_folder import convert_fairseq
+from arrowmt._errors import MissingDependencyError, OutputExistsError
+from arrowmt.format._manifest import Manifest, file_entry, split_path
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._vocab import Dictionary
+from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.integrations import hf
+from arrowmt.training._dataset import ArrowMTDataset, open_dataset
 
 datasets = pytest.importorskip("datasets")
 

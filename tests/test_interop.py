@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
+from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from arrowmt.dataset import ArrowMTDataset, open_dataset
-from converters.fairseq_folder import convert_fairseq
+from arrowmt.training._dataset import ArrowMTDataset, open_dataset
 
 duckdb = pytest.importorskip("duckdb")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from arrowmt.manifest import FileEntry, Manifest
+from arrowmt.format._manifest import FileEntry, Manifest
 
 
 def _manifest(*names: str) -> Manifest:

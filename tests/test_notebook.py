@@ -15,10 +15,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from arrowmt.dataset import ArrowMTDataset, open_dataset
-from arrowmt.vocab import Dictionary
-from converters.fairseq_folder import convert_fairseq
+from arrowmt.format._vocab import Dictionary
+from arrowmt.training._dataset import ArrowMTDataset, open_dataset
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

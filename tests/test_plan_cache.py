@@ -1,4 +1,4 @@
-"""Tests for arrowmt.plan_cache: file layout, corruption detection, rebuild, and concurrent builders."""
+"""Tests for arrowmt.training._plan_cache: file layout, corruption detection, rebuild, and concurrent builders."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt.errors import FormatError, InvalidParameterError
-from arrowmt.plan_cache import (
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.training._plan_cache import (
     HEADER_BYTES,
     PlanArrays,
     load_or_build_plan,
@@ -117,7 +117,7 @@ def test_load_or_build_builds_once_then_maps(tmp_path: Path) -> None:
 
 def test_load_or_build_rebuilds_a_corrupt_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     corrupt(written(tmp_path), "truncated")
-    with caplog.at_level(logging.WARNING, logger="arrowmt.plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="arrowmt.training._plan_cache"):
         plan = load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN)
     assert plan.built and plan.offsets.tolist() == [0, 2, 3, 7]
     assert "rebuilding batch plan" in caplog.text

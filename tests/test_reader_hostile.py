@@ -29,17 +29,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from arrowmt.converters._output import OutputFolder, special_ids_of
 
-from arrowmt.dataset import ArrowMTDataset
-from arrowmt.errors import FormatError
-from arrowmt.manifest import Manifest, file_entry, split_path
-from arrowmt.ragged import Ragged
-from arrowmt.reader import SplitFile
-from arrowmt.schema import MANIFEST_NAME, METADATA_KEY
-from arrowmt.verify import verify_dataset
-from arrowmt.vocab import SPECIALS, Dictionary
-from arrowmt.writer import ColumnData, write_split
-from converters.output import OutputFolder, special_ids_of
+from arrowmt._errors import FormatError
+from arrowmt.format._manifest import Manifest, file_entry, split_path
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._reader import SplitFile
+from arrowmt.format._schema import MANIFEST_NAME, METADATA_KEY
+from arrowmt.format._verify import verify_dataset
+from arrowmt.format._vocab import SPECIALS, Dictionary
+from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.training._dataset import ArrowMTDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 30
@@ -54,9 +54,9 @@ WORKER = r"""
 import json, sys, traceback
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from arrowmt.errors import ArrowMTError
-from arrowmt.reader import SplitFile
-from arrowmt.verify import verify_dataset
+from arrowmt._errors import ArrowMTError
+from arrowmt.format._reader import SplitFile
+from arrowmt.format._verify import verify_dataset
 
 def read_arrowmt(path):
     try:
@@ -688,8 +688,8 @@ def test_touching_a_truncated_mapped_page_is_sigbus(split_file: Path) -> None:
     """What docs/reliability.md states: the reader detects the change but cannot stop the OS signal."""
     script = (
         "import os, sys\n"
-        "from arrowmt.errors import FormatError\n"
-        "from arrowmt.reader import SplitFile\n"
+        "from arrowmt._errors import FormatError\n"
+        "from arrowmt.format._reader import SplitFile\n"
         "split = SplitFile(sys.argv[1])\n"
         "split.row('target', 29)\n"
         "os.truncate(sys.argv[1], 0)\n"

@@ -1,4 +1,4 @@
-"""Tests for arrowmt.sampler.TokenBatchSampler: fairseq batches, ranks, epochs, resume, plan cache."""
+"""Tests for arrowmt.training._sampler.TokenBatchSampler: fairseq batches, ranks, epochs, resume, plan cache."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from builders import fixture_lengths, lengths_dataset, multi30k_dataset
 from state_helpers import check_resume
 from torch.utils.data import DataLoader
 
-from arrowmt.bucketing import batch_by_size, ordered_indices
-from arrowmt.dataset import ArrowMTDataset
-from arrowmt.errors import InputDataError, InvalidParameterError
-from arrowmt.plan_cache import CACHE_DIR_NAME
-from arrowmt.sampler import PlanParams, TokenBatchSampler, build_plan, release_free_heap, side_lengths
+from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt.format._schema import CACHE_DIR_NAME
+from arrowmt.training._bucketing import batch_by_size, ordered_indices
+from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.training._plan import PlanParams, build_plan, side_lengths
+from arrowmt.training._sampler import TokenBatchSampler
+from arrowmt.training._world import release_free_heap
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +160,7 @@ def test_too_long_samples_error_or_are_skipped_with_a_log(tmp_path: Path, caplog
         TokenBatchSampler(ds, max_tokens=100, max_source_positions=9, max_target_positions=7, cache_dir=cache)
     with pytest.raises(InputDataError, match=r"max_source_positions: sample 1 has 9 tokens"):
         TokenBatchSampler(ds, max_tokens=100, max_source_positions=8, cache_dir=cache)
-    with caplog.at_level(logging.WARNING, logger="arrowmt.sampler"):
+    with caplog.at_level(logging.WARNING, logger="arrowmt.training._sampler"):
         sampler = TokenBatchSampler(ds, max_tokens=7, skip_invalid_size_inputs=True, cache_dir=cache)
     assert "2 samples exceed" in caplog.text
     assert sorted(i for b in sampler for i in b) == [0, 3, 4]

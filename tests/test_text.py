@@ -1,4 +1,4 @@
-"""converters.text: reading, tokenizing and encoding real Multi30k text like fairseq's binarizer."""
+"""arrowmt.converters._text: reading, tokenizing and encoding real Multi30k text like fairseq's binarizer."""
 
 from __future__ import annotations
 
@@ -12,11 +12,7 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import FAIRSEQ_FIXTURE, MULTI30K
-
-from arrowmt.errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
-from arrowmt.vocab import Dictionary
-from converters.text import (
+from arrowmt.converters._text import (
     Encoded,
     check_same_line_count,
     encode,
@@ -27,6 +23,10 @@ from converters.text import (
     sentencepiece_pieces,
     tokenize,
 )
+from conftest import FAIRSEQ_FIXTURE, MULTI30K
+
+from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
+from arrowmt.format._vocab import Dictionary
 
 DICT_DE = FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"
 VAL_DE_FIRST = "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"

@@ -1,4 +1,4 @@
-"""arrowmt.vocab.Dictionary against the real fairseq dict.txt files and fairseq's own Dictionary."""
+"""arrowmt.format._vocab.Dictionary against the real fairseq dict.txt files and fairseq's own Dictionary."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 import pytest
+from arrowmt.converters._text import read_lines, tokenize
 from conftest import FAIRSEQ_FIXTURE, MULTI30K
 
-from arrowmt.errors import InvalidParameterError, VocabularyError
-from arrowmt.vocab import Dictionary
-from converters.text import read_lines, tokenize
+from arrowmt._errors import InvalidParameterError, VocabularyError
+from arrowmt.format._vocab import Dictionary
 
 DICT_DE = FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"
 DICT_EN = FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"

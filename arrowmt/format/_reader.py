@@ -1,0 +1,357 @@
+"""Memory-mapped reading of one arrowmt split file, with cheap structural validation on open.
+
+The file is mapped once (copy-on-write, so numpy and torch views are writable
+without copying and the page-cache pages stay shared between processes). Every
+list column's offsets and values buffers are located inside that map, so a row
+is two integer reads and a slice: no pyarrow object is touched after opening.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._metadata import SplitMetadata
+from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
+
+IPC_FILE_MAGIC = b"ARROW1"
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Where each record batch of one column lives, in int32 units from the start of the file."""
+
+    offsets_pos: np.ndarray
+    values_pos: np.ndarray
+    values_len: np.ndarray
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    """One record batch of one column: batch number, first row, offsets (a view), values place in ``words``."""
+
+    batch: int
+    first_row: int
+    offsets: np.ndarray
+    values_pos: int
+    values_len: int
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """Size and modification time of a file when it was opened."""
+
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp:
+        st = os.stat(path)
+        return cls(st.st_size, st.st_mtime_ns)
+
+    def change_to(self, now: FileStamp) -> str:
+        """How the file changed between this stamp and ``now``, for error messages."""
+        return f"size {self.size} -> {now.size} bytes, mtime_ns {self.mtime_ns} -> {now.mtime_ns}"
+
+
+class SplitFile:
+    """One split file, memory-mapped and validated; picklable by path."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._open()
+
+    def _open(self) -> None:
+        self.stamp, self._map = _map_file(self.path)
+        self.words = np.frombuffer(self._map, dtype=np.int32, count=len(self._map) // 4)
+        schema, batches = _read_stream(self.path, self._map)
+        self.metadata = _parse_metadata(self.path, schema)
+        self.columns = tuple(self.metadata.columns)
+        _check_schema(self.path, schema, self.columns)
+        _check_batch_sizes(self.path, batches, self.metadata)
+        _check_batches_valid(self.path, batches, self.columns)
+        base = pa.py_buffer(self._map).address
+        self.layouts = {
+            name: _column_layout(self.path, name, [b.column(k) for b in batches], base, self.words)
+            for k, name in enumerate(self.columns)
+        }
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "stamp": self.stamp}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self._open()
+        if self.stamp != state["stamp"]:
+            raise FormatError(
+                f"{self.path}: file changed since it was first opened "
+                f"({state['stamp'].change_to(self.stamp)}); reopen the dataset"
+            )
+
+    def __len__(self) -> int:
+        return self.metadata.rows
+
+    @property
+    def rows_per_batch(self) -> int:
+        return self.metadata.rows_per_batch
+
+    def check_unchanged(self) -> None:
+        """Raise FormatError if the file on disk was replaced, resized or touched since opening."""
+        now = _stamp_or_error(self.path)
+        if now != self.stamp:
+            raise FormatError(
+                f"{self.path}: file changed under the live memory map ({self.stamp.change_to(now)}); reopen the dataset"
+            )
+
+    def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
+        rows = np.asarray(rows, dtype=np.int64)
+        check_indices(rows, len(self), str(self.path))
+        layout = self.layouts[column]
+        batch, local = np.divmod(rows, self.rows_per_batch)
+        at = layout.offsets_pos[batch] + local
+        start, end = self.words[at], self.words[1:][at]
+        limit = layout.values_len[batch]
+        # As uint32 a negative offset wraps past any limit, so two compares check 0 <= start <= end <= limit.
+        bad = (start.view(np.uint32) > end.view(np.uint32)) | (end.view(np.uint32) > limit)
+        if np.count_nonzero(bad):
+            self._raise_bad_offsets(column, rows, start, end, limit, bad)
+        return layout.values_pos[batch] + start, np.subtract(end, start, dtype=np.int64)
+
+    def lengths(self, column: str, rows: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
+        """Token counts of ``rows`` (all rows when None), read from the offsets only.
+
+        ``dtype`` is int64 or any integer dtype holding ``2**31 - 1`` (a count fits int32).
+        All rows are one ``np.diff`` of each record batch's offsets, checked as :meth:`spans`
+        checks them (FormatError naming the first bad row).
+        """
+        dtype = np.dtype(dtype)
+        if dtype.kind not in "iu" or np.iinfo(dtype).max < 2**31 - 1:
+            raise InvalidParameterError(f"dtype: expected an integer dtype holding 2**31 - 1, got {dtype}")
+        if rows is not None:
+            return self.spans(column, rows)[1].astype(dtype, copy=False)
+        out = np.empty(len(self), dtype=dtype)
+        for batch in self.batch_offsets(column):
+            offsets, first = batch.offsets, batch.first_row
+            counts = np.diff(offsets)
+            # As uint32 a negative offset wraps past any limit; with all offsets in 0..limit the diff is exact.
+            if int(offsets.view(np.uint32).max()) > batch.values_len or (counts.size and int(counts.min()) < 0):
+                self.spans(column, np.arange(first, first + counts.shape[0]))  # raises FormatError naming the row
+                raise FormatError(
+                    f"{self.path}: record batch {batch.batch} ({column}): offsets are invalid; the file is corrupt"
+                )
+            out[first : first + counts.shape[0]] = counts
+        return out
+
+    def batch_offsets(self, column: str) -> Iterator[BatchOffsets]:
+        """Each record batch of ``column``: its rows' offsets (an unchecked view) and where its values are."""
+        layout, n, rpb = self.layouts[column], len(self), self.rows_per_batch
+        places = zip(layout.offsets_pos.tolist(), layout.values_pos.tolist(), layout.values_len.tolist(), strict=True)
+        for b, (pos, values_pos, values_len) in enumerate(places):
+            count = min(rpb, n - b * rpb)
+            yield BatchOffsets(b, b * rpb, self.words[pos : pos + count + 1], values_pos, values_len)
+
+    def row(self, column: str, i: int) -> np.ndarray:
+        """Row ``i`` of ``column`` as a writable int32 view of the map (no copy)."""
+        start, length = self.spans(column, np.array([i]))
+        s = int(start[0])
+        return self.words[s : s + int(length[0])]
+
+    def _raise_bad_offsets(
+        self,
+        column: str,
+        rows: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        limit: np.ndarray,
+        bad: np.ndarray,
+    ) -> None:
+        k = int(np.flatnonzero(bad)[0])
+        raise FormatError(
+            f"{self.path}: row {int(rows[k])} ({column}): offsets {int(start[k])}..{int(end[k])} are "
+            f"invalid (expected 0 <= start <= end <= {int(limit[k])}); the file is corrupt"
+        )
+
+
+def _stamp_or_error(path: Path) -> FileStamp:
+    try:
+        return FileStamp.of(path)
+    except FileNotFoundError as exc:
+        raise FormatError(f"{path}: no such split file (removed since it was opened?)") from exc
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot stat: {exc.strerror or exc}") from exc
+
+
+def _map_file(path: Path) -> tuple[FileStamp, mmap.mmap]:
+    """Map ``path`` copy-on-write; the stamp comes from the same open file, so size and map agree."""
+    try:
+        with open(path, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            _check_head(path, st.st_size, handle.read(len(IPC_FILE_MAGIC)))
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    except FileNotFoundError as exc:
+        raise FormatError(f"{path}: no such split file") from exc
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{path}: cannot map: {getattr(exc, 'strerror', None) or exc}") from exc
+    if len(mapped) != st.st_size:
+        mapped.close()
+        raise FormatError(f"{path}: file size changed while opening ({st.st_size} -> {len(mapped)} bytes)")
+    return FileStamp(st.st_size, st.st_mtime_ns), mapped
+
+
+def _check_head(path: Path, size: int, head: bytes) -> None:
+    if size < 8:
+        raise FormatError(f"{path}: {size} bytes is too small for an Arrow IPC stream (expected >= 8)")
+    if head == IPC_FILE_MAGIC:
+        raise FormatError(f"{path}: this is an Arrow IPC *file* (Feather v2); arrowmt splits are Arrow IPC streams")
+
+
+def _read_stream(path: Path, mapped: mmap.mmap) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    try:
+        reader = ipc.open_stream(pa.BufferReader(pa.py_buffer(mapped)))
+        return reader.schema, list(reader)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise FormatError(f"{path}: not a readable Arrow IPC stream (truncated or corrupt): {exc}") from exc
+
+
+def _parse_metadata(path: Path, schema: pa.Schema) -> SplitMetadata:
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise FormatError(
+            f"{path}: Arrow stream has no arrowmt metadata (schema key {METADATA_KEY.decode()!r}); "
+            "it was not written by arrowmt"
+        )
+    meta = SplitMetadata.from_json(raw, str(path))
+    _check_metadata_values(path, meta)
+    return meta
+
+
+def _check_metadata_values(path: Path, meta: SplitMetadata) -> None:
+    """Values the reader, ``verify`` and the collater compute with must have the documented types."""
+    if not isinstance(meta.columns, dict) or not meta.columns:
+        raise FormatError(f"{path}: metadata 'columns': expected at least one column, got {meta.columns!r}")
+    _expect_int(path, "rows", meta.rows, 0)
+    _expect_int(path, "rows_per_batch", meta.rows_per_batch, 1)
+    for key, value in vars(meta.special_ids).items():
+        _expect_int(path, f"special_ids.{key}", value, 0)
+    for name, info in meta.columns.items():
+        _expect_int(path, f"columns.{name}.vocab_size", info.vocab_size, 0)
+        _expect_int(path, f"columns.{name}.tokens", info.tokens, 0)
+        for key in ("dictionary", "dictionary_sha256"):
+            if not isinstance(getattr(info, key), str):
+                raise FormatError(
+                    f"{path}: metadata 'columns.{name}.{key}': expected a string, got {getattr(info, key)!r}"
+                )
+
+
+def _expect_int(path: Path, key: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FormatError(f"{path}: metadata {key!r}: expected an integer >= {minimum}, got {value!r}")
+
+
+def _check_schema(path: Path, schema: pa.Schema, columns: tuple[str, ...]) -> None:
+    try:
+        actual = tuple(schema.names)
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: schema column names are not valid UTF-8 (corrupt file): {exc}") from exc
+    if actual != columns:
+        raise FormatError(f"{path}: schema columns: expected {list(columns)}, got {list(actual)}")
+    for fld in schema:
+        if fld.type != TOKEN_TYPE:
+            raise FormatError(f"{path}: column {fld.name!r}: expected type {TOKEN_TYPE}, got {fld.type}")
+
+
+def _check_batch_sizes(path: Path, batches: list[pa.RecordBatch], meta: SplitMetadata) -> None:
+    rpb = meta.rows_per_batch
+    expected_batches = -(-meta.rows // rpb)
+    if len(batches) != expected_batches:
+        raise FormatError(
+            f"{path}: expected {expected_batches} record batches for {meta.rows} rows "
+            f"at {rpb} rows each, got {len(batches)}"
+        )
+    for k, batch in enumerate(batches):
+        want = min(rpb, meta.rows - k * rpb)
+        if batch.num_rows != want:
+            raise FormatError(f"{path}: record batch {k}: expected {want} rows, got {batch.num_rows}")
+
+
+def _check_batches_valid(path: Path, batches: list[pa.RecordBatch], columns: tuple[str, ...]) -> None:
+    """pyarrow's cheap validation: lengths, buffer sizes, first/last offsets (reads no token data).
+
+    It must run before any array attribute that trusts those numbers (null counts,
+    child arrays): pyarrow does not check them when reading a stream.
+    """
+    for k, batch in enumerate(batches):
+        for name, array in zip(columns, batch.columns, strict=True):
+            _validate(f"{path}: record batch {k}, column {name!r}", array)
+        _validate(f"{path}: record batch {k}", batch)
+
+
+def _validate(where: str, data: pa.Array | pa.RecordBatch) -> None:
+    try:
+        data.validate()
+    except (pa.ArrowException, ValueError) as exc:
+        raise FormatError(f"{where} is corrupt: {exc}") from exc
+
+
+def _column_layout(path: Path, name: str, arrays: list[pa.ListArray], base: int, words: np.ndarray) -> ColumnLayout:
+    located = [_locate(path, name, k, arr, base, words) for k, arr in enumerate(arrays)]
+    table = np.array(located, dtype=np.int64).reshape(-1, 3)
+    return ColumnLayout(table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())
+
+
+def _locate(path: Path, name: str, k: int, arr: pa.ListArray, base: int, words: np.ndarray) -> tuple[int, int, int]:
+    where = f"{path}: record batch {k}, column {name!r}"
+    nulls = arr.null_count + arr.values.null_count
+    if nulls:
+        raise FormatError(f"{where}: expected no nulls, got {nulls}")
+    _, offsets_buf, _, values_buf = arr.buffers()
+    n_values = len(arr.values)
+    off_pos = _word_position(where, "offsets", offsets_buf, base, words, arr.offset, len(arr) + 1)
+    val_pos = _word_position(where, "values", values_buf, base, words, arr.values.offset, n_values)
+    first, last = int(words[off_pos]), int(words[off_pos + len(arr)])
+    if not 0 <= first <= last <= n_values:
+        raise FormatError(f"{where}: offsets run {first}..{last}, expected 0 <= first <= last <= {n_values} values")
+    return off_pos, val_pos, n_values
+
+
+def _word_position(
+    where: str, what: str, buf: pa.Buffer | None, base: int, words: np.ndarray, first: int, count: int
+) -> int:
+    """Index in ``words`` of element ``first`` of ``buf``, checking ``count`` elements fit in the file."""
+    if count == 0:
+        return 0
+    if buf is None:
+        raise FormatError(f"{where}: {what} buffer missing (expected {count} int32 values)")
+    delta = buf.address - base
+    if not 0 <= delta <= words.nbytes:
+        raise FormatError(
+            f"{where}: {what} buffer is not inside the mapped file (compressed or re-encoded stream?); "
+            "arrowmt splits are uncompressed"
+        )
+    if delta % ALIGNMENT:
+        raise FormatError(f"{where}: {what} buffer starts at byte {delta}, expected a multiple of 4")
+    pos = delta // ALIGNMENT + first
+    if buf.size < (first + count) * 4 or pos + count > words.shape[0]:
+        raise FormatError(
+            f"{where}: {what} buffer holds {buf.size} bytes, expected {(first + count) * 4} inside the file"
+        )
+    return pos
+
+
+def check_indices(indices: np.ndarray, n: int, where: str) -> None:
+    """IndexError naming ``where`` and the first index outside ``0 <= i < n`` (int64 ``indices``).
+
+    One reduction on the fast path: viewed as uint64, negative indices wrap past any ``n``.
+    """
+    if indices.size and np.maximum.reduce(indices.view(np.uint64), axis=None) >= n:
+        bad = indices[(indices < 0) | (indices >= n)][0]
+        raise IndexError(f"{where}: row {int(bad)} out of range (expected 0 <= row < {n})")

@@ -1,0 +1,176 @@
+"""One split of an arrowmt folder, all its shard files joined, without torch."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._manifest import Manifest, split_path
+from arrowmt.format._metadata import SpecialIds, SplitMetadata
+from arrowmt.format._reader import SplitFile, check_indices
+from arrowmt.format._spans import Spans
+
+
+class Split:
+    """All shards of one split (``train``, ``train1``, ...) of an arrowmt folder as one sequence of rows.
+
+    Torch-free: row counts, lengths, located spans, the content fingerprint and
+    change checks. Pickling keeps only the path: other processes reopen the
+    map themselves (and fail if the files changed meanwhile).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], split: str = "train") -> None:
+        self.path = Path(path)
+        self.split = split
+        self.manifest = Manifest.load(self.path)
+        names = self.manifest.shards(split)
+        if not names:
+            raise InvalidParameterError(
+                f"split: expected one of {self.manifest.splits()} in {self.path}, got {split!r}"
+            )
+        self.shards = [self._open_shard(name) for name in names]
+        self.shard_names = names
+        sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
+        self.cumulative = np.concatenate([[0], np.cumsum(sizes)])
+        first = self.shards[0].metadata
+        self.columns: tuple[str, ...] = tuple(first.columns)
+        self._check_shards_agree(first)
+
+    def _open_shard(self, name: str) -> SplitFile:
+        entry = self.manifest.files[name]
+        shard = SplitFile(split_path(self.path, name))
+        if shard.stamp.size != entry.size or len(shard) != entry.rows:
+            raise FormatError(
+                f"{shard.path}: expected {entry.size} bytes and {entry.rows} rows as recorded in the "
+                f"manifest, got {shard.stamp.size} bytes and {len(shard)} rows "
+                "(file changed after conversion)"
+            )
+        return shard
+
+    def _check_shards_agree(self, first: SplitMetadata) -> None:
+        for shard in self.shards[1:]:
+            if tuple(shard.metadata.columns) != self.columns:
+                raise FormatError(
+                    f"{shard.path}: columns {list(shard.metadata.columns)} differ from "
+                    f"{self.shards[0].path}: {list(self.columns)}"
+                )
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "split": self.split, "stamps": [s.stamp for s in self.shards]}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"], state["split"])
+        now = [s.stamp for s in self.shards]
+        if now != state["stamps"]:
+            raise FormatError(f"{self.path}: split {self.split!r} files changed since the dataset was opened")
+
+    def __len__(self) -> int:
+        return int(self.cumulative[-1])
+
+    @property
+    def metadata(self) -> SplitMetadata:
+        return self.shards[0].metadata
+
+    @property
+    def special_ids(self) -> SpecialIds:
+        return self.metadata.special_ids
+
+    @property
+    def is_monolingual(self) -> bool:
+        return self.columns == ("tokens",)
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard number and row-within-shard of each global index."""
+        indices = np.asarray(indices, dtype=np.int64)
+        check_indices(indices, len(self), f"{self.path} split {self.split!r}")
+        if len(self.shards) == 1:
+            return np.zeros(indices.shape, dtype=np.int64), indices
+        shard = np.searchsorted(self.cumulative, indices, side="right") - 1
+        return shard, indices - self.cumulative[shard]
+
+    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
+        """Token counts of ``indices`` (all rows when None), from the offsets alone.
+
+        int64 unless ``dtype`` (any integer dtype holding ``2**31 - 1``, e.g. int32 to halve the memory).
+        """
+        if indices is None:
+            parts = [s.lengths(column, dtype=dtype) for s in self.shards]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        shard, local = self.locate(indices)
+        if len(self.shards) == 1:
+            return self.shards[0].lengths(column, local, dtype)
+        out = np.empty(shard.shape[0], dtype=dtype)
+        for k in np.unique(shard):
+            mask = shard == k
+            out[mask] = self.shards[k].lengths(column, local[mask], dtype)
+        return out
+
+    def num_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """fairseq's size of a row (int64): max over columns of the token count."""
+        sizes = self.lengths(self.columns[0], indices)
+        for column in self.columns[1:]:
+            np.maximum(sizes, self.lengths(column, indices), out=sizes)
+        return sizes
+
+    def row_array(self, column: str, index: int) -> np.ndarray:
+        """Row ``index`` of ``column`` as an int32 array viewing the map (no copy)."""
+        shard, local = self.locate(np.array([index]))
+        return self.shards[int(shard[0])].row(column, int(local[0]))
+
+    def column_spans(self, column: str, indices: np.ndarray) -> Spans:
+        """Where the rows ``indices`` of ``column`` are, gathered with one vectorized step per shard.
+
+        Rows all in one shard view that shard's map (no copy); rows from several
+        shards are gathered into one compact array, in ``indices`` order.
+        """
+        if column not in self.columns:
+            raise InvalidParameterError(f"column: expected one of {list(self.columns)}, got {column!r}")
+        return self.located_spans(column, *self.locate(indices))
+
+    def located_spans(self, column: str, shard: np.ndarray, local: np.ndarray) -> Spans:
+        """:meth:`column_spans` for indices already split by :meth:`locate`."""
+        if len(self.shards) == 1:
+            return _shard_spans(self.shards[0], column, local)
+        present = np.unique(shard)
+        if present.size == 1:
+            return _shard_spans(self.shards[int(present[0])], column, local)
+        if present.size == 0:
+            return Spans.empty()
+        return self._multi_shard_spans(column, shard, local, present)
+
+    def _multi_shard_spans(self, column: str, shard: np.ndarray, local: np.ndarray, present: np.ndarray) -> Spans:
+        order = np.argsort(shard, kind="stable")
+        sorted_shard = shard[order]
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for k in present:
+            rows = local[order[sorted_shard == k]]
+            part = self.shards[int(k)]
+            parts.append((part.words, *part.spans(column, rows)))
+        grouped = Spans.concat_compact(parts)
+        return grouped.select(np.argsort(order, kind="stable"))
+
+    def fingerprint(self) -> str:
+        """Stable identity of this split's content (from the manifest's checksums)."""
+        digest = hashlib.sha256()
+        for name in self.shard_names:
+            digest.update(f"{name}:{self.manifest.files[name].sha256};".encode())
+        return digest.hexdigest()
+
+    def check_unchanged(self) -> None:
+        """Raise FormatError if any shard file was modified since opening."""
+        for shard in self.shards:
+            shard.check_unchanged()
+
+
+def _shard_spans(shard: SplitFile, column: str, rows: np.ndarray) -> Spans:
+    """Rows ``rows`` of ``column`` in one shard, viewing its map."""
+    return Spans(shard.words, *shard.spans(column, rows))
+
+
+def open_split(path: str | os.PathLike[str], split: str = "train") -> Split:
+    """Open split ``split`` (all its shards) of the arrowmt folder at ``path``, without torch."""
+    return Split(path, split)

@@ -1,0 +1,90 @@
+"""An ``ArrowMTDataset`` parallel split as a fairseq ``FairseqDataset`` (what ``LanguagePairDataset`` offers)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from fairseq.data import Dictionary, FairseqDataset, data_utils
+
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._collate import Collater
+from arrowmt.training._dataset import ArrowMTDataset
+
+SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")
+
+
+class ArrowPairDataset(FairseqDataset):
+    """fairseq samples ``{"id", "source", "target"}`` (int64 tensors) read from a memory-mapped split.
+
+    Batches go through arrowmt's fairseq-mode ``Collater``; the DataLoader's
+    fast path (``__getitems__``) pads each batch straight out of the map.
+    """
+
+    def __init__(self, arrow: ArrowMTDataset, src_dict: Dictionary, tgt_dict: Dictionary, collater: Collater) -> None:
+        super().__init__()
+        if tuple(arrow.columns) != (SOURCE, TARGET):
+            raise InvalidParameterError(
+                f"dataset: expected a parallel split with columns {[SOURCE, TARGET]}, "
+                f"got {list(arrow.columns)} in {arrow.path} split {arrow.split!r}"
+            )
+        self.arrow = arrow
+        self.src_dict = src_dict
+        self.tgt_dict = tgt_dict
+        self.collate = collater
+
+    @property
+    def split(self) -> str:
+        return self.arrow.split
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the cached size arrays (workers recompute them only if asked)."""
+        return {k: v for k, v in self.__dict__.items() if k not in SIZE_CACHES}
+
+    @cached_property
+    def src_sizes(self) -> np.ndarray:
+        return self.arrow.lengths(SOURCE)
+
+    @cached_property
+    def tgt_sizes(self) -> np.ndarray:
+        return self.arrow.lengths(TARGET)
+
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        """``(n, 2)`` source and target lengths, as ``LanguagePairDataset.sizes``."""
+        return np.stack((self.src_sizes, self.tgt_sizes), axis=1)
+
+    def __len__(self) -> int:
+        return len(self.arrow)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        i = int(index)
+        return {"id": i, "source": self.arrow.row(SOURCE, i).long(), "target": self.arrow.row(TARGET, i).long()}
+
+    def __getitems__(self, indices: Any) -> GatheredBatch:
+        """The rows ``indices`` located for the collater (torch's DataLoader calls this)."""
+        return self.arrow.__getitems__(indices)
+
+    def collater(self, samples: Any) -> dict[str, Any]:
+        return self.collate(samples)
+
+    def num_tokens(self, index: int) -> int:
+        return int(max(self.src_sizes[index], self.tgt_sizes[index]))
+
+    def num_tokens_vec(self, indices: np.ndarray) -> np.ndarray:
+        return self.arrow.num_tokens(np.asarray(indices, dtype=np.int64))
+
+    def size(self, index: int) -> tuple[int, int]:
+        return int(self.src_sizes[index]), int(self.tgt_sizes[index])
+
+    def ordered_indices(self) -> np.ndarray:
+        """A permutation from numpy's global RNG (fairseq seeds it), stably sorted by target then source length."""
+        order = np.random.permutation(len(self))
+        order = order[np.argsort(self.tgt_sizes[order], kind="mergesort")]
+        return order[np.argsort(self.src_sizes[order], kind="mergesort")]
+
+    def filter_indices_by_size(self, indices: np.ndarray, max_sizes: Any) -> tuple[np.ndarray, list[int]]:
+        return data_utils.filter_paired_dataset_indices_by_size(self.src_sizes, self.tgt_sizes, indices, max_sizes)

@@ -1,0 +1,193 @@
+"""The ``translation_arrow`` task: fairseq's ``TranslationTask`` reading an arrowmt folder.
+
+Everything else (models, criterions, BLEU during validation, generation) is
+``TranslationTask``'s; only the data side is arrowmt's: dictionaries and the
+language pair from the folder, memory-mapped splits, arrowmt's collater and
+``TokenBatchSampler`` batch plans (see :mod:`arrowmt.integrations.fairseq_plugin._batches`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from fairseq import utils
+from fairseq.data import Dictionary
+from fairseq.data.iterators import EpochBatchIterator
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationTask
+
+from arrowmt._errors import InvalidParameterError, VocabularyError
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.integrations.fairseq_plugin._batches import (
+    IteratorOptions,
+    LoaderOptions,
+    evaluation_iterator,
+    training_iterator,
+)
+from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
+from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
+from arrowmt.training._collate import Collater
+from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+
+logger = logging.getLogger(__name__)
+
+TASK_NAME = "translation_arrow"
+
+
+def allow_fairseq_checkpoints() -> None:
+    """Let torch's weights-only ``torch.load`` (the default since torch 2.6) read fairseq checkpoints.
+
+    fairseq 0.12 calls ``torch.load`` without ``weights_only`` and keeps the
+    model's legacy arguments in an ``argparse.Namespace``, the one non-tensor
+    class in its checkpoints; without this, resuming (``checkpoint_last.pt``)
+    fails with ``Unsupported global: GLOBAL argparse.Namespace``. Allowlisting a
+    plain attribute holder keeps every other class refused.
+    """
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is not None:
+        add_safe_globals([argparse.Namespace])
+
+
+allow_fairseq_checkpoints()
+
+
+@register_task(TASK_NAME, dataclass=TranslationArrowConfig)
+class TranslationArrowTask(TranslationTask):
+    """Translate with data from an arrowmt folder (``--data``), batched by arrowmt."""
+
+    cfg: TranslationArrowConfig
+
+    def __init__(self, cfg: TranslationArrowConfig, src_dict: Dictionary, tgt_dict: Dictionary) -> None:
+        _check_supported(cfg)
+        super().__init__(cfg, src_dict, tgt_dict)
+
+    @classmethod
+    def setup_task(cls, cfg: TranslationArrowConfig, **kwargs: Any) -> TranslationArrowTask:
+        """Language pair and dictionaries from the first data folder's manifest."""
+        folder = Path(_data_paths(cfg)[0])
+        manifest = Manifest.load(folder)
+        cfg.source_lang, cfg.target_lang = _language_pair(manifest, cfg, folder)
+        src_dict = cls.load_dictionary(str(folder / _dictionary_file(manifest, cfg.source_lang)))
+        tgt_dict = cls.load_dictionary(str(folder / _dictionary_file(manifest, cfg.target_lang)))
+        logger.info(
+            "%s: arrowmt folder %s, %s-%s, dictionaries of %d and %d types",
+            TASK_NAME,
+            folder,
+            cfg.source_lang,
+            cfg.target_lang,
+            len(src_dict),
+            len(tgt_dict),
+        )
+        return cls(cfg, src_dict, tgt_dict)
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
+        """Open ``split`` (all its shards) memory-mapped; training cycles through colon-separated folders."""
+        paths = _data_paths(self.cfg)
+        folder = paths[(epoch - 1) % len(paths)] if split == self.cfg.train_subset else paths[0]
+        arrow = open_dataset(folder, split)
+        _check_matches_task(arrow, self.cfg, self.src_dict, self.tgt_dict)
+        self.datasets[split] = ArrowPairDataset(arrow, self.src_dict, self.tgt_dict, self._collater(arrow))
+        logger.info("%s: split %s: %d pairs memory-mapped from %s", TASK_NAME, split, len(arrow), folder)
+
+    def _collater(self, arrow: ArrowMTDataset) -> Collater:
+        return Collater.for_dataset(
+            arrow,
+            mode="fairseq",
+            left_pad_source=self.cfg.left_pad_source,
+            left_pad_target=self.cfg.left_pad_target,
+            pad_to_multiple=int(self.cfg.required_seq_len_multiple),
+        )
+
+    def get_batch_iterator(self, dataset: Any, *args: Any, **kwargs: Any) -> EpochBatchIterator:
+        """fairseq's iterator over arrowmt batch plans (other datasets: ``TranslationTask``'s own)."""
+        if not isinstance(dataset, ArrowPairDataset):
+            return super().get_batch_iterator(dataset, *args, **kwargs)
+        opts = IteratorOptions(*args, **kwargs)
+        reuse = not opts.disable_iterator_cache and not opts.update_epoch_batch_itr
+        reuse = reuse and self.can_reuse_epoch_itr(dataset)
+        if reuse and dataset in self.dataset_to_epoch_iter:
+            return self.dataset_to_epoch_iter[dataset]
+        dataset.set_epoch(opts.epoch)
+        build = training_iterator if dataset.split == self.cfg.train_subset else evaluation_iterator
+        itr = build(dataset, opts, self._loader_options())
+        if reuse:
+            self.dataset_to_epoch_iter[dataset] = itr
+        return itr
+
+    def _loader_options(self) -> LoaderOptions:
+        return LoaderOptions(
+            reuse_dataloader=getattr(self.cfg, "reuse_dataloader", True),
+            persistent_workers=getattr(self.cfg, "persistent_workers", True),
+            cache_dir=self.cfg.arrow_plan_cache_dir or None,
+        )
+
+
+def _data_paths(cfg: TranslationArrowConfig) -> list[str]:
+    paths = utils.split_paths(cfg.data) if cfg.data else []
+    if not paths:
+        raise InvalidParameterError(f"data: expected the path of a converted arrowmt folder, got {cfg.data!r}")
+    return paths
+
+
+def _check_supported(cfg: TranslationArrowConfig) -> None:
+    """InvalidParameterError for translation options arrowmt's data path does not implement."""
+    unsupported = {
+        "load_alignments": cfg.load_alignments,
+        "truncate_source": cfg.truncate_source,
+        "num_batch_buckets": cfg.num_batch_buckets > 0,
+        "upsample_primary": cfg.upsample_primary > 1,
+    }
+    for name, used in unsupported.items():
+        if used:
+            raise InvalidParameterError(f"{name}: not supported by {TASK_NAME}, got {getattr(cfg, name)!r}")
+
+
+def _language_pair(manifest: Manifest, cfg: TranslationArrowConfig, folder: Path) -> tuple[str, str]:
+    """The folder's (source, target) languages; ``-s``/``-t``, when given, must agree."""
+    src, tgt = manifest.languages.get(SOURCE), manifest.languages.get(TARGET)
+    if src is None or tgt is None:
+        raise InvalidParameterError(
+            f"data: expected a parallel corpus with source and target languages in {folder}, "
+            f"got languages {manifest.languages}"
+        )
+    given = (cfg.source_lang, cfg.target_lang)
+    if given[0] not in (None, src) or given[1] not in (None, tgt):
+        raise InvalidParameterError(
+            f"source_lang/target_lang: expected {src}/{tgt} (as converted in {folder}), got {given[0]}/{given[1]}"
+        )
+    return src, tgt
+
+
+def _dictionary_file(manifest: Manifest, lang: str) -> str:
+    return manifest.dictionaries.get(lang, f"dict.{lang}.txt")
+
+
+def _check_matches_task(
+    arrow: ArrowMTDataset, cfg: TranslationArrowConfig, src_dict: Dictionary, tgt_dict: Dictionary
+) -> None:
+    """The split holds this task's language pair, with ids from dictionaries like the task's."""
+    langs = arrow.metadata.languages
+    if (langs.get(SOURCE), langs.get(TARGET)) != (cfg.source_lang, cfg.target_lang):
+        raise InvalidParameterError(
+            f"data: split {arrow.split!r} in {arrow.path}: expected languages "
+            f"{cfg.source_lang}-{cfg.target_lang}, got {langs}"
+        )
+    for column, dictionary in ((SOURCE, src_dict), (TARGET, tgt_dict)):
+        _check_dictionary(arrow, column, dictionary)
+
+
+def _check_dictionary(arrow: ArrowMTDataset, column: str, dictionary: Dictionary) -> None:
+    info = arrow.metadata.columns[column]
+    ids = arrow.special_ids
+    expected = (info.vocab_size, ids.bos, ids.pad, ids.eos, ids.unk)
+    got = (len(dictionary), dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk())
+    if expected != got:
+        raise VocabularyError(
+            f"{arrow.path}: split {arrow.split!r} column {column!r} was converted with a dictionary of "
+            f"(size, bos, pad, eos, unk) = {expected}, the task's {info.dictionary} gives {got}"
+        )

@@ -1,0 +1,110 @@
+"""The package's layers: each module imports only its own layer and those below; the core runs without torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAIRSEQ_FIXTURE, ROOT
+
+# Lower number = lower layer. The top (CLI, info, demo) may import everything.
+LAYERS = {
+    "arrowmt._errors": 0,
+    "arrowmt._version": 0,
+    "arrowmt.format": 1,
+    "arrowmt.converters": 2,
+    "arrowmt.training": 3,
+    "arrowmt.integrations": 4,
+}
+TOP = 5
+TORCH_FREE = ("arrowmt.format", "arrowmt.converters", "arrowmt._info", "arrowmt._cli", "arrowmt.integrations.hf")
+SOURCE_DIRS = {"arrowmt": ROOT / "arrowmt", "arrowmt.converters": ROOT / "converters"}
+
+
+def layer_of(module: str) -> int:
+    matches = [name for name in LAYERS if module == name or module.startswith(name + ".")]
+    return LAYERS[max(matches, key=len)] if matches else TOP
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by its installed name (converters/ is arrowmt.converters)."""
+    found: dict[str, Path] = {}
+    for package, folder in SOURCE_DIRS.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if package == "arrowmt" and parts and parts[0] == "sample_data":
+                continue
+            name = ".".join((package, *parts)).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def imported(path: Path, module: str) -> list[str]:
+    """Absolute names of every module ``path`` imports, at any depth (lazy imports included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[: -node.level if path.name != "__init__.py" else None]
+                names.append(".".join([*base, node.module or ""]).rstrip("."))
+            else:
+                names.append(node.module or "")
+    return names
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    found = modules()
+    assert "arrowmt.format._reader" in found and "arrowmt.converters._output" in found
+    violations = []
+    for module, path in found.items():
+        if module == "arrowmt":  # the public API re-exports every layer lazily
+            continue
+        for name in imported(path, module):
+            if name.startswith("arrowmt") and layer_of(name) > layer_of(module):
+                violations.append(f"{module} imports {name}")
+            if name == "converters" or name.startswith("converters."):
+                violations.append(f"{module} imports the top-level name {name} (use arrowmt.converters)")
+    assert violations == []
+
+
+def test_torch_free_layers_never_import_torch() -> None:
+    bad = [
+        f"{module} imports {name}"
+        for module, path in modules().items()
+        if module.startswith(TORCH_FREE)
+        for name in imported(path, module)
+        if name == "torch" or name.startswith("torch.")
+    ]
+    assert bad == []
+
+
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_cli_info_and_verify_do_not_load_torch(tmp_path: Path, command: str) -> None:
+    from arrowmt.converters._fairseq_folder import convert_fairseq
+
+    out = tmp_path / "corpus"
+    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", out, progress=False)
+    code = (
+        "import sys, runpy; sys.argv = ['arrowmt', sys.argv[1], sys.argv[2]]\n"
+        "try:\n    runpy.run_module('arrowmt', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, command, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "train" in done.stdout or "OK" in done.stdout
+
+
+def test_python_dash_m_arrowmt_has_version() -> None:
+    import arrowmt
+
+    done = subprocess.run([sys.executable, "-m", "arrowmt", "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"arrowmt {arrowmt.__version__}"

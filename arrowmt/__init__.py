@@ -33,33 +33,64 @@ if TYPE_CHECKING:
     from arrowmt._info import ColumnSummary, SplitSummary, summarize
     from arrowmt.converters._fairseq_export import export_fairseq
     from arrowmt.converters._fairseq_folder import convert_fairseq
+    from arrowmt.converters._from_table import convert_table
     from arrowmt.converters._parallel_text import convert_text
+    from arrowmt.converters._parquet_export import export_parquet
     from arrowmt.format._manifest import FileEntry, Manifest
     from arrowmt.format._metadata import SpecialIds
     from arrowmt.format._split import Split, open_split
     from arrowmt.format._verify import VerifyReport, verify_dataset
+    from arrowmt.format._view import View, ViewReport, build_view, open_view
     from arrowmt.format._vocab import Dictionary
-    from arrowmt.training._collate import Collater
+    from arrowmt.training._block_collate import FairseqBlockCollater, PlainBlockCollater
+    from arrowmt.training._block_dataset import BlockDataset, open_blocks
+    from arrowmt.training._block_sampler import BlockBatchSampler
+    from arrowmt.training._collate import FairseqBatch, FairseqCollater, PlainCollater
     from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+    from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture
     from arrowmt.training._sampler import TokenBatchSampler
+    from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
+    from arrowmt.training._view_dataset import ArrowMTViewDataset, open_view_dataset
 
 _LAZY = {
     "ArrowMTDataset": "arrowmt.training._dataset",
-    "Collater": "arrowmt.training._collate",
+    "ArrowMTViewDataset": "arrowmt.training._view_dataset",
+    "BlockBatchSampler": "arrowmt.training._block_sampler",
+    "BlockDataset": "arrowmt.training._block_dataset",
     "ColumnSummary": "arrowmt._info",
     "Dictionary": "arrowmt.format._vocab",
+    "FairseqBatch": "arrowmt.training._collate",
+    "FairseqBlockCollater": "arrowmt.training._block_collate",
+    "FairseqCollater": "arrowmt.training._collate",
     "FileEntry": "arrowmt.format._manifest",
     "Manifest": "arrowmt.format._manifest",
+    "Mixture": "arrowmt.training._mixture",
+    "MixtureBatchSampler": "arrowmt.training._mixture",
+    "PlainBlockCollater": "arrowmt.training._block_collate",
+    "PlainCollater": "arrowmt.training._collate",
     "SpecialIds": "arrowmt.format._metadata",
     "Split": "arrowmt.format._split",
     "SplitSummary": "arrowmt._info",
+    "TagCollater": "arrowmt.training._tags",
+    "Tags": "arrowmt.training._tags",
     "TokenBatchSampler": "arrowmt.training._sampler",
     "VerifyReport": "arrowmt.format._verify",
+    "View": "arrowmt.format._view",
+    "ViewReport": "arrowmt.format._view",
+    "build_view": "arrowmt.format._view",
     "convert_fairseq": "arrowmt.converters._fairseq_folder",
+    "convert_table": "arrowmt.converters._from_table",
     "convert_text": "arrowmt.converters._parallel_text",
     "export_fairseq": "arrowmt.converters._fairseq_export",
+    "export_parquet": "arrowmt.converters._parquet_export",
+    "langtok_tags": "arrowmt.training._tags",
+    "language_token_ids": "arrowmt.training._tags",
+    "open_blocks": "arrowmt.training._block_dataset",
     "open_dataset": "arrowmt.training._dataset",
+    "open_mixture": "arrowmt.training._mixture",
     "open_split": "arrowmt.format._split",
+    "open_view": "arrowmt.format._view",
+    "open_view_dataset": "arrowmt.training._view_dataset",
     "summarize": "arrowmt._info",
     "verify_dataset": "arrowmt.format._verify",
 }
@@ -80,29 +111,51 @@ def __dir__() -> list[str]:
 __all__ = [
     "ArrowMTDataset",
     "ArrowMTError",
-    "Collater",
+    "ArrowMTViewDataset",
+    "BlockBatchSampler",
+    "BlockDataset",
     "ColumnSummary",
     "Dictionary",
+    "FairseqBatch",
+    "FairseqBlockCollater",
+    "FairseqCollater",
     "FileEntry",
     "FormatError",
     "InputDataError",
     "InvalidParameterError",
     "Manifest",
     "MissingDependencyError",
+    "Mixture",
+    "MixtureBatchSampler",
     "OutputExistsError",
     "OutputWriteError",
+    "PlainBlockCollater",
+    "PlainCollater",
     "SpecialIds",
     "Split",
     "SplitSummary",
+    "TagCollater",
+    "Tags",
     "TokenBatchSampler",
     "VerifyReport",
+    "View",
+    "ViewReport",
     "VocabularyError",
     "__version__",
+    "build_view",
     "convert_fairseq",
+    "convert_table",
     "convert_text",
     "export_fairseq",
+    "export_parquet",
+    "langtok_tags",
+    "language_token_ids",
+    "open_blocks",
     "open_dataset",
+    "open_mixture",
     "open_split",
+    "open_view",
+    "open_view_dataset",
     "summarize",
     "verify_dataset",
 ]

@@ -1,51 +1,205 @@
-"""The ``arrowmt`` command line: a thin layer over the public API."""
+"""The ``arrowmt`` command line: a thin layer over the public API.
+
+Structure: :func:`build_parser` calls one ``_add_<command>(commands)`` per command; each
+adds its parser (every option with a ``help``), and sets ``func`` to its ``_cmd_<command>``,
+which calls the public API and prints. ``convert`` and ``export`` hold one
+``_add_convert_<source>``/``_add_export_<format>`` per kind. Adding a command is one such
+pair of small functions and one line in :func:`build_parser`.
+
+Errors: every user error ends the run with one line ``arrowmt: error: ...`` on stderr and
+exit status 2, never a traceback: ``ArrowMTError`` (bad input, bad parameters, output
+refused), ``OSError`` (a path the operating system refuses: missing, not a folder, no
+permission) and usage errors. Anything else is a bug and keeps its traceback.
+
+Messages speak CLI: library messages name a parameter as a call would
+(``pass overwrite=True``) or, for ``InvalidParameterError``, start with its name
+(``pair: expected ...``); :func:`cli_message` respells the parameters of the running
+command as its flags (``--overwrite``, ``--pair: expected ...``), from the parser's own
+table, so a message is written once and reads right in both places (CLI ``dest`` names
+equal the API's parameter names).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
 
-from arrowmt._errors import ArrowMTError
+from arrowmt._errors import ArrowMTError, InvalidParameterError
 from arrowmt._version import __version__
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+INTERRUPTED_MESSAGE = "arrowmt: interrupted; no partially written file was left"
+CONVERT_HINT = "make one with 'arrowmt convert fairseq DATA_BIN OUT' or 'arrowmt convert text OUT ...'"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one ``arrowmt: error:`` line (exit 2) pointing at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"arrowmt: error: {self.prog}: {message} (see '{self.prog} --help')\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; ArrowMTError becomes a one-line message and exit code 2."""
-    args = build_parser().parse_args(argv)
+    """Run the CLI: user errors become one line on stderr and exit status 2 (see the module notes)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except ArrowMTError as exc:
-        print(f"arrowmt: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        message = cli_message(str(exc), _flags(parser, args), isinstance(exc, InvalidParameterError))
+    except OSError as exc:  # a path the user named that the OS refuses; ArrowMTError covers what arrowmt checks
+        message = _os_error_message(exc)
     except KeyboardInterrupt:
-        print("arrowmt: interrupted; no partial output was left", file=sys.stderr)
+        print(INTERRUPTED_MESSAGE, file=sys.stderr)
         return EXIT_INTERRUPTED
+    hint = _dataset_hint(args)
+    print(f"arrowmt: error: {message}{f'; {hint}' if hint else ''}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="arrowmt", description="Memory-mapped Arrow corpora for MT training.")
-    parser.add_argument("--version", action="version", version=f"arrowmt {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    convert = commands.add_parser("convert", help="convert fairseq data-bin or raw parallel text")
-    kinds = convert.add_subparsers(dest="kind", required=True)
+    parser = _Parser(prog="arrowmt", description="Memory-mapped Arrow corpora for MT training.")
+    parser.add_argument("--version", action="version", version=f"arrowmt {__version__}", help="print the version")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_convert(commands)
+    _add_info(commands)
+    _add_verify(commands)
+    _add_export(commands)
+    _add_filter(commands)
+    _add_demo(commands)
+    return parser
+
+
+# ----- messages -------------------------------------------------------------------------------
+
+
+def cli_message(message: str, flags: dict[str, str], names_parameter: bool = False) -> str:
+    """``message`` with the API spelling of each parameter in ``flags`` (dest -> flag) replaced by its flag.
+
+    ``name=True`` becomes ``--flag``, ``name=value`` ``--flag value``, a bare ``snake_case``
+    name ``--flag``; with ``names_parameter`` (an ``InvalidParameterError``, whose message
+    starts with the parameter's name), a leading ``name:`` becomes ``--flag:``.
+    """
+    for dest, flag in flags.items():
+        name = re.escape(dest)
+        message = re.sub(rf"(?<![\w.-]){name}=True\b", flag, message)
+        message = re.sub(rf"(?<![\w.-]){name}=(['\"]?)([^\s'\",;)]+)\1", rf"{flag} \2", message)
+        if "_" in dest:
+            message = re.sub(rf"(?<![\w./-]){name}(?![\w/-]|\.\w)", flag, message)
+        elif names_parameter:
+            message = re.sub(rf"^{name}:", f"{flag}:", message)
+    return message
+
+
+def _flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """dest -> how the running (sub)command spells it: its first option string, or the positional's name."""
+    command = _running_parser(parser, args)
+    flags = {}
+    for action in command._actions:
+        if action.dest in (argparse.SUPPRESS, "help"):
+            continue
+        flags[action.dest] = action.option_strings[0] if action.option_strings else str(action.metavar or action.dest)
+    return flags
+
+
+def _running_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost subparser that parsed ``args`` (``arrowmt convert text`` -> the ``text`` parser)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _running_parser(action.choices[chosen], args)
+    return parser
+
+
+def _os_error_message(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename is not None else reason
+
+
+def _dataset_hint(args: argparse.Namespace) -> str | None:
+    """For commands reading an arrowmt folder (``path``): what to do when there is no dataset there."""
+    from arrowmt.format._manifest import manifest_path
+
+    path = getattr(args, "path", None)
+    if not isinstance(path, str) or os.path.lexists(manifest_path(path)):
+        return None
+    folder = Path(path)
+    if not folder.exists():
+        return f"{path} does not exist; {CONVERT_HINT}"
+    if folder.is_dir() and _is_data_bin(folder):
+        return (
+            f"it is a fairseq data-bin folder: convert it first with 'arrowmt convert fairseq {shlex.quote(path)} OUT'"
+        )
+    return CONVERT_HINT
+
+
+def _is_data_bin(folder: Path) -> bool:
+    from arrowmt.converters._fairseq_folder import discover
+
+    try:
+        found = discover(folder)
+    except (ArrowMTError, OSError):
+        return False
+    return bool(found.pairs or found.mono)
+
+
+# ----- commands -------------------------------------------------------------------------------
+
+
+def _add_convert(commands: argparse._SubParsersAction) -> None:
+    convert = commands.add_parser(
+        "convert", help="make an arrowmt folder: from fairseq data-bin, raw parallel text or token tables"
+    )
+    kinds = convert.add_subparsers(dest="kind", required=True, metavar="SOURCE")
     _add_convert_fairseq(kinds)
     _add_convert_text(kinds)
-    _add(commands, "info", "rows, tokens, length percentiles, languages, vocab sizes", _cmd_info)
-    _add(commands, "verify", "full structural check of every file", _cmd_verify)
-    export = commands.add_parser("export", help="export back to other formats")
-    targets = export.add_subparsers(dest="target", required=True)
-    fs = _add(targets, "fairseq", "write fairseq mmap .idx/.bin files", _cmd_export_fairseq)
-    fs.add_argument("out", help="output folder")
-    _common_output_flags(fs)
+    _add_convert_table(kinds)
+
+
+def _add_export(commands: argparse._SubParsersAction) -> None:
+    export = commands.add_parser("export", help="export an arrowmt folder to other formats")
+    targets = export.add_subparsers(dest="target", required=True, metavar="FORMAT")
+    _add_export_fairseq(targets)
+    _add_export_parquet(targets)
+
+
+def _add_info(commands: argparse._SubParsersAction) -> None:
+    cmd = _add(
+        commands,
+        "info",
+        "languages, provenance and, per split and column: rows, tokens, length percentiles, vocabulary, <unk> rate",
+        _cmd_info,
+    )
+    cmd.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _quiet_flag(cmd)
+
+
+def _add_verify(commands: argparse._SubParsersAction) -> None:
+    cmd = _add(commands, "verify", "full check of every file: SHA-256, structure, every offset, every id", _cmd_verify)
+    _quiet_flag(cmd)
+
+
+def _add_export_fairseq(targets: argparse._SubParsersAction) -> None:
+    cmd = _add(targets, "fairseq", "write fairseq mmap .idx/.bin files", _cmd_export_fairseq)
+    cmd.add_argument("out", help="output folder")
+    _common_output_flags(cmd)
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="convert the bundled Multi30k sample and iterate training batches")
     demo.add_argument("--out", default=None, help="keep the converted sample here (default: a temp folder)")
-    demo.add_argument("--max-tokens", type=int, default=2048)
+    demo.add_argument("--max-tokens", type=int, default=2048, help="token budget per batch (default 2048)")
     demo.set_defaults(func=_cmd_demo)
-    return parser
 
 
 def _add(
@@ -58,8 +212,16 @@ def _add(
 
 
 def _common_output_flags(cmd: argparse.ArgumentParser) -> None:
-    cmd.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+    cmd.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing output (its earlier files are removed once the new output is complete)",
+    )
+    _quiet_flag(cmd)
+
+
+def _quiet_flag(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--quiet", action="store_true", help="no progress bars (they only show on a terminal anyway)")
 
 
 def _add_convert_fairseq(kinds: argparse._SubParsersAction) -> None:
@@ -74,8 +236,12 @@ def _add_convert_fairseq(kinds: argparse._SubParsersAction) -> None:
 def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
     cmd = kinds.add_parser("text", help="raw parallel text ({pref}.{lang}, plain or .gz)")
     cmd.add_argument("out", help="output arrowmt folder")
-    cmd.add_argument("--src-lang", "--source-lang", dest="src_lang", required=True)
-    cmd.add_argument("--tgt-lang", "--target-lang", dest="tgt_lang", required=True)
+    cmd.add_argument(
+        "--src-lang", "--source-lang", dest="src_lang", required=True, help="source language: reads {pref}.{src-lang}"
+    )
+    cmd.add_argument(
+        "--tgt-lang", "--target-lang", dest="tgt_lang", required=True, help="target language: reads {pref}.{tgt-lang}"
+    )
     for split in ("train", "valid", "test"):
         cmd.add_argument(f"--{split}pref", default=None, help=f"{split} prefix(es), comma separated for shards")
     cmd.add_argument("--srcdict", default=None, help="existing fairseq dict.txt for the source")
@@ -86,7 +252,12 @@ def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
     cmd.add_argument("--nwordssrc", type=int, default=-1, help="source vocabulary size cap")
     cmd.add_argument("--nwordstgt", type=int, default=-1, help="target vocabulary size cap")
     cmd.add_argument("--spm-model", default=None, help="sentencepiece model applied before encoding")
-    cmd.add_argument("--workers", type=int, default=1, help="parallel encoding processes")
+    cmd.add_argument("--workers", type=int, default=1, help="worker processes (text files are cut into chunks)")
+    cmd.add_argument("--chunk-size", default="32M", help="text read per task, bytes (suffix K, M or G; default 32M)")
+    cmd.add_argument("--shard-rows", type=int, default=None, help="write each split as files of this many rows")
+    cmd.add_argument(
+        "--dask-scheduler", default=None, help="run on this Dask cluster (tcp://host:8786; shared file system)"
+    )
     _common_output_flags(cmd)
     cmd.set_defaults(func=_cmd_convert_text)
 
@@ -102,27 +273,41 @@ def _cmd_convert_fairseq(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert_text(args: argparse.Namespace) -> int:
-    from arrowmt.converters._parallel_text import convert_text
+    from arrowmt.converters._parallel_text import convert_text, parse_byte_size, unknown_lines
+    from arrowmt.converters._tasks import dask_executor
 
-    manifest = convert_text(
-        args.trainpref,
-        args.out,
-        src_lang=args.src_lang,
-        tgt_lang=args.tgt_lang,
-        validpref=args.validpref,
-        testpref=args.testpref,
-        srcdict=args.srcdict,
-        tgtdict=args.tgtdict,
-        joined_dictionary=args.joined_dictionary,
-        thresholdsrc=args.thresholdsrc,
-        thresholdtgt=args.thresholdtgt,
-        nwordssrc=args.nwordssrc,
-        nwordstgt=args.nwordstgt,
-        spm_model=args.spm_model,
-        workers=args.workers,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-    )
+    with contextlib.ExitStack() as stack:
+        executor, workers = None, args.workers
+        if args.dask_scheduler:
+            executor, threads = stack.enter_context(dask_executor(args.dask_scheduler))
+            workers = args.workers if args.workers > 1 else threads
+        manifest = convert_text(
+            args.trainpref,
+            args.out,
+            src_lang=args.src_lang,
+            tgt_lang=args.tgt_lang,
+            validpref=args.validpref,
+            testpref=args.testpref,
+            srcdict=args.srcdict,
+            tgtdict=args.tgtdict,
+            joined_dictionary=args.joined_dictionary,
+            thresholdsrc=args.thresholdsrc,
+            thresholdtgt=args.thresholdtgt,
+            nwordssrc=args.nwordssrc,
+            nwordstgt=args.nwordstgt,
+            spm_model=args.spm_model,
+            workers=workers,
+            chunk_bytes=parse_byte_size(args.chunk_size, "--chunk-size"),
+            shard_rows=args.shard_rows,
+            executor=executor,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+        )
+    report, warnings = unknown_lines(manifest)
+    for line in report:
+        print(line)
+    for line in warnings:
+        print(f"arrowmt: WARNING: {line}", file=sys.stderr)
     _report_converted(args.out, manifest.files)
     return 0
 
@@ -133,16 +318,20 @@ def _report_converted(out: str, files: dict) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from arrowmt._info import format_summary, summarize
+    from arrowmt._info import format_summary, summarize, summary_dict
 
-    print(format_summary(args.path, summarize(args.path)))
+    summaries = summarize(args.path, progress=not args.quiet)
+    if args.json:
+        print(json.dumps(summary_dict(args.path, summaries), indent=2, sort_keys=True))
+    else:
+        print(format_summary(args.path, summaries))
     return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from arrowmt.format._verify import verify_dataset
 
-    report = verify_dataset(args.path)
+    report = verify_dataset(args.path, progress=not args.quiet)
     for problem in report.problems:
         print(f"arrowmt: verify: {problem}", file=sys.stderr)
     if not report.ok:
@@ -156,6 +345,96 @@ def _cmd_export_fairseq(args: argparse.Namespace) -> int:
 
     prefixes = export_fairseq(args.path, args.out, overwrite=args.overwrite, progress=not args.quiet)
     print(f"wrote {len(prefixes)} fairseq mmap datasets to {args.out}")
+    return 0
+
+
+def _add_convert_table(kinds: argparse._SubParsersAction) -> None:
+    cmd = kinds.add_parser(
+        "table",
+        help="Parquet or Arrow files of token ids (e.g. filtered with duckdb/polars/datasets) back to arrowmt",
+        description="Each FILE becomes the split named by its stem (train.parquet -> train); the columns "
+        "source/target (or tokens) must be lists of ids of the dictionaries of --like.",
+    )
+    cmd.add_argument("out", help="output arrowmt folder")
+    cmd.add_argument("files", nargs="+", metavar="FILE", help="Parquet file, or Arrow IPC file or stream")
+    like_help = "arrowmt folder whose languages and dictionaries the ids use"
+    cmd.add_argument("--like", required=True, metavar="FOLDER", help=like_help)
+    cmd.add_argument("--split", default=None, help="split name for a single FILE (default: the file's stem)")
+    _common_output_flags(cmd)
+    cmd.set_defaults(func=_cmd_convert_table)
+
+
+def _cmd_convert_table(args: argparse.Namespace) -> int:
+    from arrowmt.converters._from_table import convert_table, read_table_file
+
+    if args.split is not None and len(args.files) != 1:
+        raise InvalidParameterError(f"--split: expected a single FILE, got {len(args.files)} files")
+    names = [args.split] if args.split is not None else [Path(f).name.split(".")[0] for f in args.files]
+    tables = {name: read_table_file(f) for name, f in zip(names, args.files, strict=True)}
+    manifest = convert_table(tables, args.out, like=args.like, overwrite=args.overwrite, progress=not args.quiet)
+    _report_converted(args.out, manifest.files)
+    return 0
+
+
+def _add_export_parquet(targets: argparse._SubParsersAction) -> None:
+    cmd = _add(targets, "parquet", "write <split>.parquet files for duckdb, polars, pandas", _cmd_export_parquet)
+    cmd.add_argument("out", help="output folder")
+    cmd.add_argument("--text", action="store_true", help="add <column>_text: the symbols joined by spaces")
+    _common_output_flags(cmd)
+
+
+def _cmd_export_parquet(args: argparse.Namespace) -> int:
+    from arrowmt.converters._parquet_export import export_parquet
+
+    files = export_parquet(args.path, args.out, text=args.text, overwrite=args.overwrite, progress=not args.quiet)
+    print(f"wrote {len(files)} Parquet file(s) to {args.out}")
+    return 0
+
+
+def _add_filter(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser(
+        "filter",
+        help="write a view: the rows of a split that pass length, ratio and duplicate filters",
+        description="Writes OUT_VIEW, a memory-mapped list of the kept rows (4 bytes each); open it with "
+        "arrowmt.open_view_dataset(OUT_VIEW, CORPUS). Lengths count stored tokens, </s> included.",
+    )
+    cmd.add_argument("corpus", help="arrowmt dataset folder")
+    cmd.add_argument("out_view", help="view file to write (e.g. CORPUS/views/clean.view)")
+    cmd.add_argument("--split", default="train", help="split to filter (default: train)")
+    cmd.add_argument("--max-len", type=int, default=None, help="drop rows with a side longer than this")
+    cmd.add_argument("--min-len", type=int, default=None, help="drop rows with a side shorter than this")
+    cmd.add_argument("--max-len-ratio", type=float, default=None, help="drop pairs whose sides differ more")
+    cmd.add_argument("--dedup", action="store_true", help="drop exact repeats of an earlier pair")
+    cmd.add_argument("--rows", default=None, help="keep only these rows: a .npy file or one number per line")
+    _common_output_flags(cmd)
+    cmd.set_defaults(func=_cmd_filter)
+
+
+def _cmd_filter(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from arrowmt.format._view import REASONS, build_view
+
+    rows = None
+    if args.rows is not None:
+        path = Path(args.rows)
+        rows = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.array(path.read_text().split(), int)
+    report = build_view(
+        args.corpus,
+        args.out_view,
+        split=args.split,
+        max_len=args.max_len,
+        min_len=args.min_len,
+        max_len_ratio=args.max_len_ratio,
+        dedup=args.dedup,
+        rows=rows,
+        overwrite=args.overwrite,
+    )
+    dropped = ", ".join(f"{reason.replace('_', ' ')} {report.dropped[reason]}" for reason in REASONS[1:])
+    print(
+        f"kept {report.kept} of {report.corpus_rows} rows (dropped: {dropped}; not listed "
+        f"{report.dropped['not_listed']}) in {report.seconds:.2f} s: {args.out_view}"
+    )
     return 0
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -11,8 +15,9 @@ from torch.utils.data import DataLoader
 
 from arrowmt._info import format_summary, summarize
 from arrowmt.converters._parallel_text import TextConversion, convert_with_options
+from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import Dictionary
-from arrowmt.training._collate import Collater
+from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
 from arrowmt.training._sampler import TokenBatchSampler
 
@@ -38,17 +43,38 @@ def _run(folder: Path, max_tokens: int) -> None:
     convert_with_options(options, folder, overwrite=True, progress=False)
     print(f"converted bundled Multi30k de-en text in {time.perf_counter() - start:.2f} s -> {folder}\n")
     print(format_summary(folder, summarize(folder)), "\n")
-    ds = open_dataset(folder, "train")
-    _iterate(ds, max_tokens)
-    _show_pair(folder, ds)
+    sys.stdout.flush()  # the epoch runs in a fresh process writing to the same stdout
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        report = pool.submit(measured_epoch, str(folder), max_tokens).result()
+    _show_pair(folder, open_dataset(folder, "train"))
+    print(f"\n{summary_line(report)}")
 
 
-def _iterate(ds: ArrowMTDataset, max_tokens: int) -> None:
+@dataclass(frozen=True)
+class EpochReport:
+    """What one training rank measured: throughput and private memory (MB; None without /proc)."""
+
+    tokens_per_s: float
+    added_mb: float | None
+    total_mb: float | None
+
+
+def measured_epoch(folder: str, max_tokens: int) -> EpochReport:
+    """One epoch as one training rank, in a fresh process: tokens/s and the private memory the data path added."""
+    before = private_mb()  # torch and arrowmt imported, nothing opened
+    rate = _iterate(open_dataset(folder, "train"), max_tokens)
+    after = private_mb()
+    sys.stdout.flush()
+    return EpochReport(rate, None if before is None or after is None else after - before, after)
+
+
+def _iterate(ds: ArrowMTDataset, max_tokens: int) -> float:
+    """One epoch of fairseq batches through a DataLoader (no workers); return tokens/s."""
     start = time.perf_counter()
     sampler = TokenBatchSampler(ds, max_tokens=max_tokens, seed=1)
     sampler.set_epoch(1)
     setup = time.perf_counter() - start
-    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=Collater.for_dataset(ds))
+    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=FairseqCollater(ds.special_ids))
     batches = sentences = real = padded = 0
     start = time.perf_counter()
     for batch in loader:
@@ -63,13 +89,37 @@ def _iterate(ds: ArrowMTDataset, max_tokens: int) -> None:
     )
     print(f"padding efficiency {real / max(padded, 1):.1%}; {real / elapsed:,.0f} tokens/s into padded fairseq batches")
     print(f"last batch: src_tokens {tuple(src.shape)}, target {tuple(tgt.shape)}, dtype {src.dtype}")
+    return real / elapsed
+
+
+def private_mb() -> float | None:
+    """This process's private (anonymous) resident memory, RssAnon from /proc/self/status, in MB; None elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        return None
+    return None
+
+
+def summary_line(report: EpochReport) -> str:
+    """The one line to compare with a fairseq run on the same data (what docs/benchmarks.md measures)."""
+    memory = "n/a (no /proc/self/status)"
+    if report.added_mb is not None and report.total_mb is not None:
+        memory = f"{report.added_mb:+.1f} MB for the data path, {report.total_mb:.0f} MB for the whole process"
+    return (
+        f"summary: {report.tokens_per_s / 1e6:.1f}M tokens/s into padded fairseq batches (one process, "
+        f"no DataLoader workers); private memory per rank (RssAnon): {memory}"
+    )
 
 
 def _show_pair(folder: Path, ds: ArrowMTDataset) -> None:
     src_dict = Dictionary.load(folder / "dict.de.txt")
     tgt_dict = Dictionary.load(folder / "dict.en.txt")
     item = ds[0]
-    source, target = item["source"], item["target"]
+    source, target = item[SOURCE], item[TARGET]
     assert isinstance(source, torch.Tensor) and isinstance(target, torch.Tensor)
     print("\nrow 0 (a zero-copy view of the memory-mapped file):")
     print(f"  de: {src_dict.decode(source[:-1].numpy())}")

@@ -5,15 +5,15 @@ Usage::
     python benchmarks/profile_arrowmt.py bench-data/synth-1000000 [--batches 10000] [--build]
 
 * stage breakdown: CPU microseconds per batch of each step of the batch path (sampler,
-  ``__getitems__`` and its parts, ``Collater`` and its parts, DataLoader), best of 3
+  ``__getitems__`` and its parts, ``FairseqCollater`` and its parts, DataLoader), best of 3
   passes over the first ``--batches`` batches of epoch 1 (stages overlap: the indented
   ones are parts of the line above);
 * the token gather alone: random rows from the map vs the same count of contiguous tokens
   (memory latency of random rows);
-* ``--build``: ``cProfile`` of ``sampler.build_plan`` and its ``tracemalloc`` peak.
+* ``--build``: ``cProfile`` of ``_plan.build_plan`` and its ``tracemalloc`` peak.
 
-It calls private helpers (``Collater._fairseq_source``/``_pad_shifted``/``_pad``,
-``collate._fairseq_order``/``_tensor``), so it needs touching up when arrowmt's internals
+It calls private helpers (``FairseqCollater._sorted_source``, ``collate.pad_rows``/``pad_shifted``/
+``fairseq_order``/``as_tensor``), so it needs touching up when arrowmt's internals
 change (written against arrowmt source digest 797e6cb5980a7a67, see run_one.source_digest).
 """
 
@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader
 
 import arrowmt.format._spans as spans_mod
 import arrowmt.training._collate as collate
+import arrowmt.training._plan as plan_mod
 import arrowmt.training._sampler as sampler_mod
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._dataset import open_dataset
@@ -56,15 +57,16 @@ def best_cpu(fn: Callable[[], object], repeat: int = 3) -> float:
 def stage_breakdown(path: Path, limit: int | None) -> None:
     ds = open_dataset(path)
     s = sampler_mod.TokenBatchSampler(ds, max_tokens=4096, seed=1)
-    c = collate.Collater.for_dataset(ds)
+    c = collate.FairseqCollater(ds.special_ids)
+    pad, multiple = ds.special_ids.pad, c.pad_to_multiple
     s.set_epoch(1)
     batches = list(itertools.islice(s, limit))
     n = len(batches)
     gathered = [ds.__getitems__(b) for b in batches]
     tokens = sum(int(g.columns[SOURCE].lengths.sum() + g.columns[TARGET].lengths.sum()) for g in gathered)
     shard = ds.shards[0]
-    targets = [g.columns[TARGET].select(c._fairseq_source(g.columns[SOURCE])[2]) for g in gathered]
-    padded_targets = [c._pad(t, False) for t in targets]
+    targets = [g.columns[TARGET].select(c._sorted_source(g.columns[SOURCE])[2]) for g in gathered]
+    padded_targets = [collate.pad_rows(t, pad, multiple, False) for t in targets]
     spans = [g.columns[col] for g in gathered for col in (SOURCE, TARGET)]
     positions = [spans_mod.flat_positions(sp.starts, sp.lengths) for sp in spans]
     words = spans[0].words
@@ -86,19 +88,22 @@ def stage_breakdown(path: Path, limit: int | None) -> None:
             "  SplitFile.spans, x2",
             lambda: [shard.spans(col, np.asarray(b)) for b in batches for col in (SOURCE, TARGET)],
         ),
-        ("Collater (on gathered batches)", lambda: [c(g) for g in gathered]),
+        ("FairseqCollater (on gathered batches)", lambda: [c(g) for g in gathered]),
         (
-            "  _fairseq_source (sort, pad, pad-count check)",
-            lambda: [c._fairseq_source(g.columns[SOURCE]) for g in gathered],
+            "  _sorted_source (sort, pad, pad-count check)",
+            lambda: [c._sorted_source(g.columns[SOURCE]) for g in gathered],
         ),
-        ("    torch.sort order alone", lambda: [collate._fairseq_order(g.columns[SOURCE].lengths) for g in gathered]),
-        ("  _pad_shifted (target + prev_output_tokens)", lambda: [c._pad_shifted(t, False) for t in targets]),
+        ("    torch.sort order alone", lambda: [collate.fairseq_order(g.columns[SOURCE].lengths) for g in gathered]),
+        (
+            "  pad_shifted (target + prev_output_tokens)",
+            lambda: [collate.pad_shifted(t, ds.special_ids, multiple, False) for t in targets],
+        ),
         ("  ntokens = count_nonzero(target != pad)", lambda: [int(np.count_nonzero(t != 1)) for t in padded_targets]),
-        ("  batch.ids[order] + 5 torch.from_numpy", lambda: [collate._tensor(g.ids[::-1]) for g in gathered]),
+        ("  batch.ids[order] + 5 torch.from_numpy", lambda: [collate.as_tensor(g.ids[::-1]) for g in gathered]),
         ("gather experiment: words[positions], 2 cols", lambda: [words[p] for p in positions]),
         ("  same token count, contiguous positions", lambda: [words[p] for p in contiguous]),
         ("full: DataLoader(batch_sampler, collate_fn)", loader),
-        ("full: sampler -> __getitems__ -> Collater", direct),
+        ("full: sampler -> __getitems__ -> FairseqCollater", direct),
     ]
     print(f"{path}: {n} batches, {tokens / n:.0f} tokens and {sum(map(len, batches)) / n:.1f} rows per batch")
     for name, fn in stages:
@@ -113,7 +118,7 @@ import sys, time
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
 import torch, arrowmt.training._collate as C, arrowmt.training._dataset as D, arrowmt.training._sampler as S
 ds = D.open_dataset({str(path)!r}); s = S.TokenBatchSampler(ds, max_tokens=4096, seed=1)
-c = C.Collater.for_dataset(ds); s.set_epoch(1); it = iter(s)
+c = C.FairseqCollater(ds.special_ids); s.set_epoch(1); it = iter(s)
 t0 = time.perf_counter(); b = next(it); t1 = time.perf_counter(); g = ds.__getitems__(b)
 t2 = time.perf_counter(); c(g); t3 = time.perf_counter()
 print(f"first batch in a fresh process: sampler {{1e3*(t1-t0):.1f}} ms, __getitems__ {{1e3*(t2-t1):.1f}} ms, "
@@ -128,17 +133,17 @@ def _quote(text: str) -> str:
 
 def build_profile(path: Path) -> None:
     ds = open_dataset(path)
-    params = sampler_mod.PlanParams(4096, None, 1, None, None, 1, False)
+    params = plan_mod.PlanParams(4096, None, 1, None, None, 1, False)
     t = time.perf_counter()
-    sampler_mod.build_plan(ds, params)
+    plan_mod.build_plan(ds, params)
     print(f"build_plan: {time.perf_counter() - t:.2f} s wall (first call)")
     prof = cProfile.Profile()
     prof.enable()
-    sampler_mod.build_plan(ds, params)
+    plan_mod.build_plan(ds, params)
     prof.disable()
     pstats.Stats(prof).sort_stats("cumulative").print_stats(18)
     tracemalloc.start()
-    sampler_mod.build_plan(ds, params)
+    plan_mod.build_plan(ds, params)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     print(f"tracemalloc peak during build_plan: {peak / 2**20:.1f} MiB ({peak / len(ds):.0f} B/row)")

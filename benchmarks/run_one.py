@@ -5,7 +5,7 @@ Systems (each yields fairseq-style padded batches: ``id``, ``nsentences``, ``nto
 ``target``):
 
 * ``arrowmt``: ``open_dataset`` + ``TokenBatchSampler`` (fairseq's order and batches,
-  memory-mapped plan cache) + ``Collater`` over ``ds.__getitems__`` in a torch
+  memory-mapped plan cache) + ``FairseqCollater`` over ``ds.__getitems__`` in a torch
   ``DataLoader(num_workers=0)``. ``--plan cold`` deletes the plan cache first (plan built),
   ``--plan warm`` expects it to exist (run cold once first).
 * ``fairseq``: ``load_indexed_dataset(..., "mmap")`` x2 + ``LanguagePairDataset`` +
@@ -214,13 +214,13 @@ class ArrowMT(Pipeline):
     def __init__(self, data: Path, args: argparse.Namespace) -> None:
         from torch.utils.data import DataLoader
 
-        from arrowmt.training._collate import Collater
+        from arrowmt.training._collate import FairseqCollater
         from arrowmt.training._dataset import open_dataset
         from arrowmt.training._sampler import TokenBatchSampler
 
         self.ds = open_dataset(data / "arrowmt")
         self.sampler = TokenBatchSampler(self.ds, max_tokens=args.max_tokens, seed=args.seed)
-        self.collater = Collater.for_dataset(self.ds)
+        self.collater = FairseqCollater(self.ds.special_ids)
         self.num_batches = len(self.sampler)
         self.loader = DataLoader(self.ds, batch_sampler=self.sampler, collate_fn=self.collater, num_workers=0)
 
@@ -230,7 +230,7 @@ class ArrowMT(Pipeline):
 
 
 class ArrowMTDirect(ArrowMT):
-    """arrowmt without the DataLoader: sampler -> ``__getitems__`` -> ``Collater`` (for profiling)."""
+    """arrowmt without the DataLoader: sampler -> ``__getitems__`` -> ``FairseqCollater`` (for profiling)."""
 
     def epoch(self, epoch: int):  # noqa: ANN201
         self.sampler.set_epoch(epoch)

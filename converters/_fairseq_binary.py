@@ -13,12 +13,15 @@ Three index layouts are understood:
   u64 S, int64 dim_offsets[N+1], int64 data_offsets[N+1] (in elements), int64
   sizes[S]. The builder stores ids + 1 and fairseq subtracts 1 when reading.
 
-Every check is vectorized; the mmap ``.bin`` is never read into memory.
+Every check is vectorized; the mmap ``.bin`` is never read into memory. :func:`read_indexed`
+returns every row at once (the index in memory); :func:`open_indexed` checks the same things
+block by block and reads rows block by block, so its memory does not grow with the file.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,11 +147,11 @@ def _first_bad(mask: np.ndarray) -> int:
     return int(hits[0]) if hits.size else -1
 
 
-def _check_nonnegative(path: Path, sizes: np.ndarray) -> None:
-    """FormatError naming the first row with a negative size."""
+def _check_nonnegative(path: Path, sizes: np.ndarray, base: int = 0) -> None:
+    """FormatError naming the first row with a negative size (rows of ``sizes`` are numbered from ``base``)."""
     bad = _first_bad(sizes < 0)
     if bad >= 0:
-        raise FormatError(f"{path}: row {bad}: expected a size >= 0, found {int(sizes[bad])}")
+        raise FormatError(f"{path}: row {base + bad}: expected a size >= 0, found {int(sizes[bad])}")
 
 
 def _offsets_from_sizes(sizes: np.ndarray) -> np.ndarray:
@@ -198,30 +201,39 @@ def _check_doc_idx(path: Path, doc_idx: np.ndarray, count: int) -> None:
     )
 
 
-def _check_pointers(idx: Path, pointers: np.ndarray, offsets: np.ndarray, itemsize: int) -> None:
-    """Pointers must be the cumulative byte offsets of the rows."""
+def _check_pointers(idx: Path, pointers: np.ndarray, offsets: np.ndarray, itemsize: int, base: int = 0) -> None:
+    """Pointers must be the cumulative byte offsets of the rows (``offsets``: one more than ``pointers``)."""
     expected = offsets[:-1] * itemsize
     bad = _first_bad(pointers != expected)
     if bad >= 0:
         raise FormatError(
-            f"{idx}: row {bad}: expected byte pointer {int(expected[bad])} "
+            f"{idx}: row {base + bad}: expected byte pointer {int(expected[bad])} "
             f"(cumulative sizes x itemsize {itemsize}), found {int(pointers[bad])}"
         )
 
 
 def _check_bin_size(bin_path: Path, offsets: np.ndarray, itemsize: int) -> None:
     """The ``.bin`` must hold exactly ``offsets[-1]`` elements; name the first row that does not fit."""
+    _check_bin_tokens(bin_path, int(offsets[-1]), itemsize, lambda fit: _first_unfit(offsets, fit))
+
+
+def _first_unfit(offsets: np.ndarray, fit: int) -> int:
+    """The first row of ``offsets`` that ends past element ``fit``."""
+    return int(np.searchsorted(offsets[1:], fit, side="right"))
+
+
+def _check_bin_tokens(bin_path: Path, tokens: int, itemsize: int, first_unfit: Callable[[int], int]) -> None:
+    """The ``.bin`` must hold exactly ``tokens`` elements; ``first_unfit(n)`` names the first row past ``n``."""
     actual = _file_size(bin_path, "data")
-    expected = int(offsets[-1]) * itemsize
+    expected = tokens * itemsize
     if actual == expected:
         return
     where = ""
     if actual < expected:
-        row = int(np.searchsorted(offsets[1:], actual // itemsize, side="right"))
-        where = f"; row {row} is the first that does not fit"
+        where = f"; row {first_unfit(actual // itemsize)} is the first that does not fit"
     raise FormatError(
         f"{bin_path}: data size does not match the index: expected {expected} bytes "
-        f"({int(offsets[-1])} tokens x {itemsize}), found {actual} bytes{where}"
+        f"({tokens} tokens x {itemsize}), found {actual} bytes{where}"
     )
 
 
@@ -305,15 +317,20 @@ def _read_legacy(prefix: str | Path) -> Ragged:
     offsets = data_offsets.astype(np.int64, copy=True)
     _check_bin_size(bin_path, offsets, dtype.itemsize)
     stored = np.fromfile(bin_path, dtype=dtype)
+    _check_stored_ids(bin_path, stored, offsets)
+    stored -= 1
+    return Ragged(offsets, stored)
+
+
+def _check_stored_ids(bin_path: Path, stored: np.ndarray, offsets: np.ndarray, base: int = 0) -> None:
+    """Legacy values are ids + 1: each must be >= 1. ``stored`` holds rows ``base``, ... with ``offsets`` from 0."""
     bad = _first_bad(stored < 1)
     if bad >= 0:
         row = int(np.searchsorted(offsets, bad, side="right")) - 1
         raise InputDataError(
-            f"{bin_path}: row {row}, token {bad - int(offsets[row])}: legacy files store id + 1, "
+            f"{bin_path}: row {base + row}, token {bad - int(offsets[row])}: legacy files store id + 1, "
             f"expected a stored value >= 1, found {int(stored[bad])} (id {int(stored[bad]) - 1})"
         )
-    stored -= 1
-    return Ragged(offsets, stored)
 
 
 def read_indexed(prefix: str | Path) -> Ragged:
@@ -338,3 +355,112 @@ def read_document_index(prefix: str | Path) -> np.ndarray | None:
     if flavor != "megatron":
         return None
     return _read_mmap_index(idx, flavor).doc_idx
+
+
+# ----- block by block -----------------------------------------------------------------------------
+
+BLOCK_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class IndexedRows:
+    """A checked fairseq binarized dataset whose rows are read block by block (see :func:`open_indexed`).
+
+    mmap/Megatron: the index is read ``block_rows`` entries at a time and the ``.bin`` is mapped one
+    block's window at a time, so memory stays bounded whatever the file size. Legacy: the element
+    offsets (8 bytes per row) stay in memory; values are read per block, checked and decremented.
+    """
+
+    prefix: Path
+    dtype: np.dtype
+    count: int
+    tokens: int
+    sizes_at: int  # mmap: byte offset of the int32 sizes in the .idx
+    data_offsets: np.ndarray | None  # legacy: element offsets of every row (count + 1)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def lengths(self, block_rows: int = BLOCK_ROWS) -> Iterator[np.ndarray]:
+        """Row lengths (int64), ``block_rows`` rows at a time."""
+        if self.data_offsets is not None:
+            for start in range(0, self.count, block_rows):
+                yield np.diff(self.data_offsets[start : start + block_rows + 1])
+            return
+        idx, _ = _paths(self.prefix)
+        for start in range(0, self.count, block_rows):
+            n = min(block_rows, self.count - start)
+            yield np.fromfile(idx, dtype="<i4", count=n, offset=self.sizes_at + 4 * start).astype(np.int64)
+
+    def pieces(self, block_rows: int = BLOCK_ROWS) -> Iterator[Ragged]:
+        """The rows, ``block_rows`` at a time: ids as fairseq reads them (legacy: stored - 1)."""
+        _, bin_path = _paths(self.prefix)
+        first = 0
+        for k, lengths in enumerate(self.lengths(block_rows)):
+            offsets = _offsets_from_sizes(lengths)
+            n = int(offsets[-1])
+            if self.data_offsets is None:
+                values = _map_window(bin_path, self.dtype, first, n)
+            else:
+                values = np.fromfile(bin_path, dtype=self.dtype, count=n, offset=first * self.dtype.itemsize)
+                _check_stored_ids(bin_path, values, offsets, base=k * block_rows)
+                values -= 1
+            first += n
+            yield Ragged(offsets, values)
+
+
+def _map_window(bin_path: Path, dtype: np.dtype, first: int, count: int) -> np.ndarray:
+    """Elements ``first:first+count`` of the ``.bin`` as a read-only memory map (unmapped when dropped)."""
+    if count == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(bin_path, dtype=dtype, mode="r", offset=first * dtype.itemsize, shape=(count,))
+
+
+def open_indexed(prefix: str | Path, block_rows: int = BLOCK_ROWS) -> IndexedRows:
+    """Check ``prefix.idx`` + ``prefix.bin`` as :func:`read_indexed` does, block by block, without reading rows.
+
+    Raises the same errors as :func:`read_indexed` for the index and the file sizes; a legacy
+    stored id of 0 is reported when its block is read.
+    """
+    idx, bin_path = _paths(prefix)
+    flavor = detect_index_format(idx)
+    if flavor == "legacy":
+        dtype, dim_offsets, data_offsets, sizes = _read_legacy_index(idx)
+        _check_legacy_offsets(idx, dim_offsets, data_offsets, sizes)
+        offsets = data_offsets.astype(np.int64, copy=True)
+        _check_bin_size(bin_path, offsets, dtype.itemsize)
+        return IndexedRows(Path(prefix), dtype, int(offsets.shape[0] - 1), int(offsets[-1]), 0, offsets)
+    return _open_mmap(Path(prefix), flavor, block_rows)
+
+
+def _open_mmap(prefix: Path, flavor: str, block_rows: int) -> IndexedRows:
+    idx, bin_path = _paths(prefix)
+    header_len = MEGATRON_HEADER_BYTES if flavor == "megatron" else MMAP_HEADER_BYTES
+    head = _read_header(idx, header_len, f"{flavor} index")
+    version, code, count = struct.unpack_from("<QBQ", head, len(MMAP_MAGIC))
+    _check_version(idx, version)
+    dtype = _dtype_for(code, flavor, idx)
+    if flavor == "megatron":
+        (doc_count,) = struct.unpack_from("<Q", head, MMAP_HEADER_BYTES)
+        _check_doc_idx(idx, np.fromfile(idx, dtype="<i8", count=doc_count, offset=header_len + 12 * count), count)
+    rows = IndexedRows(prefix, dtype, count, 0, header_len, None)
+    tokens = 0
+    for start, sizes in zip(range(0, count, block_rows), rows.lengths(block_rows), strict=True):
+        _check_nonnegative(idx, sizes, base=start)
+        offsets = tokens + _offsets_from_sizes(sizes)
+        pointers = np.fromfile(idx, dtype="<i8", count=sizes.shape[0], offset=header_len + 4 * count + 8 * start)
+        _check_pointers(idx, pointers, offsets, dtype.itemsize, base=start)
+        tokens = int(offsets[-1])
+    _check_bin_tokens(bin_path, tokens, dtype.itemsize, lambda fit: _first_unfit_in_blocks(rows, fit, block_rows))
+    return IndexedRows(prefix, dtype, count, tokens, header_len, None)
+
+
+def _first_unfit_in_blocks(rows: IndexedRows, fit: int, block_rows: int) -> int:
+    """The first row ending past element ``fit``, scanning the sizes block by block (error path only)."""
+    tokens = 0
+    for start, sizes in zip(range(0, rows.count, block_rows), rows.lengths(block_rows), strict=False):
+        offsets = tokens + _offsets_from_sizes(sizes)
+        if offsets[-1] > fit:
+            return start + _first_unfit(offsets, fit)
+        tokens = int(offsets[-1])
+    return rows.count

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -9,11 +12,19 @@ from pathlib import Path
 import numpy as np
 from arrowmt.converters._fairseq_binary import MMAP_MAGIC
 
-from arrowmt.format._atomic import atomic_path, prepare_output_dir, remove_unlisted
-from arrowmt.format._manifest import Manifest, split_path
+from arrowmt._errors import FormatError
+from arrowmt.format._atomic import StagedOutput, atomic_path, write_bytes_atomic
+from arrowmt.format._manifest import Manifest, plain_name_error, read_json
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
+from arrowmt.format._schema import SOURCE, TARGET, TOKENS
+from arrowmt.format._split import open_shard
 
+logger = logging.getLogger(__name__)
+
+EXPORT_RECORD = ".arrowmt-export.json"  # what the export wrote, so that a later one removes only that
+EXPORT_FORMAT = "arrowmt-fairseq-export"
+EXPORTED_SUFFIXES = (".idx", ".bin", ".txt")
 UINT16_LIMIT = 65500
 DTYPE_CODES = {np.dtype("<u2"): 8, np.dtype("<i4"): 4}
 
@@ -33,26 +44,60 @@ def mmap_index_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
 
 
 def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, progress: bool = True) -> list[Path]:
-    """Write every split of the arrowmt folder ``path`` as fairseq mmap files in ``out``; return the prefixes."""
-    folder, dest = Path(path), prepare_output_dir(out, overwrite)
+    """Write every split of the arrowmt folder ``path`` as fairseq mmap files in ``out``; return the prefixes.
+
+    Everything is staged beside ``out`` and published at once (see :class:`StagedOutput`),
+    with a record of the files written (``.arrowmt-export.json``). With ``overwrite``, the
+    files an earlier export recorded there and this one does not write are deleted;
+    nothing else in ``out`` is touched.
+    """
+    folder = Path(path)
     manifest = Manifest.load(folder)
-    for name in sorted(set(manifest.dictionaries.values())):
-        with atomic_path(dest / name) as tmp:
-            shutil.copyfile(folder / name, tmp)
-    prefixes = []
-    for split in manifest.files:
-        shard = SplitFile(split_path(folder, split))
-        prefixes += [_export_column(shard, split, c, dest, manifest, progress) for c in shard.columns]
-    keep = {f"{p.name}.{ext}" for p in prefixes for ext in ("idx", "bin")} | set(manifest.dictionaries.values())
-    remove_unlisted(dest, ("*.idx", "*.bin", "dict*.txt"), keep)
-    return prefixes
+    with StagedOutput.begin(out, overwrite) as staged:
+        earlier = earlier_export(staged.target)
+        dictionaries = sorted(set(manifest.dictionaries.values()))
+        for name in dictionaries:
+            with atomic_path(staged.path / name) as tmp:
+                shutil.copyfile(folder / name, tmp)
+        prefixes = []
+        for split in manifest.files:
+            shard = open_shard(folder, manifest, split)
+            prefixes += [_export_column(shard, split, c, staged.path, manifest, progress) for c in shard.columns]
+        names = sorted({f"{p.name}.{ext}" for p in prefixes for ext in ("idx", "bin")} | set(dictionaries))
+        write_bytes_atomic(staged.path / EXPORT_RECORD, _record_bytes(names))
+        staged.publish([*names, EXPORT_RECORD], remove=earlier)
+    return [staged.target / p.name for p in prefixes]
+
+
+def earlier_export(out: Path) -> frozenset[str]:
+    """The files an earlier :func:`export_fairseq` recorded in ``out`` (none without a readable record)."""
+    path = out / EXPORT_RECORD
+    if not os.path.lexists(path):
+        return frozenset()
+    try:
+        data = read_json(path, "export record")
+        files = data.get("files") if isinstance(data, dict) else None
+        if not isinstance(files, list) or not all(_exported_name(name) for name in files):
+            raise FormatError(f"{path}: expected {{'files': [.idx, .bin, .txt file names]}}, got {str(data)[:80]}")
+    except FormatError as exc:
+        logger.warning("%s; files it may list are left in place", exc)
+        return frozenset()
+    return frozenset(files)
+
+
+def _exported_name(name: object) -> bool:
+    return plain_name_error(name) is None and str(name).endswith(EXPORTED_SUFFIXES)
+
+
+def _record_bytes(names: list[str]) -> bytes:
+    return (json.dumps({"format": EXPORT_FORMAT, "files": names}, indent=2) + "\n").encode("utf-8")
 
 
 def _prefix(dest: Path, split: str, column: str, manifest: Manifest) -> Path:
     langs = manifest.languages
-    if column == "tokens":
+    if column == TOKENS:
         return dest / split
-    return dest / f"{split}.{langs['source']}-{langs['target']}.{langs[column]}"
+    return dest / f"{split}.{langs[SOURCE]}-{langs[TARGET]}.{langs[column]}"
 
 
 def _export_column(shard: SplitFile, split: str, column: str, dest: Path, manifest: Manifest, progress: bool) -> Path:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from arrowmt.converters._fairseq_binary import detect_index_format, read_indexed
+from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
+from arrowmt.format._schema import SOURCE, TARGET, TOKENS
 from arrowmt.format._vocab import Dictionary
+from arrowmt.format._writer import ColumnData, check_same_rows
 
 logger = logging.getLogger(__name__)
 
@@ -20,27 +23,41 @@ PAIR_FILE = re.compile(r"(?P<split>[^.]+)\.(?P<src>[^.-]+)-(?P<tgt>[^.-]+)\.(?P<
 MONO_FILE = re.compile(r"(?P<split>[^.]+)\.idx")
 
 
+NO_TARGET = "None"  # fairseq-preprocess --only-source --source-lang xx names files {split}.xx-None.xx
+
+
 @dataclass(frozen=True)
 class Discovered:
-    """What a data-bin folder holds: language pairs with their splits, and monolingual splits."""
+    """What a data-bin folder holds: language pairs with their splits, and monolingual splits.
+
+    Monolingual splits are ``{split}`` files with ``dict.txt`` (``mono_lang`` None) or
+    ``{split}.{lang}-None.{lang}`` files with ``dict.{lang}.txt`` (``mono_lang`` set).
+    """
 
     pairs: dict[tuple[str, str], list[str]]
     mono: list[str]
+    mono_lang: str | None = None
 
 
 def discover(data_bin: Path) -> Discovered:
-    """Find every ``{split}.{src}-{tgt}.{lang}`` pair and monolingual ``{split}`` in ``data_bin``."""
+    """Find every ``{split}.{src}-{tgt}.{lang}`` pair and monolingual split in ``data_bin``."""
     if not data_bin.is_dir():
         raise InvalidParameterError(f"data_bin: expected a fairseq data-bin folder, got {data_bin} (not a folder)")
     pairs: dict[tuple[str, str], set[str]] = {}
-    mono: set[str] = set()
+    mono: dict[str | None, set[str]] = {}
     for idx in sorted(data_bin.glob("*.idx")):
         if m := PAIR_FILE.fullmatch(idx.name):
-            if m["lang"] in (m["src"], m["tgt"]):
+            if m["tgt"] == NO_TARGET and m["lang"] == m["src"]:
+                mono.setdefault(m["src"], set()).add(m["split"])
+            elif m["lang"] in (m["src"], m["tgt"]):
                 pairs.setdefault((m["src"], m["tgt"]), set()).add(m["split"])
         elif m := MONO_FILE.fullmatch(idx.name):
-            mono.add(m["split"])
-    return Discovered({k: sorted(v) for k, v in pairs.items()}, sorted(mono))
+            mono.setdefault(None, set()).add(m["split"])
+    if len(mono) > 1:
+        layouts = sorted("{split}" if lang is None else f"{{split}}.{lang}-None.{lang}" for lang in mono)
+        raise InputDataError(f"{data_bin}: expected one monolingual layout, found files named {layouts}")
+    lang, splits = next(iter(mono.items()), (None, set()))
+    return Discovered({k: sorted(v) for k, v in pairs.items()}, sorted(splits), lang)
 
 
 def convert_fairseq(
@@ -54,10 +71,15 @@ def convert_fairseq(
     """Convert the fairseq ``data_bin`` folder to an arrowmt folder at ``out``.
 
     A folder with one language pair (or only monolingual data) converts as is;
-    with several pairs, choose one with ``pair="de-en"``.
+    with several pairs, every pair becomes splits ``{split}.{src}-{tgt}`` of one
+    folder (:mod:`arrowmt.converters._multi_pair`), or ``pair="de-en"`` picks one.
     """
     data_bin = Path(data_bin)
     found = discover(data_bin)
+    if len(found.pairs) > 1 and pair is None:
+        from arrowmt.converters._multi_pair import convert_multi_pair
+
+        return convert_multi_pair(data_bin, Path(out), found, overwrite, progress)
     if found.pairs or pair:
         src, tgt = _choose_pair(data_bin, found, pair)
         if found.mono:
@@ -66,7 +88,7 @@ def convert_fairseq(
             )
         return _convert_pair(data_bin, Path(out), src, tgt, found.pairs[(src, tgt)], overwrite, progress)
     if found.mono:
-        return _convert_mono(data_bin, Path(out), found.mono, overwrite, progress)
+        return _convert_mono(data_bin, Path(out), found.mono, found.mono_lang, overwrite, progress)
     raise InputDataError(
         f"{data_bin}: no fairseq binarized data found (expected files like train.de-en.de.idx or train.idx)"
     )
@@ -85,39 +107,79 @@ def _choose_pair(data_bin: Path, found: Discovered, pair: str | None) -> tuple[s
 
 
 def _load_dict(data_bin: Path, lang: str | None) -> tuple[Path, Dictionary]:
-    path = data_bin / (f"dict.{lang}.txt" if lang else "dict.txt")
+    path = data_bin / OutputFolder.dictionary_name(lang)
     if not path.is_file():
         raise InputDataError(f"{path}: dictionary missing (fairseq data-bin folders hold one per language)")
     return path, Dictionary.load(path)
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One column of the output: its language, dictionary (file and contents) and role."""
+
+    role: str
+    lang: str | None
+    dict_path: Path
+    dictionary: Dictionary
+
+
+def _read_splits(
+    data_bin: Path, splits: list[str], sides: list[_Side], prefix: Callable[[str, str | None], str]
+) -> dict[str, dict[str, ColumnData]]:
+    """Every split's columns, read and checked (index headers, sizes, row counts) before anything is written.
+
+    ``prefix(split, lang)`` is the data-bin file name without ``.idx``/``.bin``. The files are
+    checked block by block here, and read block by block while written (bounded memory).
+    """
+    inputs = {}
+    for split in splits:
+        columns = {}
+        for side in sides:
+            path = data_bin / prefix(split, side.lang)
+            name = OutputFolder.dictionary_name(side.lang)
+            columns[side.role] = column(open_indexed(path), side.lang, name, side.dictionary, f"{path}.bin")
+        rows = {role: len(c.ragged) for role, c in columns.items()}
+        check_same_rows(split, rows, {role: c.origin for role, c in columns.items()})
+        inputs[split] = columns
+    return inputs
+
+
+def _write_all(
+    out: Path,
+    languages: dict[str, str | None],
+    source_format: str,
+    sides: list[_Side],
+    inputs: dict[str, dict[str, ColumnData]],
+    overwrite: bool,
+    progress: bool,
+) -> Manifest:
+    """Stage the dictionaries and every split, then publish them to ``out`` at once."""
+    with OutputFolder.prepare(out, languages, source_format, overwrite, progress) as folder:
+        for side in sides:
+            folder.add_dictionary(side.lang, side.dictionary, source=side.dict_path)
+        for split, columns in inputs.items():
+            folder.write(split, columns, special_ids_of(sides[0].dictionary))
+        return folder.finish()
 
 
 def _convert_pair(
     data_bin: Path, out: Path, src: str, tgt: str, splits: list[str], overwrite: bool, progress: bool
 ) -> Manifest:
     fmt = detect_index_format(data_bin / f"{splits[0]}.{src}-{tgt}.{src}.idx")
-    folder = OutputFolder.prepare(out, {"source": src, "target": tgt}, f"fairseq-{fmt}", overwrite, progress)
-    dicts = {lang: _load_dict(data_bin, lang) for lang in (src, tgt)}
-    names = {lang: folder.add_dictionary(lang, d, source=p) for lang, (p, d) in dicts.items()}
-    for split in splits:
-        columns = {}
-        for role, lang in (("source", src), ("target", tgt)):
-            prefix = data_bin / f"{split}.{src}-{tgt}.{lang}"
-            columns[role] = column(read_indexed(prefix), lang, names[lang], dicts[lang][1], f"{prefix}.bin")
-        folder.write(split, columns, special_ids_of(dicts[src][1]))
-    return folder.finish()
+    sides = [_Side(role, lang, *_load_dict(data_bin, lang)) for role, lang in ((SOURCE, src), (TARGET, tgt))]
+    inputs = _read_splits(data_bin, splits, sides, lambda split, lang: f"{split}.{src}-{tgt}.{lang}")
+    languages: dict[str, str | None] = {SOURCE: src, TARGET: tgt}
+    return _write_all(out, languages, f"fairseq-{fmt}", sides, inputs, overwrite, progress)
 
 
-def _convert_mono(data_bin: Path, out: Path, splits: list[str], overwrite: bool, progress: bool) -> Manifest:
-    fmt = detect_index_format(data_bin / f"{splits[0]}.idx")
-    folder = OutputFolder.prepare(out, {"tokens": None}, f"fairseq-{fmt}", overwrite, progress)
-    path, dictionary = _load_dict(data_bin, None)
-    name = folder.add_dictionary(None, dictionary, source=path)
-    for split in splits:
-        prefix = data_bin / split
-        ragged = read_indexed(prefix)
-        folder.write(
-            split,
-            {"tokens": column(ragged, None, name, dictionary, f"{prefix}.bin")},
-            special_ids_of(dictionary),
-        )
-    return folder.finish()
+def _mono_prefix(split: str, lang: str | None) -> str:
+    return split if lang is None else f"{split}.{lang}-{NO_TARGET}.{lang}"
+
+
+def _convert_mono(
+    data_bin: Path, out: Path, splits: list[str], lang: str | None, overwrite: bool, progress: bool
+) -> Manifest:
+    fmt = detect_index_format(data_bin / f"{_mono_prefix(splits[0], lang)}.idx")
+    sides = [_Side(TOKENS, lang, *_load_dict(data_bin, lang))]
+    inputs = _read_splits(data_bin, splits, sides, _mono_prefix)
+    return _write_all(out, {TOKENS: lang}, f"fairseq-{fmt}", sides, inputs, overwrite, progress)

@@ -1,30 +1,53 @@
-"""Shared output steps of every converter: prepare the folder, write splits, copy dictionaries, manifest."""
+"""Shared output steps of every converter: stage the folder, write splits, copy dictionaries, publish."""
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from arrowmt.format._atomic import atomic_path, prepare_output_dir, remove_unlisted
-from arrowmt.format._manifest import Manifest, file_entry, split_path
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._atomic import StagedOutput, atomic_path
+from arrowmt.format._manifest import (
+    DICTIONARY_SUFFIX,
+    FileEntry,
+    Manifest,
+    file_entry,
+    manifest_path,
+    plain_name_error,
+    read_json,
+)
 from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._ragged import Ragged
+from arrowmt.format._reader import SplitFile
 from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME, SPLIT_SUFFIX
 from arrowmt.format._vocab import Dictionary
-from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.format._writer import ColumnData, RowSource, write_split
 
-# What an earlier conversion may have left that the new one does not rewrite.
-EARLIER_OUTPUT = (f"*{SPLIT_SUFFIX}", "dict*.txt", CACHE_DIR_NAME)
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class OutputFolder:
-    """An arrowmt folder being written: split files first, the manifest last (its presence = complete)."""
+    """An arrowmt folder being written, published complete or not at all.
 
-    path: Path
+    Every file goes into a staging folder, :attr:`path` (beside the output folder
+    :attr:`out`); :meth:`finish` moves them into :attr:`out` with renames, the manifest
+    last, then deletes the files the previous manifest there listed that the new one
+    does not (and arrowmt's plan cache). Nothing else in :attr:`out` is touched. Until
+    :meth:`finish`, :attr:`out` is unchanged: a failure, Ctrl-C or SIGKILL leaves the
+    previous dataset readable (or no folder at all). Use it as a context manager (or
+    call :meth:`abort`) to remove the staging folder at once on failure; otherwise it is
+    removed when the object is collected, at exit, or by the next run after a SIGKILL.
+    """
+
+    staged: StagedOutput
     manifest: Manifest
     progress: bool = False
+    earlier: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def prepare(
@@ -35,16 +58,40 @@ class OutputFolder:
         overwrite: bool,
         progress: bool,
     ) -> OutputFolder:
-        """Check ``path`` may be written (``overwrite`` replaces an earlier dataset there) and clear stale files."""
-        out = prepare_output_dir(path, overwrite)
-        if overwrite:
-            (out / MANIFEST_NAME).unlink(missing_ok=True)  # incomplete until the new manifest is written
+        """Check ``path`` may be written (``overwrite`` replaces an earlier dataset there) and start staging."""
+        staged = StagedOutput.begin(path, overwrite)
         manifest = Manifest(languages=languages, dictionaries={}, source_format=source_format)
-        return cls(out, manifest, progress)
+        folder = cls(staged, manifest, progress, earlier_files(staged.target))
+        weakref.finalize(folder, staged.abort)
+        return folder
+
+    @property
+    def path(self) -> Path:
+        """The staging folder: where split files are written (by other processes too, see :meth:`record`)."""
+        return self.staged.path
+
+    @property
+    def out(self) -> Path:
+        """The output folder the dataset is published to."""
+        return self.staged.target
+
+    def __enter__(self) -> OutputFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+    @staticmethod
+    def dictionary_name(lang: str | None) -> str:
+        """The file name of ``lang``'s dictionary: ``dict.<lang>.txt`` (``dict.txt`` without a language)."""
+        name = f"dict.{lang}.txt" if lang else "dict.txt"
+        if error := plain_name_error(name, DICTIONARY_SUFFIX):
+            raise InvalidParameterError(f"lang: {error}")
+        return name
 
     def add_dictionary(self, lang: str | None, dictionary: Dictionary, source: Path | None = None) -> str:
         """Store ``dict.<lang>.txt`` (byte copy of ``source`` when given, else saved) and return its name."""
-        name = f"dict.{lang}.txt" if lang else "dict.txt"
+        name = self.dictionary_name(lang)
         target = self.path / name
         if source is not None:
             with atomic_path(target) as tmp:
@@ -54,9 +101,16 @@ class OutputFolder:
         self.manifest.dictionaries[lang or ""] = name
         return name
 
+    def split_file(self, name: str) -> Path:
+        """Where split (or shard) ``name`` is written in the staging folder; the name is checked first."""
+        file = f"{name}{SPLIT_SUFFIX}"
+        if error := plain_name_error(file, SPLIT_SUFFIX):
+            raise InvalidParameterError(f"name: {error} (the split name + {SPLIT_SUFFIX!r})")
+        return self.path / file
+
     def write(self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds) -> None:
         """Write one split (or shard) file and record it."""
-        path = split_path(self.path, name)
+        path = self.split_file(name)
         meta = write_split(
             path,
             name,
@@ -67,12 +121,48 @@ class OutputFolder:
         )
         self.manifest.files[name] = file_entry(path, meta.rows)
 
+    def record(self, name: str) -> FileEntry:
+        """Record split ``name`` that another writer (a worker process) put at :meth:`split_file`.
+
+        The file is opened and validated like any split file before it is listed.
+        """
+        path = self.split_file(name)
+        if not path.is_file():
+            raise InvalidParameterError(f"name: expected {path} to be written first, it is missing")
+        rows = len(SplitFile(path))
+        self.manifest.files[name] = entry = file_entry(path, rows)
+        return entry
+
     def finish(self) -> Manifest:
-        """Write the manifest (only now is the folder a complete dataset), then drop earlier output."""
+        """Write the manifest, publish the dataset (manifest last) and drop the previous one's leftovers.
+
+        Leftovers are the files the previous manifest listed, except its dictionaries when
+        the folder also holds fairseq binarized files (``*.idx``): fairseq names its
+        dictionaries the same way, so those may be the data-bin's own.
+        """
         self.manifest.save(self.path)
-        keep = {e.file for e in self.manifest.files.values()} | set(self.manifest.dictionaries.values())
-        remove_unlisted(self.path, EARLIER_OUTPUT, keep)
+        names = [*sorted(self.manifest.file_names()), MANIFEST_NAME]
+        stale = self.earlier
+        if self.out.is_dir() and any(self.out.glob("*.idx")):
+            stale = frozenset(name for name in stale if not name.endswith(DICTIONARY_SUFFIX))
+        self.staged.publish(names, remove=stale, remove_dirs=(CACHE_DIR_NAME,))
         return self.manifest
+
+    def abort(self) -> None:
+        """Give up: remove the staging folder; the output folder stays as it was (idempotent)."""
+        self.staged.abort()
+
+
+def earlier_files(out: str | os.PathLike[str]) -> frozenset[str]:
+    """The files the dataset already in ``out`` lists in its manifest (none if there is no readable one)."""
+    path = manifest_path(out)
+    if not os.path.lexists(path):
+        return frozenset()
+    try:
+        return frozenset(Manifest.parse(read_json(path, "manifest"), path).file_names())
+    except FormatError as exc:
+        logger.warning("%s; files it may list are left in place", exc)
+        return frozenset()
 
 
 def special_ids_of(dictionary: Dictionary) -> SpecialIds:
@@ -80,7 +170,9 @@ def special_ids_of(dictionary: Dictionary) -> SpecialIds:
     return SpecialIds(bos=dictionary.bos, pad=dictionary.pad, eos=dictionary.eos, unk=dictionary.unk)
 
 
-def column(ragged: Ragged, lang: str | None, dict_name: str, dictionary: Dictionary, origin: str) -> ColumnData:
+def column(
+    ragged: Ragged | RowSource, lang: str | None, dict_name: str, dictionary: Dictionary, origin: str
+) -> ColumnData:
     """A ColumnData for ``ragged`` encoded with ``dictionary``."""
     return ColumnData(
         ragged=ragged,

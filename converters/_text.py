@@ -6,18 +6,18 @@ Arrow's ``utf8_split_whitespace`` matches character for character) and every row
 with ``</s>``. Lines end at ``\\n`` only; one trailing ``\\r`` is removed (CRLF files). A lone
 ``\\r`` inside a line stays in the line (fairseq's universal-newline reading would start a
 new line there).
+
+Text is handled in byte chunks that end after a newline (:func:`split_lines`), so a file of
+any size is read piece by piece; :func:`read_lines` reads a whole (small) file.
 """
 
 from __future__ import annotations
 
 import gzip
-import multiprocessing
+import hashlib
 import os
 import zlib
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from itertools import repeat
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
+from arrowmt._errors import InputDataError, InvalidParameterError, VocabularyError
+from arrowmt._optional import require
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._vocab import Dictionary
 
@@ -34,7 +35,8 @@ PathLike = str | os.PathLike[str]
 LineArray = pa.Array | pa.ChunkedArray
 MAX_STRING_BYTES = 2**31 - 1
 MAX_INT32 = 2**31 - 1
-SENTENCEPIECE_HINT = "pip install 'arrowmt[sentencepiece]'"
+NEWLINE = 0x0A
+GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
 @dataclass(frozen=True)
@@ -58,60 +60,113 @@ class Encoded:
 # ----- reading ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class BadBytes:
+    """Where invalid UTF-8 starts in a chunk of text: byte ``offset`` in the chunk, 0-based ``line``
+    of the chunk, ``column`` (byte within that line) and the offending ``byte`` (None when Arrow
+    rejects what Python accepts)."""
+
+    offset: int
+    line: int
+    column: int
+    byte: int | None
+
+    def error(self, path: PathLike, first_line: int = 0, first_byte: int = 0) -> InputDataError:
+        """The error for a chunk of ``path`` that starts at line ``first_line`` (0-based), byte ``first_byte``."""
+        if self.byte is None:
+            return InputDataError(f"{path}: expected UTF-8 text, got bytes Arrow rejects as UTF-8")
+        line = first_line + self.line + 1
+        return InputDataError(
+            f"{path}:{line}: expected UTF-8 text, got invalid byte 0x{self.byte:02x} "
+            f"at byte offset {first_byte + self.offset} (byte {self.column + 1} of line {line})"
+        )
+
+
+class BadUtf8(Exception):
+    """Raised by :func:`split_lines`; carries where the chunk stops being UTF-8."""
+
+    def __init__(self, bad: BadBytes) -> None:
+        super().__init__(bad)
+        self.bad = bad
+
+
 def read_lines(path: PathLike) -> pa.StringArray:
     """All lines of a UTF-8 text file (gzip when the name ends in ``.gz``), newlines removed.
 
-    A final line without a newline counts. Returns a ``large_string`` array instead when
-    the text exceeds 2 GiB. Invalid UTF-8 raises InputDataError with line and byte offset.
+    Reads the whole file at once (conversion reads in chunks instead). A final line without
+    a newline counts. Returns a ``large_string`` array instead when the text exceeds 2 GiB.
+    Invalid UTF-8 raises InputDataError with line and byte offset.
     """
     source = Path(path)
-    data = _read_bytes(source)
-    text = _validated_text(data, source)
-    lines = pc.split_pattern(text, "\n").flatten()
-    if len(data) == 0 or data.endswith(b"\n"):
-        lines = lines.slice(0, len(lines) - 1)
-    lines = _strip_carriage_returns(lines)
-    if len(data) <= MAX_STRING_BYTES:
-        return lines.cast(pa.string())
-    return lines
+    data = read_text_bytes(source)
+    try:
+        return split_lines(data, keep_newlines=False)
+    except BadUtf8 as exc:
+        raise exc.bad.error(source) from None
 
 
-def _read_bytes(path: Path) -> bytes:
+def read_text_bytes(path: Path) -> bytes:
+    """The bytes of a text file, decompressed when its name ends in ``.gz``."""
     try:
         if path.suffix == ".gz":
             with gzip.open(path, "rb") as handle:
                 return handle.read()
         return path.read_bytes()
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise InputDataError(f"{path}: expected a complete gzip file, got a corrupt one ({exc})") from None
+    except GZIP_ERRORS as exc:
+        raise gzip_error(path, exc) from None
     except OSError as exc:
-        raise InputDataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise read_error(path, exc) from exc
 
 
-def _validated_text(data: bytes, path: Path) -> pa.Array:
-    """``data`` as a one-element large_string array, UTF-8 checked by Arrow without copying."""
-    offsets = pa.array([0, len(data)], pa.int64()).buffers()[1]
-    binary = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
+def gzip_error(path: PathLike, exc: BaseException) -> InputDataError:
+    return InputDataError(f"{path}: expected a complete gzip file, got a corrupt one ({exc})")
+
+
+def read_error(path: PathLike, exc: OSError) -> InputDataError:
+    return InputDataError(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+def split_lines(data: bytes, keep_newlines: bool = False) -> pa.Array:
+    """The lines of ``data`` (UTF-8 text) as a string array, without copying the text when ``keep_newlines``.
+
+    A final line without a newline counts. ``keep_newlines=True`` leaves each line's ``\\n``
+    (and ``\\r``) in place: whitespace tokenization is the same, and no copy is made.
+    Otherwise the ``\\n`` and one ``\\r`` before it are removed. Raises :class:`BadUtf8`.
+    """
+    bytes_view = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(bytes_view == NEWLINE) + 1
+    partial = len(data) > 0 and data[-1] != NEWLINE
+    large = len(data) > MAX_STRING_BYTES
+    offsets = np.zeros(ends.shape[0] + 1 + partial, dtype=np.int64 if large else np.int32)
+    offsets[1 : ends.shape[0] + 1] = ends
+    if partial:
+        offsets[-1] = len(data)
+    string_type = pa.large_string() if large else pa.string()
+    binary = pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        offsets.shape[0] - 1,
+        [None, pa.py_buffer(offsets), pa.py_buffer(data)],
+    )
     try:
-        return binary.cast(pa.large_string())
+        lines = binary.cast(string_type)
     except pa.ArrowInvalid:
-        raise _utf8_error(data, path) from None
+        raise BadUtf8(_locate_bad_utf8(data)) from None
+    if keep_newlines:
+        return lines
+    return _strip_carriage_returns(pc.utf8_rtrim(lines, characters="\n"))
 
 
-def _utf8_error(data: bytes, path: Path) -> InputDataError:
+def _locate_bad_utf8(data: bytes) -> BadBytes:
     """Locate the first invalid byte (only on the error path, so a full decode is fine)."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         offset = exc.start
     else:  # Arrow rejected what Python accepts: report without a position
-        return InputDataError(f"{path}: expected UTF-8 text, got bytes Arrow rejects as UTF-8")
-    line = data.count(b"\n", 0, offset) + 1
+        return BadBytes(0, 0, 0, None)
+    line = data.count(b"\n", 0, offset)
     column = offset - (data.rfind(b"\n", 0, offset) + 1)
-    return InputDataError(
-        f"{path}:{line}: expected UTF-8 text, got invalid byte 0x{data[offset]:02x} "
-        f"at byte offset {offset} (byte {column + 1} of line {line})"
-    )
+    return BadBytes(offset, line, column, data[offset])
 
 
 def _strip_carriage_returns(lines: pa.Array) -> pa.Array:
@@ -173,38 +228,69 @@ def encode_token_lists(tokens: pa.Array, dictionary: Dictionary, append_eos: boo
         raise InvalidParameterError(f"tokens: expected a list<string> array, got {tokens.type}")
     ids, unknown = dictionary.lookup(tokens.flatten())
     lengths = pc.list_value_length(tokens).fill_null(0).to_numpy().astype(np.int64)
-    if append_eos:
-        ends = np.cumsum(lengths)
-        ids = np.insert(ids, ends, np.int32(dictionary.eos))
-        lengths = lengths + 1
     ragged = Ragged.from_lengths(lengths, ids.astype(np.int32, copy=False))
-    return Encoded(ragged, n_tokens=int(ids.shape[0]), n_unk=int(np.count_nonzero(unknown)))
+    if append_eos:
+        ragged = append_row_end(ragged, dictionary.eos)
+    return Encoded(ragged, n_tokens=int(ragged.values.shape[0]), n_unk=int(np.count_nonzero(unknown)))
 
 
-def encode_file(path: PathLike, dictionary: Dictionary, append_eos: bool = True) -> Encoded:
-    """Read, tokenize and encode one text file."""
-    return encode(read_lines(path), dictionary, append_eos)
-
-
-def encode_parallel(
-    paths: Sequence[PathLike], dictionary: Dictionary, workers: int = 1, append_eos: bool = True
-) -> list[Encoded]:
-    """Encode several files, one per task, in ``workers`` processes (1: in this process).
-
-    The result is the same whatever ``workers`` is: one Encoded per path, in order.
-    Workers are spawned (not forked), so a calling script needs the usual
-    ``if __name__ == "__main__":`` guard.
-    """
-    if workers < 1:
-        raise InvalidParameterError(f"workers: expected >= 1, got {workers}")
-    if workers == 1 or len(paths) <= 1:
-        return [encode_file(path, dictionary, append_eos) for path in paths]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=context) as pool:
-        return list(pool.map(encode_file, paths, repeat(dictionary), repeat(append_eos)))
+def append_row_end(ragged: Ragged, eos: int) -> Ragged:
+    """``ragged`` with ``eos`` appended to every row (int32 values)."""
+    offsets = ragged.offsets + np.arange(ragged.offsets.shape[0], dtype=np.int64)
+    values = np.insert(np.asarray(ragged.values, dtype=np.int32), ragged.offsets[1:], np.int32(eos))
+    return Ragged(offsets, values)
 
 
 # ----- sentencepiece ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SentencePieceModel:
+    """A sentencepiece model's bytes and their SHA-256 (shipped to workers, recorded in the manifest)."""
+
+    sha256: str
+    proto: bytes
+
+    @classmethod
+    def load(cls, model_path: PathLike) -> SentencePieceModel:
+        """Read and check a model file (InvalidParameterError if absent, VocabularyError if it fails to load)."""
+        _import_sentencepiece()
+        path = Path(model_path)
+        if not path.is_file():
+            raise InvalidParameterError(f"model_path: expected a sentencepiece model file, got {model_path}")
+        proto = path.read_bytes()
+        model = cls(hashlib.sha256(proto).hexdigest(), proto)
+        try:
+            model.processor()
+        except VocabularyError as exc:
+            raise VocabularyError(f"{model_path}: {exc}") from None
+        return model
+
+    def processor(self) -> Any:
+        """The loaded ``SentencePieceProcessor`` (one per process and model)."""
+        cached = _PROCESSORS.get(self.sha256)
+        if cached is None:
+            spm = _import_sentencepiece()
+            cached = spm.SentencePieceProcessor()
+            try:
+                cached.LoadFromSerializedProto(self.proto)
+            except (OSError, RuntimeError) as exc:
+                raise VocabularyError(f"expected a sentencepiece model, got one that fails to load ({exc})") from None
+            _PROCESSORS[self.sha256] = cached
+        return cached
+
+    def pieces(self, lines: LineArray) -> pa.ListArray:
+        """The pieces of every line, as fairseq-preprocess tokenizes ``spm_encode --output_format=piece`` output.
+
+        Lines are encoded with the batch API; the pieces of a line are joined by spaces and split
+        again on whitespace, exactly as fairseq reads the text ``spm_encode`` writes.
+        """
+        lines = _as_lines(lines)
+        pieces = self.processor().encode(lines.to_pylist(), out_type=str, num_threads=1)
+        return tokenize(pc.binary_join(pa.array(pieces, pa.list_(pa.string())), " "))
+
+
+_PROCESSORS: dict[str, Any] = {}
 
 
 def encode_sentencepiece(
@@ -218,35 +304,10 @@ def encode_sentencepiece(
 
 
 def sentencepiece_pieces(lines: LineArray, model_path: PathLike) -> pa.ListArray:
-    """The sentencepiece pieces of every line, as a list<string> array (e.g. to build a dictionary).
-
-    The pieces are joined by spaces and split again, exactly as fairseq-preprocess
-    tokenizes the text that ``spm_encode --output_format=piece`` writes.
-    """
+    """The sentencepiece pieces of every line, as a list<string> array (e.g. to build a dictionary)."""
     lines = _as_lines(lines)
-    processor = _load_sentencepiece(model_path)
-    pieces = processor.encode(lines.to_pylist(), out_type=str)
-    return tokenize(pc.binary_join(pa.array(pieces, pa.list_(pa.string())), " "))
+    return SentencePieceModel.load(model_path).pieces(lines)
 
 
 def _import_sentencepiece() -> ModuleType:
-    try:
-        import sentencepiece
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"sentencepiece: expected the optional package to be installed, got ImportError ({exc}); "
-            f"install it with: {SENTENCEPIECE_HINT}"
-        ) from None
-    return sentencepiece
-
-
-def _load_sentencepiece(model_path: PathLike) -> Any:
-    spm = _import_sentencepiece()
-    if not Path(model_path).is_file():
-        raise InvalidParameterError(f"model_path: expected a sentencepiece model file, got {model_path}")
-    try:
-        return spm.SentencePieceProcessor(model_file=os.fspath(model_path))
-    except (OSError, RuntimeError) as exc:
-        raise VocabularyError(
-            f"{model_path}: expected a sentencepiece model, got one that fails to load ({exc})"
-        ) from None
+    return require("sentencepiece", "sentencepiece", "sentencepiece encoding (spm_model)")

@@ -1,65 +1,87 @@
-"""Train a small ``torch.nn.Transformer`` on an arrowmt corpus with a plain PyTorch loop (no fairseq).
+"""Train a small ``torch.nn.Transformer`` on an arrowmt corpus with plain PyTorch: a complete small recipe.
 
-    python examples/train_plain.py --data corpora/multi30k --steps 200 --max-tokens 4096
+    python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt
+    python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt --resume
 
-The data side is three arrowmt pieces meeting at a ``DataLoader``: the
-memory-mapped ``open_dataset``, a ``TokenBatchSampler`` (token-budget batches,
-rank and world size from ``torch.distributed`` when it is initialized) and the
-``Collater`` in ``plain`` mode (right-padded ``source``/``target`` plus their
-lengths). Prints the training loss (per target token) of every step.
+The data side is three arrowmt pieces meeting at torchdata's ``StatefulDataLoader``
+(``pip install 'arrowmt[resume]'``): the memory-mapped ``open_dataset``, a
+``TokenBatchSampler`` (token-budget batches; rank and world size from
+``torch.distributed`` when it is initialized) and the ``PlainCollater``
+(right-padded ``source``/``target`` plus their lengths).
+
+Every epoch: the training loss of each step, then the loss per target token on the
+``valid`` split, then a checkpoint (model, optimizer and the loader's state, so
+``--resume`` continues with exactly the batch that comes next, also mid-epoch after
+``--save-every`` or ``--stop-after``). At the end: greedy decoding of a few ``test``
+sentences and, when ``sacrebleu`` is installed, BLEU over ``--bleu-sentences`` of them
+(on the corpus' own tokenization). Positions are sized from the longest row of every split.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
-from collections.abc import Iterator
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from arrowmt import ArrowMTDataset, Collater, TokenBatchSampler, open_dataset
+from arrowmt import ArrowMTDataset, Dictionary, Manifest, PlainCollater, TokenBatchSampler, open_dataset, open_split
+
+SPM_SPACE = "\u2581"  # sentencepiece's word-start mark
 
 
 class Seq2Seq(nn.Module):
-    """Token and learned position embeddings around ``nn.Transformer``, projecting to the target vocabulary."""
+    """Token + learned position embeddings, a Transformer encoder and decoder, a target-vocabulary projection."""
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, pad: int, max_len: int, dim: int = 64) -> None:
+    def __init__(self, src_vocab: int, tgt_vocab: int, pad: int, positions: int, dim: int = 64) -> None:
         super().__init__()
         self.pad = pad
         self.scale = math.sqrt(dim)
         self.src_embed = nn.Embedding(src_vocab, dim, padding_idx=pad)
         self.tgt_embed = nn.Embedding(tgt_vocab, dim, padding_idx=pad)
-        self.positions = nn.Embedding(max_len, dim)
-        self.transformer = nn.Transformer(
-            d_model=dim,
-            nhead=4,
-            num_encoder_layers=1,
-            num_decoder_layers=1,
-            dim_feedforward=4 * dim,
-            dropout=0.0,
-            batch_first=True,
-        )
+        self.positions = nn.Embedding(positions, dim)
+        kw = {"d_model": dim, "nhead": 4, "dim_feedforward": 4 * dim, "dropout": 0.0, "batch_first": True}
+        # no nested-tensor fast path: it is a prototype API and warns in evaluation mode
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), 1, enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), 1)
         self.project = nn.Linear(dim, tgt_vocab)
 
     def _embed(self, table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
         return table(tokens) * self.scale + self.positions(torch.arange(tokens.shape[1]))
 
-    def forward(self, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        """Logits ``(batch, target length, target vocabulary)`` for decoder inputs ``prev``."""
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self._embed(self.src_embed, src), src_key_padding_mask=src == self.pad)
+
+    def decode(self, memory: torch.Tensor, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """Logits ``(batch, len(prev), target vocabulary)`` for decoder inputs ``prev``."""
         n = prev.shape[1]
         causal = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
-        hidden = self.transformer(
-            self._embed(self.src_embed, src),
+        hidden = self.decoder(
             self._embed(self.tgt_embed, prev),
+            memory,
             tgt_mask=causal,
-            src_key_padding_mask=src == self.pad,
             tgt_key_padding_mask=prev == self.pad,
             memory_key_padding_mask=src == self.pad,
         )
         return self.project(hidden)
+
+    def forward(self, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        return self.decode(self.encode(src), src, prev)
+
+
+@dataclass
+class Progress:
+    """Where training stands: the epoch in progress (or next) and the optimizer steps taken so far."""
+
+    epoch: int = 1
+    step: int = 0
 
 
 def decoder_inputs(target: torch.Tensor, eos: int) -> torch.Tensor:
@@ -68,25 +90,37 @@ def decoder_inputs(target: torch.Tensor, eos: int) -> torch.Tensor:
     return torch.cat([start, target[:, :-1]], dim=1)
 
 
-def build_model(ds: ArrowMTDataset) -> Seq2Seq:
+def longest_row(data: str) -> int:
+    """The longest row, in tokens, of any column of any split (positions must cover valid and test too)."""
+    longest = 0
+    for name in Manifest.load(data).splits():
+        split = open_split(data, name)
+        longest = max(longest, *(int(split.lengths(c).max(initial=0)) for c in split.columns))
+    return longest
+
+
+def dictionaries(data: str) -> dict[str, Dictionary]:
+    """The source and target dictionaries, by column, as the manifest names them."""
+    manifest = Manifest.load(data)
+    return {c: Dictionary.load(Path(data) / manifest.dictionaries[lang]) for c, lang in manifest.languages.items()}
+
+
+def build_model(data: str, ds: ArrowMTDataset, dim: int) -> Seq2Seq:
     columns = ds.metadata.columns
-    longest = int(max(ds.lengths("source").max(), ds.lengths("target").max()))
-    return Seq2Seq(columns["source"].vocab_size, columns["target"].vocab_size, ds.special_ids.pad, longest + 1)
+    positions = 2 * longest_row(data) + 2  # greedy decoding may run past the longest reference
+    return Seq2Seq(columns["source"].vocab_size, columns["target"].vocab_size, ds.special_ids.pad, positions, dim)
 
 
-def endless(loader: DataLoader, sampler: TokenBatchSampler) -> Iterator[dict[str, Any]]:
-    """Batches of epoch 1, 2, ... (``set_epoch`` reshuffles the batch order each epoch)."""
-    epoch = 1
-    while True:
-        sampler.set_epoch(epoch)
-        yield from loader
-        epoch += 1
+def loss_of(model: Seq2Seq, batch: dict[str, Any], eos: int, reduction: str = "mean") -> torch.Tensor:
+    target = batch["target"]
+    logits = model(batch["source"], decoder_inputs(target, eos))
+    return nn.functional.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), ignore_index=model.pad, reduction=reduction
+    )
 
 
 def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: dict[str, Any], eos: int) -> float:
-    target = batch["target"]
-    logits = model(batch["source"], decoder_inputs(target, eos))
-    loss = nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=model.pad)
+    loss = loss_of(model, batch, eos)
     optimizer.zero_grad()
     loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -94,29 +128,177 @@ def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: dict[str
     return loss.item()
 
 
+@torch.no_grad()
+def validate(model: Seq2Seq, ds: ArrowMTDataset, max_tokens: int) -> tuple[float, int]:
+    """Loss per target token over the whole split (fixed batches, no shuffling) and the token count."""
+    model.eval()
+    sampler = TokenBatchSampler(ds, max_tokens=max_tokens, shuffle=False, num_replicas=1, rank=0)
+    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=PlainCollater(ds.special_ids))
+    total, tokens = 0.0, 0
+    for batch in loader:
+        total += loss_of(model, batch, ds.special_ids.eos, reduction="sum").item()
+        tokens += int(batch["target_lengths"].sum())
+    model.train()
+    return total / max(tokens, 1), tokens
+
+
+@torch.no_grad()
+def greedy(model: Seq2Seq, src: torch.Tensor, eos: int, max_len: int) -> list[list[int]]:
+    """Greedy decoding of a right-padded source batch: each hypothesis up to (excluding) its ``</s>``."""
+    model.eval()
+    memory = model.encode(src)
+    prev = torch.full((src.shape[0], 1), eos, dtype=torch.long)
+    done = torch.zeros(src.shape[0], dtype=torch.bool)
+    for _ in range(max_len):
+        step = model.decode(memory, src, prev)[:, -1].argmax(-1)
+        step = torch.where(done, torch.full_like(step, model.pad), step)
+        prev = torch.cat([prev, step[:, None]], dim=1)
+        done |= step == eos
+        if bool(done.all()):
+            break
+    model.train()
+    return [[t for t in row if t not in (eos, model.pad)] for row in prev[:, 1:].tolist()]
+
+
+def detokenize(dictionary: Dictionary, ids: list[int]) -> str:
+    """Text of ``ids`` without ``</s>``/padding; sentencepiece pieces are joined back into words."""
+    kept = [i for i in ids if i not in (dictionary.eos, dictionary.pad)]
+    text = dictionary.decode(kept)
+    if SPM_SPACE in text:
+        text = text.replace(" ", "").replace(SPM_SPACE, " ").strip()
+    return text
+
+
+def translate(model: Seq2Seq, ds: ArrowMTDataset, rows: list[int], batch_size: int = 64) -> list[list[int]]:
+    """Greedy hypotheses (target ids) for ``rows`` of ``ds``, decoded in batches."""
+    collate = PlainCollater(ds.special_ids)
+    hypotheses: list[list[int]] = []
+    for first in range(0, len(rows), batch_size):
+        batch = collate([ds[i] for i in rows[first : first + batch_size]])
+        limit = 2 * int(batch["source_lengths"].max()) + 1
+        limit = min(limit, model.positions.num_embeddings - 1)
+        hypotheses += greedy(model, batch["source"], ds.special_ids.eos, limit)
+    return hypotheses
+
+
+def report_test(model: Seq2Seq, data: str, args: argparse.Namespace) -> None:
+    """Show a few greedy translations of the test split and BLEU over ``--bleu-sentences`` of them."""
+    test = open_dataset(data, "test")
+    vocab = dictionaries(data)
+    rows = list(range(min(len(test), max(args.show, args.bleu_sentences))))
+    hypotheses = [detokenize(vocab["target"], h) for h in translate(model, test, rows)]
+    references = [detokenize(vocab["target"], test.row("target", i).tolist()) for i in rows]
+    for i in rows[: args.show]:
+        print(f"test {i} src: {detokenize(vocab['source'], test.row('source', i).tolist())}")
+        print(f"test {i} ref: {references[i]}")
+        print(f"test {i} hyp: {hypotheses[i]}")
+    scored = min(len(rows), args.bleu_sentences)
+    try:
+        import sacrebleu
+    except ImportError:
+        print("BLEU skipped: pip install sacrebleu")
+        return
+    if scored:
+        bleu = sacrebleu.corpus_bleu(hypotheses[:scored], [references[:scored]])
+        print(f"BLEU {bleu.score:.2f} on {scored} test sentences")
+
+
+def save_checkpoint(path: str, model: Seq2Seq, optimizer: torch.optim.Optimizer, loader: Any, at: Progress) -> None:
+    """Model, optimizer and data-loader state, written to a temporary file and renamed (never half-written)."""
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "loader": loader.state_dict(),
+        "epoch": at.epoch,
+        "step": at.step,
+    }
+    tmp = f"{path}.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    print(f"saved {path} (epoch {at.epoch}, step {at.step})", flush=True)
+
+
+def load_checkpoint(path: str, model: Seq2Seq, optimizer: torch.optim.Optimizer, loader: Any) -> Progress:
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    loader.load_state_dict(state["loader"])
+    at = Progress(state["epoch"], state["step"])
+    print(f"resumed from {path} (epoch {at.epoch}, step {at.step})", flush=True)
+    return at
+
+
+def stateful_loader(ds: ArrowMTDataset, sampler: TokenBatchSampler, num_workers: int) -> Any:
+    """torchdata's ``StatefulDataLoader``: its ``state_dict()`` is the position after the last batch it yielded."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError as exc:
+        raise SystemExit("this example resumes through torchdata: pip install 'arrowmt[resume]'") from exc
+    collate = PlainCollater(ds.special_ids)
+    with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.13
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+        return StatefulDataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
+
+
+def parameters_sha256(model: nn.Module) -> str:
+    """A fingerprint of every parameter's exact bytes (equal runs give equal fingerprints)."""
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     ds = open_dataset(args.data, "train")
+    valid = open_dataset(args.data, "valid")
     sampler = TokenBatchSampler(ds, max_tokens=args.max_tokens, seed=args.seed)
-    collate = Collater.for_dataset(ds, mode="plain")
-    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=args.num_workers)
-    model = build_model(ds)
+    loader = stateful_loader(ds, sampler, args.num_workers)
+    model = build_model(args.data, ds, args.dim)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    print(f"{len(ds)} pairs, {len(sampler)} batches per epoch, {sum(p.numel() for p in model.parameters())} params")
-    for step, batch in zip(range(1, args.steps + 1), endless(loader, sampler), strict=False):
-        loss = train_step(model, optimizer, batch, ds.special_ids.eos)
-        tokens = int(batch["target_lengths"].sum())
-        print(f"step {step} loss {loss:.4f} sentences {len(batch['id'])} tokens {tokens}", flush=True)
+    at = Progress()
+    if args.resume and args.save and Path(args.save).exists():
+        at = load_checkpoint(args.save, model, optimizer, loader)
+    params, positions = sum(p.numel() for p in model.parameters()), model.positions.num_embeddings
+    print(f"{len(ds)} pairs, {len(sampler)} batches per epoch, {params} params, {positions} positions")
+    while at.epoch <= args.epochs:
+        sampler.set_epoch(at.epoch)  # reshuffles the batch order; keeps a resumed mid-epoch position
+        for batch in loader:
+            loss = train_step(model, optimizer, batch, ds.special_ids.eos)
+            at.step += 1
+            tokens = int(batch["target_lengths"].sum())
+            print(f"step {at.step} epoch {at.epoch} loss {loss:.6f} sentences {len(batch['id'])} tokens {tokens}")
+            if args.save and args.save_every and at.step % args.save_every == 0:
+                save_checkpoint(args.save, model, optimizer, loader, at)
+            if at.step == args.stop_after:
+                if args.save:
+                    save_checkpoint(args.save, model, optimizer, loader, at)
+                print(f"stopped after step {at.step}; continue with --resume")
+                return
+        loss, tokens = validate(model, valid, args.max_tokens)
+        print(f"epoch {at.epoch} valid loss {loss:.6f} ({tokens} target tokens)", flush=True)
+        at.epoch += 1
+        if args.save:
+            save_checkpoint(args.save, model, optimizer, loader, at)
+    print(f"parameters sha256 {parameters_sha256(model)}")
+    report_test(model, args.data, args)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="a converted arrowmt folder (parallel)")
-    parser.add_argument("--steps", type=int, default=100, help="training steps (batches)")
+    parser.add_argument("--data", required=True, help="a converted arrowmt folder with train, valid and test splits")
+    parser.add_argument("--epochs", type=int, default=10, help="training epochs")
     parser.add_argument("--max-tokens", type=int, default=4096, help="token budget of a batch")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
+    parser.add_argument("--dim", type=int, default=64, help="model width")
     parser.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="seed of the model initialization and batch order")
+    parser.add_argument("--save", default=None, help="checkpoint file, written after every epoch")
+    parser.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (0: never)")
+    parser.add_argument("--resume", action="store_true", help="continue from --save when it exists")
+    parser.add_argument("--stop-after", type=int, default=0, help="checkpoint and stop after step N (0: never)")
+    parser.add_argument("--show", type=int, default=3, help="test sentences to print with their translation")
+    parser.add_argument("--bleu-sentences", type=int, default=200, help="test sentences scored with sacrebleu")
     return parser.parse_args(argv)
 
 

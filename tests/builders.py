@@ -47,11 +47,17 @@ def _dictionary_column(ragged: Ragged, lang: str, origin: str) -> ColumnData:
     return ColumnData(ragged, lang, dict_path.name, file_sha256(dict_path), NUM_SPECIALS + lines, origin)
 
 
-def write_columns(folder: Path, split: str, columns: dict[str, ColumnData], source_format: str) -> Path:
-    """Write one split file into ``folder`` and a manifest listing it (merged with an existing one)."""
+def write_columns(
+    folder: Path, split: str, columns: dict[str, ColumnData], source_format: str, rows_per_batch: int | None = None
+) -> Path:
+    """Write one split file into ``folder`` and a manifest listing it (merged with an existing one).
+
+    ``rows_per_batch`` (default: the writer's) sets the record-batch size.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     path = split_path(folder, split)
-    meta = write_split(path, split, columns, source_format=source_format)
+    batching = {} if rows_per_batch is None else {"rows_per_batch": rows_per_batch}
+    meta = write_split(path, split, columns, source_format=source_format, **batching)
     try:
         manifest = Manifest.load(folder)
     except FormatError:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 FAIRSEQ_FIXTURE = SHARED_DATA / "fairseq-multi30k-de-en"
 MULTI30K = SHARED_DATA / "multi30k"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hf_datasets_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Hugging Face's cache folder inside pytest's temporary folder, never ``~/.cache``.
+
+    ``arrowmt.integrations.hf.load_split`` puts its links (and HF its ``cache-*.arrow``
+    files) under ``HF_DATASETS_CACHE``; subprocesses inherit the variable.
+    """
+    cache = tmp_path_factory.mktemp("hf-datasets-cache")
+    os.environ["HF_DATASETS_CACHE"] = str(cache)
+    if "datasets" in sys.modules:  # imported while collecting: its config already read the variable
+        sys.modules["datasets"].config.HF_DATASETS_CACHE = cache
+    return cache
 
 
 @pytest.fixture(scope="session")

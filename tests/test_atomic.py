@@ -4,18 +4,22 @@ Every writer goes through ``arrowmt.format._atomic.atomic_path``: data goes to a
 ``.arrowmt-tmp-*`` file beside the target, is fsynced and renamed over the target
 only when complete. A SIGKILL can leave that temp file behind (nothing runs on
 SIGKILL); ``remove_stale_temps`` and the next conversion's ``OutputFolder.prepare``
-delete it. Tests run as root, so a read-only folder is simulated (a path under a
-*file*, ``/proc``, or ``os.replace``/writes raising ``ENOSPC``).
+delete it. Whole folders go through ``StagedOutput``: a staging folder beside the
+target, published by renames (see the last section). Tests run as root, so a
+read-only folder is simulated (a path under a *file*, ``/proc``, or
+``os.replace``/writes raising ``ENOSPC``).
 """
 
 from __future__ import annotations
 
 import errno
+import gc
 import io
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,11 +28,24 @@ import pyarrow as pa
 import pytest
 from arrowmt.converters._output import OutputFolder
 
-from arrowmt._errors import ArrowMTError, FormatError, InputDataError, OutputExistsError
-from arrowmt.format._atomic import TEMP_PREFIX, atomic_path, remove_stale_temps
+import arrowmt
+from arrowmt._errors import ArrowMTError, FormatError, InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt.format._atomic import (
+    STAGING_MARK,
+    TEMP_PREFIX,
+    StagedOutput,
+    atomic_path,
+    deferred_signals,
+    remove_stale_staging,
+    remove_stale_temps,
+)
+from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile
+from arrowmt.format._split import open_split
+from arrowmt.format._vocab import Dictionary
 from arrowmt.format._writer import ColumnData, write_split
+from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 1000
@@ -131,7 +148,10 @@ def test_next_conversion_removes_stale_temps(tmp_path: Path) -> None:
     folder = OutputFolder.prepare(out, {"tokens": None}, "synthetic", overwrite=True, progress=False)
     assert temps(out) == []
     assert (out / "keep.txt").exists()
-    assert folder.path == out
+    assert folder.out == out
+    assert folder.path.parent == tmp_path and folder.path.name.startswith(f".out{STAGING_MARK}{os.getpid()}-")
+    folder.abort()
+    assert sorted(tmp_path.iterdir()) == [out]
 
 
 # ---------------------------------------------------------------- exceptions inside the block
@@ -259,3 +279,225 @@ def test_same_input_gives_identical_bytes(tmp_path: Path) -> None:
     assert write_small(tmp_path / "c.arrow", seed=4) != first
     assert temps(tmp_path) == []
     assert (tmp_path / "a.arrow").stat().st_mode & 0o777 == 0o644
+
+
+# ---------------------------------------------------------------- staged folders
+
+
+def stage(target: Path, files: dict[str, bytes], overwrite: bool = True) -> StagedOutput:
+    staged = StagedOutput.begin(target, overwrite)
+    for name, data in files.items():
+        (staged.path / name).write_bytes(data)
+    return staged
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_fresh_target_appears_complete_in_one_rename(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "out"
+    staged = stage(target, {"x.arrow": b"x", "manifest.json": b"{}"})
+    assert not target.exists()  # nothing at the target before publishing
+    assert staged.path.parent == target.parent
+    staged.publish(["x.arrow", "manifest.json"])
+    assert sorted(p.name for p in target.iterdir()) == ["manifest.json", "x.arrow"]
+    assert sorted(target.parent.iterdir()) == [target]  # no staging left beside it
+    assert stat_mode(target) == 0o777 & ~current_umask()
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.parametrize("how", ["abort", "exception", "ctrl-c"])
+def test_failed_fresh_output_leaves_nothing(tmp_path: Path, how: str) -> None:
+    target = tmp_path / "a" / "b" / "out"
+    if how == "abort":
+        stage(target, {"x.arrow": b"x"}).abort()
+    else:
+        error = RuntimeError("boom") if how == "exception" else KeyboardInterrupt()
+        with pytest.raises(type(error)), stage(target, {"x.arrow": b"x"}):
+            raise error
+    assert list(tmp_path.iterdir()) == []  # the parent folders this run created are gone too
+
+
+def test_existing_target_gets_only_published_and_removed_names(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    for name, data in {"x.arrow": b"old", "old.arrow": b"old", "foreign.arrow": b"theirs"}.items():
+        (target / name).write_bytes(data)
+    (target / "cache").mkdir()
+    (target / "cache" / "plan").write_bytes(b"p")
+    staged = stage(target, {"x.arrow": b"new", "m.json": b"{}"})
+    staged.publish(["x.arrow", "m.json"], remove={"old.arrow", "missing.arrow", "x.arrow"}, remove_dirs={"cache"})
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == {
+        "x.arrow": b"new",
+        "m.json": b"{}",
+        "foreign.arrow": b"theirs",
+    }
+    assert sorted(tmp_path.iterdir()) == [target]
+
+
+def test_publish_refuses_a_folder_in_the_way(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    (target / "b.arrow").mkdir(parents=True)
+    staged = stage(target, {"a.arrow": b"a", "b.arrow": b"b"})
+    with pytest.raises(ArrowMTError, match="cannot replace a folder with a file; nothing was changed"), staged:
+        staged.publish(["a.arrow", "b.arrow"])
+    assert sorted(p.name for p in target.iterdir()) == ["b.arrow"]
+    assert sorted(tmp_path.iterdir()) == [target]
+
+
+def test_staging_inside_target_when_its_parent_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    real = tempfile.mkdtemp
+
+    def refuse_parent(prefix: str, dir: Path) -> str:
+        if Path(dir) == tmp_path:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(prefix=prefix, dir=dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse_parent)
+    staged = stage(target, {"x.arrow": b"x"})
+    assert staged.path.parent == target and staged.path.name.startswith(STAGING_MARK)
+    staged.publish(["x.arrow"])
+    assert sorted(p.name for p in target.iterdir()) == ["x.arrow"]
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_staging_of_dead_runs_removed(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    dead, alive = dead_pid(), os.getppid()
+    stale = [tmp_path / f".out{STAGING_MARK}{dead}-abc", target / f"{STAGING_MARK}{dead}-def"]
+    kept = [
+        tmp_path / f".out{STAGING_MARK}{alive}-abc",  # a run that is still going
+        tmp_path / f".out{STAGING_MARK}notapid",  # not named by arrowmt
+        tmp_path / f".other{STAGING_MARK}{dead}-abc",  # another target's
+    ]
+    for folder in stale + kept:
+        folder.mkdir()
+        (folder / "x.arrow.part").write_bytes(b"partial")
+    assert remove_stale_staging(target) == sorted(stale)
+    assert all(folder.is_dir() for folder in kept)
+    stale[1].mkdir()
+    with StagedOutput.begin(target, overwrite=False):  # a killed run's staging is not content of the target
+        assert not stale[1].exists()
+
+
+def test_ctrl_c_while_publishing_waits_until_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "gone.arrow").write_bytes(b"old")
+    staged = stage(target, {name: name.encode() for name in ("a.arrow", "b.arrow", "m.json")})
+    real = os.replace
+
+    def interrupted(src: Path, dst: Path) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # a handler would run here
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        staged.publish(["a.arrow", "b.arrow", "m.json"], remove={"gone.arrow"})
+    assert sorted(p.name for p in target.iterdir()) == ["a.arrow", "b.arrow", "m.json"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_deferred_signals_delivered_once_to_the_previous_handler() -> None:
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda number, _frame: seen.append(number))
+    try:
+        with deferred_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+            assert seen == []
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# ---------------------------------------------------------------- OutputFolder on top of a staged folder
+
+WORKER = """
+import sys
+import numpy as np
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._writer import ColumnData, write_split
+ragged = Ragged.from_lengths(np.array([2, 3]), np.array([5, 6, 7, 8, 2], dtype=np.int32))
+column = ColumnData(ragged, None, "dict.txt", "0" * 64, 10, "worker")
+write_split(sys.argv[1], "train1", {"tokens": column})
+"""
+
+
+def test_worker_process_writes_into_the_staging_folder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    folder = OutputFolder.prepare(out, {"tokens": None}, "synthetic", overwrite=False, progress=False)
+    folder.write("train", {"tokens": small_column()}, SpecialIds())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    subprocess.run([sys.executable, "-c", WORKER, str(folder.split_file("train1"))], check=True, env=env)
+    assert folder.record("train1").rows == 2
+    assert not out.exists()  # nothing published yet
+    manifest = folder.finish()
+    assert manifest.shards("train") == ["train", "train1"]
+    assert len(open_split(out, "train")) == 102
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs/train", ".hidden", "a/b", ""])
+def test_output_folder_refuses_names_that_are_paths(tmp_path: Path, name: str) -> None:
+    with OutputFolder.prepare(tmp_path / "out", {"tokens": None}, "synthetic", False, False) as folder:
+        with pytest.raises(InvalidParameterError, match="expected a plain file name"):
+            folder.write(name, {"tokens": small_column()}, SpecialIds())
+        if "/" in name:  # a language becomes part of dict.<lang>.txt
+            with pytest.raises(InvalidParameterError, match="expected a plain file name"):
+                folder.add_dictionary(name, Dictionary())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unfinished_output_folder_is_cleaned_when_dropped(tmp_path: Path) -> None:
+    folder = OutputFolder.prepare(tmp_path / "out", {"tokens": None}, "synthetic", False, False)
+    folder.write("train", {"tokens": small_column()}, SpecialIds())
+    staging = folder.path
+    assert (staging / "train.arrow").is_file()
+    del folder
+    gc.collect()
+    assert not staging.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("converter", ["text", "fairseq"])
+def test_converters_change_nothing_before_publishing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, converter: str
+) -> None:
+    """Every converter writes through OutputFolder: until the final renames, OUT is exactly as before."""
+
+    def convert(out: Path) -> None:
+        if converter == "text":
+            val = str(MULTI30K / "val")
+            arrowmt.convert_text(val, out, src_lang="de", tgt_lang="en", overwrite=True, progress=False)
+        else:
+            arrowmt.convert_fairseq(FAIRSEQ_FIXTURE / "mmap", out, overwrite=True, progress=False)
+
+    out = tmp_path / "out"
+    convert(out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("publishing refused")
+
+    monkeypatch.setattr(StagedOutput, "publish", refuse)
+    for target in (out, tmp_path / "fresh"):
+        with pytest.raises(RuntimeError, match="publishing refused"):
+            convert(target)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging, no fresh folder

@@ -11,10 +11,15 @@ from builders import fixture_lengths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.training._bucketing import (
     batch_by_size,
+    check_limit,
+    check_rank,
+    check_seed,
     compact_counts,
+    drop_too_long,
     emitted_length,
     epoch_batch_order,
     filter_by_size,
@@ -22,6 +27,7 @@ from arrowmt.training._bucketing import (
     index_dtype,
     order_keys,
     ordered_indices,
+    resume_start,
     shard_batches,
     shard_length,
     shuffled_range,
@@ -29,6 +35,7 @@ from arrowmt.training._bucketing import (
     sort_key,
     stable_order,
     tail_overflows,
+    too_long_error,
 )
 
 
@@ -358,10 +365,100 @@ def test_shard_batches_strides_and_wraps() -> None:
 
 
 def test_shard_batches_rejects_bad_rank() -> None:
-    with pytest.raises(InvalidParameterError, match=r"rank: expected 0 <= rank < world_size=2, got 2"):
+    with pytest.raises(InvalidParameterError, match=r"rank: expected an integer in \[0, num_replicas=2\), got 2"):
         shard_batches(np.arange(3), 2, 2)
-    with pytest.raises(InvalidParameterError, match="world_size"):
+    with pytest.raises(InvalidParameterError, match="num_replicas: expected an integer >= 1, got 0"):
         shard_batches(np.arange(3), 0, 0)
+    with pytest.raises(InvalidParameterError, match=r"start: expected an integer in \[0, 4\), got 4"):
+        shard_batches(np.arange(3), 0, 1, start=4)
+
+
+def test_shard_batches_from_a_start_deal_the_rest_and_wrap_to_the_order_start() -> None:
+    order = np.array([4, 0, 3, 1, 2, 6, 5])
+    assert [shard_batches(order, r, 2, start=4).tolist() for r in range(2)] == [[2, 5], [6, 4]]
+    assert [shard_batches(order, r, 3, start=2).tolist() for r in range(3)] == [[3, 6], [1, 5], [2, 4]]
+    assert [shard_batches(order, r, 2, start=7).tolist() for r in range(2)] == [[], []]
+    assert shard_batches(order, 0, 1, start=0).tolist() == order.tolist()
+    assert shard_length(7, 2, start=4) == 2 and shard_length(7, 3, start=7) == 0 and shard_length(7, 4) == 2
+
+
+def test_resume_start_counts_the_trained_prefix() -> None:
+    assert resume_start(23, 0, 4, 3) == 12
+    assert resume_start(23, 12, 2, 4) == 20
+    assert resume_start(23, 20, 3, 1) == 23  # the deal's wrapped padding trains nothing new
+    assert resume_start(23, 0, 4, 6) == 23  # a finished epoch
+    assert resume_start(0, 0, 2, 0) == 0
+
+
+def trained(order: np.ndarray, deals: list[tuple[int, int]]) -> list[list[int]]:
+    """Batches trained per step by a run whose world changes: ``deals`` is (world size, steps) in turn."""
+    steps: list[list[int]] = []
+    start = 0
+    for world, count in deals:
+        shares = [shard_batches(order, r, world, start) for r in range(world)]
+        assert {len(share) for share in shares} == {shard_length(order.shape[0], world, start)}
+        steps += [[int(share[k]) for share in shares] for k in range(count)]
+        start = resume_start(order.shape[0], start, world, count)
+    return steps
+
+
+def test_elastic_resume_4_to_2_ranks_trains_each_batch_once_exact() -> None:
+    order = epoch_batch_order(23, 1, 1)
+    steps = trained(order, [(4, 3), (2, 6)])
+    assert steps[:3] == [order[0:4].tolist(), order[4:8].tolist(), order[8:12].tolist()]
+    assert steps[3:] == [order[p : p + 2].tolist() for p in range(12, 22, 2)] + [[int(order[22]), int(order[0])]]
+    flat = [b for step in steps for b in step]
+    assert sorted(flat[:-1]) == list(range(23))  # every batch once, then one padding batch (the order's first)
+
+
+def test_elastic_resume_4_to_3_ranks_trains_each_batch_once_exact() -> None:
+    order = epoch_batch_order(23, 1, 1)
+    steps = trained(order, [(4, 2), (3, 5)])
+    assert steps[2:] == [order[p : p + 3].tolist() for p in range(8, 23, 3)]
+    flat = [b for step in steps for b in step]
+    assert len(flat) == 23 and sorted(flat) == list(range(23))  # 15 left, 5 steps of 3: no padding at all
+
+
+def test_elastic_resume_twice_and_at_the_end_of_an_epoch() -> None:
+    order = np.arange(10)
+    steps = trained(order, [(4, 1), (2, 1), (3, 2)])
+    assert steps == [[0, 1, 2, 3], [4, 5], [6, 7, 8], [9, 0, 1]]
+    after_the_end = resume_start(10, 0, 3, 4)
+    assert after_the_end == 10 and shard_length(10, 2, after_the_end) == 0
+    assert [shard_batches(order, r, 2, after_the_end).tolist() for r in range(2)] == [[], []]
+
+
+# ---------------------------------------------------------------- parameter checks
+
+
+def test_integer_checks_share_one_message_style() -> None:
+    assert check_integer("n", np.int64(3), 0) == 3
+    assert check_optional_integer("n", None, 1) is None
+    for bad in (True, 2.0, "3", -1):
+        with pytest.raises(InvalidParameterError, match=rf"n: expected an integer >= 0, got {bad!r}"):
+            check_integer("n", bad, 0)
+    with pytest.raises(InvalidParameterError, match=r"k: expected an integer in \[1, cap=4\), got 4"):
+        check_integer("k", 4, 1, 4, high_name="cap=4")
+    with pytest.raises(InvalidParameterError, match="max_tokens: expected None or an integer >= 1, got 0"):
+        check_limit("max_tokens", 0)
+    with pytest.raises(InvalidParameterError, match=r"seed: expected an integer in \[0, 2\*\*32\), got -1"):
+        check_seed("seed", -1)
+    with pytest.raises(InvalidParameterError, match=r"rank: expected an integer in \[0, num_replicas=3\), got 3"):
+        check_rank(3, 3)
+
+
+def test_drop_too_long_keeps_order_or_names_the_first_sample() -> None:
+    indices, sizes = np.array([7, 3, 9, 1]), np.array([5, 12, 4, 11])
+    kept, kept_sizes, dropped = drop_too_long(indices, sizes, "max_tokens", 10, skip=True)
+    assert (kept.tolist(), kept_sizes.tolist(), dropped) == ([7, 9], [5, 4], 2)
+    assert drop_too_long(indices, sizes, "max_tokens", None, skip=False)[0] is indices
+    assert drop_too_long(indices, sizes, "max_tokens", 12, skip=False)[2] == 0
+    message = r"max_tokens: sample 3 has 12 tokens, expected <= max_tokens=10 \(2 samples too long; pass skip_"
+    with pytest.raises(InputDataError, match=message):
+        drop_too_long(indices, sizes, "max_tokens", 10, skip=False)
+    assert str(too_long_error("max_source_positions", 5, 8, 6, 1)).startswith(
+        "max_source_positions: sample 8 has 6 tokens, expected <= max_source_positions=5 (1 samples too long"
+    )
 
 
 # ---------------------------------------------------------------- equality with fairseq

@@ -1,4 +1,4 @@
-"""Collater, __getitems__ and DataLoader tests on real fairseq-preprocess output (Multi30k de-en valid)."""
+"""Collaters (fairseq and plain), __getitems__ and DataLoader tests on real fairseq-preprocess output (Multi30k)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from torch.utils.data import DataLoader
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_path
+from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._writer import ColumnData, write_split
 from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._collate import Collater
+from arrowmt.training._collate import FairseqCollater, PlainCollater
 from arrowmt.training._dataset import ArrowMTDataset
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
@@ -239,7 +240,7 @@ def test_fairseq_mode_equals_language_pair_dataset(
 ) -> None:
     ds: ArrowMTDataset = request.getfixturevalue(f"{'pair' if which == 'single' else 'sharded'}_ds")
     expected = fairseq_collate(fairseq_pair(fairseq_data, fairseq_parts), batch)
-    collate = Collater.for_dataset(ds)
+    collate = FairseqCollater(ds.special_ids)
     assert_same(collate(ds.__getitems__(batch)), expected)
     assert_same(collate([ds[i] for i in batch]), expected)
 
@@ -261,7 +262,7 @@ def test_fairseq_mode_options_equal_language_pair_dataset(
     fairseq_parts: SimpleNamespace,
 ) -> None:
     reference = fairseq_pair(fairseq_data, fairseq_parts, **options)
-    collate = Collater.for_dataset(sharded_ds, **options)
+    collate = FairseqCollater(sharded_ds.special_ids, **options)
     for batch in REAL_BATCHES[:5]:
         assert_same(collate(sharded_ds.__getitems__(batch)), fairseq_collate(reference, batch))
 
@@ -271,7 +272,7 @@ def test_fairseq_collate_of_fairseq_samples(fairseq_data: ModuleType, fairseq_pa
     reference = fairseq_pair(fairseq_data, fairseq_parts)
     batch = REAL_BATCHES[2]
     samples = [reference[i] for i in batch]
-    assert_same(Collater()(samples), fairseq_collate(reference, batch))
+    assert_same(FairseqCollater()(samples), fairseq_collate(reference, batch))
 
 
 @pytest.fixture()
@@ -291,7 +292,7 @@ def test_fairseq_mode_monolingual_equals_monolingual_dataset(
     batch: list[int], mono_ds: ArrowMTDataset, fairseq_lm: Any
 ) -> None:
     expected = fairseq_collate(fairseq_lm, batch)
-    collate = Collater.for_dataset(mono_ds)
+    collate = FairseqCollater(mono_ds.special_ids)
     assert_same(collate(mono_ds.__getitems__(batch)), expected)
     assert_same(collate([mono_ds[i] for i in batch]), expected)
 
@@ -312,13 +313,13 @@ def test_fairseq_mode_documented_behaviour(tiny_ds: ArrowMTDataset) -> None:
         },
         "target": long([[14, 2, 1, 1], [10, 2, 1, 1], [15, 16, 2, 1], [11, 12, 13, 2]]),
     }
-    collate = Collater.for_dataset(tiny_ds)
+    collate = FairseqCollater(tiny_ds.special_ids)
     assert_same(collate(tiny_ds.__getitems__([0, 1, 2, 3])), expected)
     assert_same(collate([tiny_ds[i] for i in range(4)]), expected)
 
 
 def test_fairseq_mode_left_padded_target(tiny_ds: ArrowMTDataset) -> None:
-    out = Collater(left_pad_target=True, pad_to_multiple=3)(tiny_ds.__getitems__([1, 0]))
+    out = FairseqCollater(left_pad_target=True, pad_to_multiple=3)(tiny_ds.__getitems__([1, 0]))
     assert_same(out["id"], long([0, 1]))
     assert_same(out["net_input"]["src_tokens"], long([[4, 5, 2], [1, 6, 2]]))
     assert_same(out["target"], long([[1, 1, 1, 1, 10, 2], [1, 1, 11, 12, 13, 2]]))
@@ -336,7 +337,7 @@ def test_fairseq_mode_monolingual_documented_behaviour(tiny_mono_ds: ArrowMTData
         },
         "target": long([[11, 12, 13, 2], [10, 2, 1, 1], [15, 16, 2, 1]]),
     }
-    assert_same(Collater.for_dataset(tiny_mono_ds)(tiny_mono_ds.__getitems__([1, 0, 3])), expected)
+    assert_same(FairseqCollater(tiny_mono_ds.special_ids)(tiny_mono_ds.__getitems__([1, 0, 3])), expected)
 
 
 def test_plain_mode(tiny_ds: ArrowMTDataset) -> None:
@@ -347,16 +348,16 @@ def test_plain_mode(tiny_ds: ArrowMTDataset) -> None:
         "target": long([[15, 16, 2, 1], [11, 12, 13, 2], [14, 2, 1, 1]]),
         "target_lengths": long([3, 4, 2]),
     }
-    collate = Collater.for_dataset(tiny_ds, mode="plain")
+    collate = PlainCollater(tiny_ds.special_ids)
     assert_same(collate(tiny_ds.__getitems__([3, 1, 2])), expected)
     assert_same(collate([tiny_ds[i] for i in (3, 1, 2)]), expected)
-    left = Collater(mode="plain", left_pad_source=True, pad=0)(tiny_ds.__getitems__([1, 2]))
+    left = PlainCollater(SpecialIds(pad=0), left_pad_source=True)(tiny_ds.__getitems__([1, 2]))
     assert_same(left["source"], long([[0, 0, 6, 2], [7, 8, 9, 2]]))
     assert_same(left["target"], long([[11, 12, 13, 2], [14, 2, 0, 0]]))
 
 
 def test_plain_mode_monolingual(tiny_mono_ds: ArrowMTDataset) -> None:
-    out = Collater(mode="plain", pad_to_multiple=8)(tiny_mono_ds.__getitems__([0, 2]))
+    out = PlainCollater(pad_to_multiple=8)(tiny_mono_ds.__getitems__([0, 2]))
     assert_same(out["id"], long([0, 2]))
     assert_same(out["tokens"], long([[10, 2] + [1] * 6, [14, 2] + [1] * 6]))
     assert_same(out["lengths"], long([2, 2]))
@@ -364,14 +365,14 @@ def test_plain_mode_monolingual(tiny_mono_ds: ArrowMTDataset) -> None:
 
 
 def test_empty_batches(tiny_ds: ArrowMTDataset, tiny_mono_ds: ArrowMTDataset) -> None:
-    assert Collater()(tiny_ds.__getitems__([])) == {}
-    assert Collater()([]) == {}
-    assert Collater()(tiny_mono_ds.__getitems__([])) == {}
-    plain = Collater(mode="plain")(tiny_ds.__getitems__([]))
+    assert FairseqCollater()(tiny_ds.__getitems__([])) == {}
+    assert FairseqCollater()([]) == {}
+    assert FairseqCollater()(tiny_mono_ds.__getitems__([])) == {}
+    plain = PlainCollater()(tiny_ds.__getitems__([]))
     assert list(plain) == ["id", "source", "source_lengths", "target", "target_lengths"]
     assert plain["id"].shape == (0,) and plain["source"].shape == (0, 0) and plain["target"].shape == (0, 0)
     assert plain["source"].dtype == torch.int64
-    assert list(Collater(mode="plain")([])) == ["id"]
+    assert list(PlainCollater()([])) == ["id"]
 
 
 def test_empty_rows_do_not_crash(tmp_path: Path) -> None:
@@ -380,7 +381,7 @@ def test_empty_rows_do_not_crash(tmp_path: Path) -> None:
         "target": (Ragged.from_rows([[5, 2], []]), "yy"),
     }
     ds = ArrowMTDataset(write_dataset(tmp_path / "d", cols, vocab_size=10), "valid")
-    out = Collater()(ds.__getitems__([0, 1]))
+    out = FairseqCollater()(ds.__getitems__([0, 1]))
     assert_same(out["id"], long([1, 0]))
     assert_same(out["net_input"]["src_tokens"], long([[4, 2], [1, 1]]))
     assert_same(out["target"], long([[1, 1], [5, 2]]))
@@ -388,26 +389,28 @@ def test_empty_rows_do_not_crash(tmp_path: Path) -> None:
     assert out["ntokens"] == 2
 
 
-def test_collater_rejects_bad_parameters() -> None:
-    with pytest.raises(InvalidParameterError, match=r"mode: expected one of \['fairseq', 'plain'\], got 'x'"):
-        Collater(mode="x")
-    with pytest.raises(InvalidParameterError, match="pad_to_multiple: expected >= 1, got 0"):
-        Collater(pad_to_multiple=0)
-    with pytest.raises(InvalidParameterError, match="pad: expected a token id >= 0, got -1"):
-        Collater(pad=-1)
+def test_collaters_reject_bad_parameters() -> None:
+    for collater in (FairseqCollater, PlainCollater):
+        with pytest.raises(InvalidParameterError, match="pad_to_multiple: expected an integer >= 1, got 0"):
+            collater(pad_to_multiple=0)
+        with pytest.raises(InvalidParameterError, match=r"special_ids\.pad: expected an integer >= 0, got -1"):
+            collater(SpecialIds(pad=-1))
+        with pytest.raises(InvalidParameterError, match="special_ids: expected a SpecialIds"):
+            collater(1)  # type: ignore[arg-type]
 
 
-def test_collater_rejects_batch_without_pair_columns() -> None:
+def test_fairseq_collater_rejects_batch_without_pair_columns() -> None:
     with pytest.raises(InvalidParameterError, match=r"batch: expected columns \['source', 'target'\]"):
-        Collater()([{"id": 0, "words": torch.tensor([4, 2])}])
+        FairseqCollater()([{"id": 0, "words": torch.tensor([4, 2])}])
 
 
-def test_for_dataset_reads_special_ids(tiny_ds: ArrowMTDataset) -> None:
-    collate = Collater.for_dataset(tiny_ds, mode="plain")
-    assert (collate.pad, collate.eos) == (tiny_ds.special_ids.pad, tiny_ds.special_ids.eos)
-    assert (collate.left_pad_source, collate.left_pad_target) == (False, False)
-    fairseq_like = Collater.for_dataset(tiny_ds)
+def test_collaters_take_the_dataset_ids_and_their_own_padding_sides(tiny_ds: ArrowMTDataset) -> None:
+    plain = PlainCollater(tiny_ds.special_ids)
+    assert plain.special_ids == tiny_ds.special_ids
+    assert (plain.left_pad_source, plain.left_pad_target) == (False, False)
+    fairseq_like = FairseqCollater(tiny_ds.special_ids)
     assert (fairseq_like.left_pad_source, fairseq_like.left_pad_target) == (True, False)
+    assert fairseq_like.input_feeding
 
 
 # ------------------------------------------------------------------ __getitems__ and zero copy
@@ -423,7 +426,7 @@ def test_getitems_equals_getitem(sharded_ds: ArrowMTDataset) -> None:
             assert gathered[k]["id"] == i
             for column in ("source", "target"):
                 assert torch.equal(gathered[k][column], item[column])
-            assert gathered.lengths("source")[k] == item["source"].shape[0]
+            assert gathered.columns["source"].lengths[k] == item["source"].shape[0]
 
 
 def test_getitems_single_shard_views_the_map(pair_ds: ArrowMTDataset) -> None:
@@ -462,12 +465,12 @@ def test_gathered_batch_pickles_compactly(sharded_ds: ArrowMTDataset) -> None:
     blob = pickle.dumps(gathered)
     assert len(blob) < 20_000 < sharded_ds.shards[0].words.nbytes
     again = pickle.loads(blob)
-    assert_same(Collater()(again), Collater()(gathered))
+    assert_same(FairseqCollater()(again), FairseqCollater()(gathered))
 
 
 def test_pickles_stay_small(sharded_ds: ArrowMTDataset) -> None:
     assert len(pickle.dumps(sharded_ds)) < 10_000
-    collate = Collater.for_dataset(sharded_ds, mode="plain", pad_to_multiple=8)
+    collate = PlainCollater(sharded_ds.special_ids, pad_to_multiple=8)
     blob = pickle.dumps(collate)
     assert len(blob) < 1_000
     again = pickle.loads(blob)
@@ -480,12 +483,12 @@ def test_pickles_stay_small(sharded_ds: ArrowMTDataset) -> None:
 
 
 def loader_batches(ds: ArrowMTDataset, **kw: Any) -> Iterator[dict[str, Any]]:
-    loader = DataLoader(ds, batch_sampler=REAL_BATCHES, collate_fn=Collater.for_dataset(ds), **kw)
+    loader = DataLoader(ds, batch_sampler=REAL_BATCHES, collate_fn=FairseqCollater(ds.special_ids), **kw)
     return iter(loader)
 
 
 def test_dataloader_in_process(sharded_ds: ArrowMTDataset) -> None:
-    collate = Collater.for_dataset(sharded_ds)
+    collate = FairseqCollater(sharded_ds.special_ids)
     got = list(loader_batches(sharded_ds, num_workers=0))
     assert len(got) == len(REAL_BATCHES)
     for batch, out in zip(REAL_BATCHES, got, strict=True):
@@ -502,7 +505,7 @@ def test_dataloader_workers_match_in_process(sharded_ds: ArrowMTDataset, context
 
 
 def test_default_collate_still_works(tiny_ds: ArrowMTDataset) -> None:
-    """Without a Collater, DataLoader batches of ds[i] behave as before __getitems__ existed."""
+    """Without a collater, DataLoader batches of ds[i] behave as before __getitems__ existed."""
     got = list(DataLoader(tiny_ds, batch_size=1))
     assert len(got) == 4
     assert got[2]["id"].tolist() == [2]
@@ -527,6 +530,6 @@ def test_fairseq_mode_pad_ids_inside_source_rows(tmp_path: Path) -> None:
         },
         "target": long([[11, 12, 2], [10, 2, 1], [13, 2, 1]]),
     }
-    collate = Collater.for_dataset(ds)
+    collate = FairseqCollater(ds.special_ids)
     assert_same(collate(ds.__getitems__([0, 1, 2])), expected)
     assert_same(collate([ds[i] for i in range(3)]), expected)

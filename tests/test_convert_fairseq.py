@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import arrowmt.converters._fairseq_export as fairseq_export
+import arrowmt.converters._output as output
 import numpy as np
 import pytest
 from arrowmt.converters._fairseq_export import export_fairseq
 from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 
-from arrowmt._errors import InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt._cli import INTERRUPTED_MESSAGE
+from arrowmt._errors import ArrowMTError, InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt.format._atomic import STAGING_MARK, TEMP_PREFIX, StagedOutput
 from arrowmt.format._manifest import Manifest
+from arrowmt.format._schema import CACHE_DIR_NAME
+from arrowmt.format._verify import verify_dataset
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
 from tests.conftest import fairseq_rows
@@ -68,7 +77,7 @@ def test_rerun_is_byte_identical_and_needs_overwrite(fairseq_mmap_dir: Path, tmp
     convert_fairseq(fairseq_mmap_dir, b, progress=False)
     for name in ("train.arrow", "valid.arrow", "test.arrow", "arrowmt.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    with pytest.raises(OutputExistsError, match="--overwrite"):
+    with pytest.raises(OutputExistsError, match="overwrite"):
         convert_fairseq(fairseq_mmap_dir, a, progress=False)
     convert_fairseq(fairseq_mmap_dir, a, overwrite=True, progress=False)
     assert (a / "train.arrow").read_bytes() == (b / "train.arrow").read_bytes()
@@ -143,13 +152,15 @@ def test_id_outside_dictionary_names_row(fairseq_mmap_dir: Path, tmp_path: Path)
         convert_fairseq(fairseq_mmap_dir, tmp_path / "out", progress=False)
 
 
-def test_several_pairs_need_a_choice(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
+def test_several_pairs_convert_together_or_one_by_choice(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
     for lang in ("de", "en"):
         for ext in ("bin", "idx"):
             target = fairseq_mmap_dir / f"valid.en-de.{lang}.{ext}"
             target.write_bytes((fairseq_mmap_dir / f"valid.de-en.{lang}.{ext}").read_bytes())
-    with pytest.raises(InvalidParameterError, match=r"several language pairs \['de-en', 'en-de'\]"):
-        convert_fairseq(fairseq_mmap_dir, tmp_path / "out", progress=False)
+    together = convert_fairseq(fairseq_mmap_dir, tmp_path / "all", progress=False)  # see test_multi_pair.py
+    assert together.provenance["pairs"] == ["de-en", "en-de"] and "valid.en-de" in together.files
+    with pytest.raises(InvalidParameterError, match=r"expected one of \['de-en', 'en-de'\]"):
+        convert_fairseq(fairseq_mmap_dir, tmp_path / "out", pair="fr-en", progress=False)
     manifest = convert_fairseq(fairseq_mmap_dir, tmp_path / "out", pair="en-de", progress=False)
     assert manifest.languages == {"source": "en", "target": "de"}
     assert Manifest.load(tmp_path / "out").files.keys() == {"valid"}
@@ -204,3 +215,248 @@ def test_overwrite_leaves_nothing_of_the_earlier_output(fairseq_mmap_dir: Path, 
     export_fairseq(out, back, overwrite=True, progress=False)
     assert not list(back.glob("train1.*"))
     assert len(list(back.glob("*.idx"))) == 6
+
+
+# ---------------------------------------------------------------- writing only what arrowmt owns
+
+PAIR_FILES = [f"{s}.de-en.{lang}.{ext}" for s in SPLITS for lang in ("de", "en") for ext in ("bin", "idx")]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every regular file directly in ``folder`` with its bytes."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Staging folders and temporary files anywhere under ``root``."""
+    return sorted(p for p in root.rglob("*") if STAGING_MARK in p.name or p.name.startswith(TEMP_PREFIX))
+
+
+def add_fr_pair(data_bin: Path) -> None:
+    """A second language pair (fr-en, valid only) with its own dict.fr.txt, as a multi-pair data-bin has."""
+    for lang, source in (("fr", "de"), ("en", "en")):
+        for ext in ("bin", "idx"):
+            shutil.copyfile(data_bin / f"valid.de-en.{source}.{ext}", data_bin / f"valid.fr-en.{lang}.{ext}")
+    shutil.copyfile(data_bin / "dict.de.txt", data_bin / "dict.fr.txt")
+
+
+def test_convert_two_pair_data_bin_into_itself_keeps_everything(fairseq_mmap_dir: Path) -> None:
+    add_fr_pair(fairseq_mmap_dir)
+    before = snapshot(fairseq_mmap_dir)
+    convert_fairseq(fairseq_mmap_dir, fairseq_mmap_dir, pair="de-en", overwrite=True, progress=False)
+    after = snapshot(fairseq_mmap_dir)
+    assert {name: after[name] for name in before} == before  # every fairseq file kept, byte for byte
+    assert set(after) - set(before) == {"arrowmt.json", "train.arrow", "valid.arrow", "test.arrow"}
+    # the other pair into the same folder: the de-en splits go, dict.de.txt stays (fairseq's own)
+    manifest = convert_fairseq(fairseq_mmap_dir, fairseq_mmap_dir, pair="fr-en", overwrite=True, progress=False)
+    after = snapshot(fairseq_mmap_dir)
+    assert {name: after[name] for name in before} == before
+    assert set(after) - set(before) == {"arrowmt.json", "valid.arrow"}
+    assert manifest.dictionaries == {"fr": "dict.fr.txt", "en": "dict.en.txt"}
+    assert verify_dataset(fairseq_mmap_dir).ok
+    assert leftovers(fairseq_mmap_dir.parent) == []
+
+
+def test_overwrite_keeps_files_it_never_wrote(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = {"other.arrow": b"not ours", "dict.xx.txt": b"x 1\n", "notes.txt": b"hello"}
+    for name, data in foreign.items():
+        (out / name).write_bytes(data)
+    with pytest.raises(OutputExistsError):
+        convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    convert_fairseq(fairseq_mmap_dir, out, overwrite=True, progress=False)
+    convert_fairseq(fairseq_mmap_dir, out, overwrite=True, progress=False)
+    assert {name: (out / name).read_bytes() for name in foreign} == foreign
+    assert verify_dataset(out).ok
+
+
+def test_overwrite_removes_the_plan_cache(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    (out / CACHE_DIR_NAME).mkdir()
+    (out / CACHE_DIR_NAME / "plan.bin").write_bytes(b"old plan")
+    convert_fairseq(fairseq_mmap_dir, out, overwrite=True, progress=False)
+    assert not (out / CACHE_DIR_NAME).exists()
+
+
+class Boom(RuntimeError):
+    """The injected failure."""
+
+
+def fail_on_write(monkeypatch: pytest.MonkeyPatch, after: int) -> None:
+    """Make the converter's split writer raise once ``after`` splits were written (into the staging folder)."""
+    real = output.write_split
+    calls = []
+
+    def write_then_fail(path: Path, *args: object, **kwargs: object) -> object:
+        if len(calls) == after:
+            raise Boom(f"injected failure writing {path}")
+        calls.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(output, "write_split", write_then_fail)
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_failed_overwrite_keeps_the_previous_dataset(
+    fairseq_mmap_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: int
+) -> None:
+    out = tmp_path / "out"
+    convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    before = snapshot(out)
+    fail_on_write(monkeypatch, after)
+    with pytest.raises(Boom):
+        convert_fairseq(fairseq_mmap_dir, out, overwrite=True, progress=False)
+    assert snapshot(out) == before
+    assert verify_dataset(out).ok and len(open_dataset(out, "train")) == 29000
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["absent", "nested", "empty"])
+def test_failed_fresh_conversion_leaves_nothing(
+    fairseq_mmap_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    out = tmp_path / "a" / "b" / "out" if where == "nested" else tmp_path / "out"
+    if where == "empty":
+        out.mkdir()
+    fail_on_write(monkeypatch, 2)
+    with pytest.raises(Boom):
+        convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    assert sorted(tmp_path.iterdir()) == sorted([fairseq_mmap_dir, *([out] if where == "empty" else [])])
+    assert where != "empty" or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["row counts", "index magic", "bin size", "bin FIFO", "dictionary missing", "dictionary malformed"],
+)
+def test_input_checked_before_anything_is_written(
+    fairseq_mmap_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """Every split (valid is converted last) and both dictionaries are checked before the output is staged."""
+    if damage == "row counts":
+        _truncate_pair(fairseq_mmap_dir, "en", 1000)
+    elif damage == "index magic":
+        (fairseq_mmap_dir / "valid.de-en.en.idx").write_bytes(b"NOTANIDX" + b"\0" * 40)
+    elif damage == "bin size":
+        with open(fairseq_mmap_dir / "valid.de-en.de.bin", "ab") as handle:
+            handle.write(b"\0\0")
+    elif damage == "bin FIFO":
+        (fairseq_mmap_dir / "valid.de-en.en.bin").unlink()
+        os.mkfifo(fairseq_mmap_dir / "valid.de-en.en.bin")  # never opened: checked with stat first
+    elif damage == "dictionary missing":
+        (fairseq_mmap_dir / "dict.en.txt").unlink()
+    else:
+        (fairseq_mmap_dir / "dict.en.txt").write_text("word notanumber\n")
+    begun = []
+    monkeypatch.setattr(StagedOutput, "begin", lambda *args: begun.append(args))
+    with pytest.raises(ArrowMTError):
+        convert_fairseq(fairseq_mmap_dir, tmp_path / "out", progress=False)
+    assert begun == []
+    assert sorted(tmp_path.iterdir()) == [fairseq_mmap_dir]
+
+
+SLOW_CONVERSION = """
+import sys, time
+import arrowmt.converters._output as output
+real = output.write_split
+def write_then_wait(*args, **kwargs):
+    meta = real(*args, **kwargs)
+    print("wrote", flush=True)
+    time.sleep(600)
+    return meta
+output.write_split = write_then_wait
+from arrowmt._cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def start_slow_conversion(data_bin: Path, out: Path) -> subprocess.Popen[str]:
+    """The CLI converting ``data_bin`` into ``out`` with --overwrite, stopping for good after the first split."""
+    args = ["convert", "fairseq", str(data_bin), str(out), "--overwrite", "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_CONVERSION, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "wrote"
+    return proc
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["overwrite", "fresh"])
+def test_sigkill_mid_conversion(fairseq_mmap_dir: Path, tmp_path: Path, existing: bool) -> None:
+    out = tmp_path / "out"
+    if existing:
+        convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    before = snapshot(out) if existing else None
+    proc = start_slow_conversion(fairseq_mmap_dir, out)
+    proc.kill()
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    proc.communicate()
+    staging = leftovers(tmp_path)
+    assert staging and all(p.parent == tmp_path for p in staging)  # beside OUT, never in it
+    if existing:
+        assert snapshot(out) == before and verify_dataset(out).ok
+    else:
+        assert not out.exists()
+    convert_fairseq(fairseq_mmap_dir, out, overwrite=True, progress=False)  # the next run cleans up
+    assert leftovers(tmp_path) == []
+    assert verify_dataset(out).ok and snapshot(out) == (before or snapshot(out))
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["overwrite", "fresh"])
+def test_ctrl_c_mid_conversion(fairseq_mmap_dir: Path, tmp_path: Path, existing: bool) -> None:
+    out = tmp_path / "out"
+    if existing:
+        convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    before = snapshot(out) if existing else None
+    proc = start_slow_conversion(fairseq_mmap_dir, out)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines() == [INTERRUPTED_MESSAGE]
+    assert leftovers(tmp_path) == []
+    assert (snapshot(out) == before and verify_dataset(out).ok) if existing else not out.exists()
+
+
+# ---------------------------------------------------------------- export fairseq: same guarantees
+
+
+def test_export_overwrite_keeps_foreign_files(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
+    out, back = tmp_path / "out", tmp_path / "back"
+    convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    back.mkdir()
+    foreign = {"valid.fr-en.fr.idx": b"theirs", "valid.fr-en.fr.bin": b"theirs", "dict.fr.txt": b"fr 1\n"}
+    for name, data in foreign.items():
+        (back / name).write_bytes(data)
+    with pytest.raises(OutputExistsError):
+        export_fairseq(out, back, progress=False)
+    export_fairseq(out, back, overwrite=True, progress=False)
+    export_fairseq(out, back, overwrite=True, progress=False)
+    assert {name: (back / name).read_bytes() for name in foreign} == foreign
+    assert set(PAIR_FILES) <= {p.name for p in back.iterdir()}
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["overwrite", "fresh"])
+def test_failed_export_keeps_the_previous_one(
+    fairseq_mmap_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: bool
+) -> None:
+    out, back = tmp_path / "out", tmp_path / "back"
+    convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    if existing:
+        export_fairseq(out, back, progress=False)
+    before = snapshot(back) if existing else None
+    real, calls = fairseq_export._export_column, []
+
+    def export_then_fail(*args: object) -> Path:
+        if len(calls) == 3:
+            raise Boom("injected export failure")
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(fairseq_export, "_export_column", export_then_fail)
+    with pytest.raises(Boom):
+        export_fairseq(out, back, overwrite=True, progress=False)
+    assert snapshot(back) == before if existing else not back.exists()
+    assert leftovers(tmp_path) == []

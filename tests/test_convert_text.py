@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ from arrowmt.converters._parallel_text import TextConversion, convert_with_optio
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
-from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, import_fairseq
+from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, fairseq_rows, import_fairseq
 
 
 def _options(**kw: object) -> TextConversion:
@@ -99,23 +101,93 @@ def test_comma_prefixes_become_shards_and_gz_equals_plain(tmp_path: Path) -> Non
 
 def test_workers_give_identical_files(tmp_path: Path) -> None:
     convert_with_options(_options(), tmp_path / "one", progress=False)
-    convert_with_options(_options(workers=2), tmp_path / "two", progress=False)
+    convert_with_options(_options(workers=2, chunk_bytes=5000), tmp_path / "two", progress=False)
     for name in ("train.arrow", "test.arrow", "dict.de.txt", "arrowmt.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
 
 
-def test_sentencepiece_model(tmp_path: Path) -> None:
+def _fairseq_preprocess(args: list[str]) -> None:
+    command = Path(sys.executable).parent / "fairseq-preprocess"
+    if not command.exists():
+        pytest.skip("fairseq-preprocess is not installed")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([str(command), *args], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _assert_equals_fairseq_preprocess(ours: Path, theirs: Path, splits: dict[str, str]) -> None:
+    """Dictionaries byte for byte, and every row of every split as fairseq itself reads its data-bin."""
+    for lang in ("de", "en"):
+        assert (ours / f"dict.{lang}.txt").read_bytes() == (theirs / f"dict.{lang}.txt").read_bytes()
+    for split, fairseq_split in splits.items():
+        ds = open_dataset(ours, split)
+        for column, lang in (("source", "de"), ("target", "en")):
+            rows = fairseq_rows(theirs / f"{fairseq_split}.de-en.{lang}", "mmap")
+            assert len(ds) == len(rows)
+            for i, expected in enumerate(rows):
+                np.testing.assert_array_equal(ds.row(column, i).numpy(), expected, err_msg=f"{split} {column} {i}")
+
+
+def _plain_copy(folder: Path, name: str) -> str:
+    folder.mkdir(exist_ok=True)
+    for lang in ("de", "en"):
+        (folder / f"{name}.{lang}").write_text("\n".join(_lines(MULTI30K / f"{name}.{lang}.gz")) + "\n", "utf-8")
+    return str(folder / name)
+
+
+def test_chunked_conversion_equals_real_fairseq_preprocess(tmp_path: Path) -> None:
+    """Small chunks and two workers: dictionaries and ids are exactly what fairseq-preprocess writes."""
+    train, test = _plain_copy(tmp_path / "text", "val"), _plain_copy(tmp_path / "text", "test_2016_flickr")
+    common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--testpref", test]
+    _fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1", "--thresholdsrc", "2"])
+    opts = _options(prefixes={"train": train, "test": test}, thresholds=(2, 0), workers=2, chunk_bytes=7000)
+    manifest = convert_with_options(opts, tmp_path / "ours", progress=False)
+    _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train", "test": "test"})
+    assert manifest.provenance["options"]["thresholdsrc"] == 2  # type: ignore[index]
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spm = pytest.importorskip("sentencepiece")
-    corpus = tmp_path / "corpus.txt"
+    folder = tmp_path_factory.mktemp("spm")
+    corpus = folder / "corpus.txt"
     corpus.write_text("\n".join(_lines(MULTI30K / "val.de.gz") + _lines(MULTI30K / "val.en.gz")), encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "spm"), vocab_size=300, minloglevel=2)
-    convert_with_options(_options(spm_model=str(tmp_path / "spm.model")), tmp_path / "out", progress=False)
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(folder / "spm"), vocab_size=300, num_threads=1, minloglevel=2
+    )
+    return folder / "spm.model"
+
+
+def test_sentencepiece_model(tmp_path: Path, spm_model: Path) -> None:
+    spm = pytest.importorskip("sentencepiece")
+    manifest = convert_with_options(_options(spm_model=str(spm_model)), tmp_path / "out", progress=False)
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
     assert "▁Ein" in de.symbols and len(de) <= 320
-    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+    processor = spm.SentencePieceProcessor(model_file=str(spm_model))
     line = _lines(MULTI30K / "val.de.gz")[0]
     ids = [de.index(p) for p in processor.encode(line, out_type=str)] + [de.eos]
     np.testing.assert_array_equal(open_dataset(tmp_path / "out", "train").row("source", 0).numpy(), ids)
+    assert manifest.provenance["sentencepiece_sha256"] == hashlib.sha256(spm_model.read_bytes()).hexdigest()
+    assert manifest.provenance["options"]["spm_model"] == str(spm_model)  # type: ignore[index]
+
+
+def test_sentencepiece_equals_spm_encode_then_fairseq_preprocess(tmp_path: Path, spm_model: Path) -> None:
+    """The pieces spm_encode would write (sentencepiece's encode_as_pieces, joined by spaces), binarized by the
+    real fairseq-preprocess, against arrowmt's inline sentencepiece in two workers with small chunks."""
+    spm = pytest.importorskip("sentencepiece")
+    processor = spm.SentencePieceProcessor(model_file=str(spm_model))
+    pieces = tmp_path / "pieces"
+    pieces.mkdir()
+    for name in ("val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            encoded = [" ".join(processor.encode_as_pieces(line)) for line in _lines(MULTI30K / f"{name}.{lang}.gz")]
+            (pieces / f"{name}.{lang}").write_text("\n".join(encoded) + "\n", encoding="utf-8")
+    common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", str(pieces / "val")]
+    common += ["--testpref", str(pieces / "test_2016_flickr"), "--joined-dictionary"]
+    _fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
+    opts = _options(spm_model=str(spm_model), joined_dictionary=True, workers=2, chunk_bytes=9000)
+    convert_with_options(opts, tmp_path / "ours", progress=False)
+    _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train", "test": "test"})
 
 
 def test_line_count_mismatch_names_both_files(tmp_path: Path) -> None:

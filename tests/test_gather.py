@@ -1,4 +1,8 @@
-"""Exact-value tests for arrowmt.training._gather and the Spans / GatheredBatch containers."""
+"""Exact-value tests for arrowmt.training._gather and the Spans / GatheredBatch containers.
+
+``take_padded`` and ``shift_right`` here are the plain references (checked spans, one step
+at a time) that the library's one-gather ``gather_padded``/``gather_padded_shifted`` are held to.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,37 @@ import pytest
 import torch
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._spans import take_flat
-from arrowmt.training._batch import GatheredBatch, Spans
-from arrowmt.training._gather import padded_width, shift_right, take_padded, valid_mask
+from arrowmt.format._spans import Spans, as_spans, take_flat
+from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._gather import gather_padded, gather_padded_shifted, padded_width, valid_mask
 
 # rows: [10 11 12] at 0, [] at 3, [20 21] at 5, [30] at 9
 WORDS = np.array([10, 11, 12, 99, 99, 20, 21, 99, 99, 30], dtype=np.int32)
 STARTS = np.array([0, 3, 5, 9])
 LENGTHS = np.array([3, 0, 2, 1])
+
+
+def take_padded(
+    words: np.ndarray, starts: np.ndarray, lengths: np.ndarray, pad: int, left_pad: bool, width: int | None = None
+) -> np.ndarray:
+    """Checked spans padded to ``width`` (default: the longest row) with the library's gather."""
+    starts, lengths = as_spans(words, starts, lengths)
+    width = padded_width(lengths) if width is None else width
+    if width < padded_width(lengths):
+        raise InvalidParameterError(f"width: expected >= the longest row ({padded_width(lengths)}), got {width}")
+    return gather_padded(words, starts, lengths, width, pad, left_pad)
+
+
+def shift_right(padded: np.ndarray, lengths: np.ndarray, first: int, pad: int, left_pad: bool) -> np.ndarray:
+    """Reference: each row of a padded matrix as ``[first] + row[:-1]`` in the same cells (fairseq's eos move)."""
+    width = padded.shape[1]
+    out = np.full_like(padded, pad)
+    for i, length in enumerate(np.asarray(lengths).tolist()):
+        if length:
+            cells = slice(width - length, width) if left_pad else slice(0, length)
+            row = padded[i, cells]
+            out[i, cells] = np.concatenate([[first], row[:-1]])
+    return out
 
 
 def test_take_flat_concatenates_rows_in_order() -> None:
@@ -93,9 +120,6 @@ def test_padded_width_rounds_like_fairseq() -> None:
     assert padded_width(lengths, multiple=5) == 5
     assert padded_width(np.array([9]), multiple=8) == 16
     assert padded_width(np.zeros(0, dtype=np.int64), multiple=8) == 0
-    assert padded_width(lengths, width=7) == 7
-    with pytest.raises(InvalidParameterError, match="multiple: expected >= 1, got 0"):
-        padded_width(lengths, multiple=0)
 
 
 def test_valid_mask() -> None:
@@ -128,9 +152,15 @@ def test_shift_right_moves_first_token_in_front() -> None:
     ]
 
 
-def test_shift_right_rejects_wrong_shape() -> None:
-    with pytest.raises(InvalidParameterError, match=r"padded: expected shape \(len\(lengths\), W\) = \(4, W\)"):
-        shift_right(np.zeros((3, 2), dtype=np.int64), LENGTHS, 2, 1, left_pad=False)
+@pytest.mark.parametrize("left_pad", [False, True])
+@pytest.mark.parametrize("width", [None, 4, 6])
+def test_gather_padded_shifted_equals_padding_then_shifting(left_pad: bool, width: int | None) -> None:
+    width = padded_width(LENGTHS) if width is None else width
+    rows, shifted = gather_padded_shifted(WORDS, STARTS, LENGTHS, width, 1, 2, left_pad)
+    expected = take_padded(WORDS, STARTS, LENGTHS, pad=1, left_pad=left_pad, width=width)
+    assert rows.dtype == shifted.dtype == np.int64
+    assert rows.tolist() == expected.tolist()
+    assert shifted.tolist() == shift_right(expected, LENGTHS, 2, 1, left_pad).tolist()
 
 
 def test_spans_select_compact_and_pickle() -> None:
@@ -177,7 +207,7 @@ def test_gathered_batch_from_samples() -> None:
     batch = GatheredBatch.from_samples(samples)
     assert batch.ids.tolist() == [3, 1]
     assert list(batch.columns) == ["source"]
-    assert batch.lengths("source").tolist() == [2, 1]
+    assert batch.columns["source"].lengths.tolist() == [2, 1]
     assert batch[0]["source"].tolist() == [4, 5]
     assert GatheredBatch.from_samples(batch) is batch
     assert len(GatheredBatch.from_samples([])) == 0

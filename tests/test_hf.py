@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,9 +17,10 @@ import pytest
 from arrowmt.converters._fairseq_binary import read_indexed
 from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from arrowmt._errors import MissingDependencyError, OutputExistsError
+from arrowmt._errors import FormatError, MissingDependencyError, OutputExistsError, OutputWriteError
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
+from arrowmt.format._reader import SplitFile
 from arrowmt.format._vocab import Dictionary
 from arrowmt.format._writer import ColumnData, write_split
 from arrowmt.integrations import hf
@@ -115,9 +117,15 @@ def _buffers(table: pa.Table) -> list[pa.Buffer]:
     return [buf for col in table.columns for chunk in col.chunks for buf in chunk.buffers() if buf is not None]
 
 
-def _assert_memory_mapped(ds: datasets.Dataset, files: list[Path]) -> None:
-    """The table is made of MemoryMappedTable blocks over ``files`` whose buffers lie inside their maps."""
+def _assert_memory_mapped(ds: datasets.Dataset, files: list[Path], targets: list[Path] | None = None) -> None:
+    """The table is made of MemoryMappedTable blocks over ``files`` whose buffers lie inside their maps.
+
+    ``targets``: the corpus files ``files`` are symbolic links to (``load_split``).
+    """
     assert [Path(f["filename"]) for f in ds.cache_files] == files
+    if targets is not None:
+        assert [f.resolve() for f in files] == [t.resolve() for t in targets]
+        assert all(f.is_symlink() for f in files)
     blocks = [ds.data] if isinstance(ds.data, datasets.table.MemoryMappedTable) else ds.data.blocks
     blocks = [b for row in blocks for b in (row if isinstance(row, list) else [row])]
     assert [Path(b.path) for b in blocks] == files
@@ -131,14 +139,37 @@ def _assert_memory_mapped(ds: datasets.Dataset, files: list[Path]) -> None:
             assert any(lo <= buf.address and buf.address + buf.size <= hi for lo, hi in ranges)
 
 
-def test_load_split_is_zero_copy(corpus: Path) -> None:
-    before = sorted(p.name for p in corpus.iterdir())
+@pytest.fixture(autouse=True)
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HF's cache folder for this test (instead of ``~/.cache/huggingface/datasets``)."""
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    return cache
+
+
+def _links_folder(hf_cache: Path) -> Path:
+    (folder,) = (hf_cache / hf.CACHE_SUBDIR).iterdir()
+    return folder
+
+
+def _folder_state(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry of ``folder`` (recursively) with its inode, size and mtime."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def test_load_split_is_zero_copy(corpus: Path, hf_cache: Path) -> None:
+    before = _folder_state(corpus)
     allocated = pa.total_allocated_bytes()
     ds = hf.load_split(corpus, "train")
     assert pa.total_allocated_bytes() == allocated
     assert isinstance(ds.data, datasets.table.MemoryMappedTable)
-    _assert_memory_mapped(ds, [(corpus / "train.arrow").resolve()])
-    assert sorted(p.name for p in corpus.iterdir()) == before
+    links = _links_folder(hf_cache)
+    assert links.name.startswith("corpus-train-")
+    _assert_memory_mapped(ds, [links / "data-00000-of-00001.arrow"], [corpus / "train.arrow"])
+    assert _folder_state(corpus) == before
     assert ds.split == "train"
 
 
@@ -162,10 +193,11 @@ def test_row0_decodes_to_reference(corpus: Path) -> None:
     assert dictionary.decode(ids[ids != dictionary.eos]) == REFERENCE_DE
 
 
-def test_shards_concatenated_in_order(sharded: Path) -> None:
-    ds = hf.load_split(sharded, "train")
-    files = [(sharded / n).resolve() for n in ("train.arrow", "train1.arrow", "train2.arrow")]
-    _assert_memory_mapped(ds, files)
+def test_shards_concatenated_in_order(sharded: Path, tmp_path: Path) -> None:
+    ds = hf.load_split(sharded, "train", cache_dir=tmp_path / "mine")
+    files = [sharded / n for n in ("train.arrow", "train1.arrow", "train2.arrow")]
+    (links,) = (tmp_path / "mine").iterdir()
+    _assert_memory_mapped(ds, [links / f"data-0000{k}-of-00003.arrow" for k in range(3)], files)
     assert isinstance(ds.data, datasets.table.ConcatenationTable)
     _assert_same_rows(ds, open_dataset(sharded, "train"))
     for role, lang in LANGS.items():
@@ -263,6 +295,38 @@ def test_export_refuses_non_empty_folder_unless_overwrite(sharded: Path, corpus:
     assert result.files == (out / "data-00000-of-00001.arrow",)
 
 
+def test_export_overwrite_removes_only_earlier_listed_files(
+    sharded: Path, corpus: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    hf.export_for_load_from_disk(sharded, "train", out)
+    earlier = sorted(p.name for p in out.glob("data-*.arrow"))
+    assert len(earlier) > 1
+    (out / "data-00007-of-00009.arrow").write_bytes(b"not ours")  # a file the earlier export did not list
+    (out / "notes.txt").write_text("keep me")
+    hf.export_for_load_from_disk(corpus, "train", out, overwrite=True)
+    assert (out / "data-00007-of-00009.arrow").read_bytes() == b"not ours"
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert not any((out / name).exists() for name in earlier if name != "data-00000-of-00001.arrow")
+
+
+def test_failed_export_leaves_the_earlier_export_intact(
+    sharded: Path, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    hf.export_for_load_from_disk(sharded, "train", out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def fail(*args: object, **kwargs: object) -> bytes:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf, "_json_bytes", fail)
+    with pytest.raises(OSError, match="No space"):
+        hf.export_for_load_from_disk(corpus, "train", out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left beside it
+
+
 def test_export_rejects_unknown_link(corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="link"):
         hf.export_for_load_from_disk(corpus, "test", tmp_path / "x", link="reflink")  # type: ignore[arg-type]
@@ -272,3 +336,141 @@ def test_missing_datasets_names_install_hint(monkeypatch: pytest.MonkeyPatch, co
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'arrowmt\[hf\]'"):
         hf.load_split(corpus, "test")
+
+
+# ---------------------------------------------------------------- corrupt files never reach datasets
+
+# (column, record batch, offset index, new value from (old, values in the batch)) of valid.arrow (1014 rows,
+# one record batch): each corruption makes datasets crash (SIGSEGV/SIGBUS) or return other rows.
+CORRUPT_OFFSETS = {
+    "middle int32 max": ("source", 0, 500, lambda old, n: 2**31 - 1),
+    "middle past values": ("target", 0, 7, lambda old, n: n + 1000),
+    "middle negative": ("source", 0, 3, lambda old, n: -100),
+    "middle decreasing": ("target", 0, 900, lambda old, n: old - 40),
+    "first not zero": ("source", 0, 0, lambda old, n: 3),
+    "last short of values": ("target", 0, 1014, lambda old, n: n - 2),
+}
+
+
+def _corrupt_copy(corpus: Path, folder: Path, case: str) -> Path:
+    """A copy of ``corpus`` whose valid.arrow has one offset changed (in place, as disk corruption would)."""
+    shutil.copytree(corpus, folder)
+    column, batch, index, new_value = CORRUPT_OFFSETS[case]
+    path = split_path(folder, "valid")
+    shard = SplitFile(path)
+    pos = int(shard.layouts[column].offsets_pos[batch]) + index
+    value = new_value(int(shard.words[pos]), int(shard.layouts[column].values_len[batch]))
+    del shard
+    with open(path, "r+b") as handle:
+        handle.seek(pos * 4)
+        handle.write(np.array([value], dtype="<i4").tobytes())
+    return folder
+
+
+READ_ALL_ROWS = r"""
+import json, sys
+from arrowmt._errors import FormatError
+from arrowmt.integrations import hf
+for folder in sys.argv[2:]:
+    print(json.dumps({"folder": folder}), flush=True)
+    try:
+        ds = hf.load_split(folder, "valid", cache_dir=sys.argv[1])
+        rows = [ds[i] for i in range(len(ds))]
+        print(json.dumps({"read": len(rows)}), flush=True)
+    except FormatError as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+"""
+
+
+def test_corrupt_offsets_raise_format_error_not_a_crash(corpus: Path, tmp_path: Path) -> None:
+    """Every corruption: load_split raises FormatError; run in a subprocess, where a crash fails the test cleanly."""
+    folders = [_corrupt_copy(corpus, tmp_path / f"case{k}", case) for k, case in enumerate(CORRUPT_OFFSETS)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-X", "faulthandler", "-c", READ_ALL_ROWS, str(tmp_path / "c"), *map(str, folders)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, f"crashed ({done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}"
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    results = dict(zip((a["folder"] for a in answers[::2]), answers[1::2], strict=True))
+    for folder, case in zip(folders, CORRUPT_OFFSETS, strict=True):
+        error = results[str(folder)].get("error", "")
+        assert str(split_path(folder, "valid")) in error and "corrupt" in error, (case, results[str(folder)])
+
+
+def test_corrupt_offsets_checked_before_every_entry_point(corpus: Path, tmp_path: Path) -> None:
+    """In-process: the check runs before datasets maps anything, so nothing here can crash."""
+    folder = _corrupt_copy(corpus, tmp_path / "bad", "middle int32 max")
+    where = rf"{split_path(folder, 'valid')}: row 499 \(source\): offsets \d+\.\.2147483647 are invalid"
+    with pytest.raises(FormatError, match=where):
+        hf.load_split(folder, "valid")
+    with pytest.raises(FormatError, match=where):
+        hf.load_dataset_dict(folder)
+    with pytest.raises(FormatError, match=where):
+        hf.export_for_load_from_disk(folder, "valid", tmp_path / "export")
+    assert not (tmp_path / "export").exists()
+    assert len(hf.load_split(folder, "test")) == SPLIT_ROWS["test"]  # the sound splits still load
+
+
+def test_file_changed_between_check_and_mapping(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "c"
+    shutil.copytree(corpus, folder)
+    from_file = datasets.Dataset.from_file
+
+    def touch_then_map(filename: str, **kwargs: object) -> datasets.Dataset:
+        st = Path(filename).stat()
+        os.utime(filename, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+        return from_file(filename, **kwargs)
+
+    monkeypatch.setattr(datasets.Dataset, "from_file", touch_then_map)
+    with pytest.raises(FormatError, match=rf"{split_path(folder, 'test')}: file changed while it was being loaded"):
+        hf.load_split(folder, "test")
+
+
+# ---------------------------------------------------------------- HF's cache files stay out of the corpus
+
+
+def _source_length(row: dict[str, list[int]]) -> dict[str, int]:
+    return {"n": len(row["source"])}
+
+
+def test_map_filter_shuffle_leave_the_corpus_untouched(corpus: Path, hf_cache: Path) -> None:
+    before = _folder_state(corpus)
+    ds = hf.load_split(corpus, "valid")
+    lengths = ds.map(_source_length)
+    short = ds.filter(lambda row: len(row["target"]) < 12)
+    shuffled = ds.shuffle(seed=3)
+    assert lengths["n"] == open_dataset(corpus, "valid").lengths("source").tolist()
+    assert 0 < len(short) < len(ds) and len(shuffled) == len(ds)
+    assert _folder_state(corpus) == before
+    links = _links_folder(hf_cache)
+    written = sorted(p.name for p in links.glob("cache-*.arrow"))
+    assert len(written) == 3, written
+    for result in (lengths, short, shuffled):
+        assert {Path(f["filename"]).parent for f in result.cache_files} == {links}
+    again = hf.load_split(corpus, "valid").map(_source_length)
+    assert again.cache_files == lengths.cache_files  # HF reuses its cache for the unchanged corpus
+
+
+def test_cache_dir_parameter_and_unwritable_cache_dir(corpus: Path, tmp_path: Path, hf_cache: Path) -> None:
+    ds = hf.load_split(corpus, "test", cache_dir=tmp_path / "mine")
+    ds.map(lambda row: {"n": len(row["target"])})
+    (links,) = (tmp_path / "mine").iterdir()
+    assert len(list(links.glob("cache-*.arrow"))) == 1
+    assert not hf_cache.exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(OutputWriteError, match=rf"cache_dir: cannot create {blocker}/.*pass a writable cache_dir"):
+        hf.load_split(corpus, "test", cache_dir=blocker)
+
+
+def test_reconversion_keeps_hf_cache_files(tmp_path: Path, hf_cache: Path) -> None:
+    """``--overwrite`` replaces the corpus; HF's cache files (and files it never wrote) survive it."""
+    out = tmp_path / "corpus"
+    convert_fairseq(FIXTURE, out, progress=False)
+    ds = hf.load_split(out, "test")
+    mapped = ds.map(lambda row: {"n": len(row["source"])})
+    in_corpus = ds.map(lambda row: {"m": 1}, cache_file_name=str(out / "cache-mine.arrow"))  # the user's choice
+    cache_files = [Path(mapped.cache_files[0]["filename"]), Path(in_corpus.cache_files[0]["filename"])]
+    convert_fairseq(FIXTURE, out, overwrite=True, progress=False)
+    assert all(f.is_file() for f in cache_files), cache_files
+    again = hf.load_split(out, "test")  # the links now see the new files: checked again, same rows
+    assert again["source"] == ds["source"]

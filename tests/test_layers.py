@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,9 @@ from tests.conftest import FAIRSEQ_FIXTURE, ROOT
 
 # Lower number = lower layer. The top (CLI, info, demo) may import everything.
 LAYERS = {
+    "arrowmt._checks": 0,
     "arrowmt._errors": 0,
+    "arrowmt._optional": 0,
     "arrowmt._version": 0,
     "arrowmt.format": 1,
     "arrowmt.converters": 2,
@@ -108,3 +112,21 @@ def test_python_dash_m_arrowmt_has_version() -> None:
     done = subprocess.run([sys.executable, "-m", "arrowmt", "--version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"arrowmt {arrowmt.__version__}"
+
+
+def test_wheel_has_only_the_arrowmt_top_level_name(tmp_path: Path) -> None:
+    """The built wheel installs one import name, ``arrowmt`` (converters/ becomes arrowmt.converters)."""
+    src = tmp_path / "src"
+    for name in ("arrowmt", "converters"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src)]
+    done = subprocess.run([*command, "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "dist").glob("arrowmt-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"arrowmt"}
+    assert "arrowmt/converters/_fairseq_folder.py" in names
+    assert "arrowmt/sample_data/multi30k/train.de.gz" in names
+    assert "BuildBackendWarning" not in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import multiprocessing
 import pickle
@@ -15,6 +16,8 @@ from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.training._plan_cache import (
     HEADER_BYTES,
     PlanArrays,
+    _parse_header,
+    contents_checksum,
     load_or_build_plan,
     plan_key,
     plan_path,
@@ -66,9 +69,57 @@ def corrupt(path: Path, how: str) -> None:
         raw[20] = 3
     elif how == "offsets":
         raw[-8:] = np.array([6], dtype="<i8").tobytes()
+        reseal(raw)
     elif how == "index_range":
         raw[HEADER_BYTES : HEADER_BYTES + 4] = np.array([ROWS], dtype="<i4").tobytes()
+        reseal(raw)
+    elif how == "version 1":
+        raw[16:20] = np.array([1], dtype="<u4").tobytes()
+    elif how in TAMPERING:
+        TAMPERING[how](raw)
     path.write_bytes(bytes(raw))
+
+
+def reseal(raw: bytearray) -> None:
+    """Store the checksum of the edited contents, as a deliberate forger would: the range checks must catch it."""
+    header = _parse_header(Path("forged"), bytes(raw[:HEADER_BYTES]))
+    raw[88:92] = np.array([contents_checksum(header, bytes(raw[HEADER_BYTES:]))], dtype="<u4").tobytes()
+
+
+def _swap_indices(raw: bytearray) -> None:
+    """Swap indices 0 and 1 (3 and 1): still a permutation of valid rows, batch 0 keeps its size."""
+    a, b = HEADER_BYTES, HEADER_BYTES + 4
+    raw[a : a + 4], raw[b : b + 4] = raw[b : b + 4], raw[a : a + 4]
+
+
+def _move_batch_boundary(raw: bytearray) -> None:
+    """Offsets [0, 2, 3, 7] -> [0, 1, 3, 7]: still non-decreasing from 0 to 7."""
+    at = HEADER_BYTES + 32 + 8
+    raw[at : at + 8] = np.array([1], dtype="<i8").tobytes()
+
+
+def _replace_index_in_range(raw: bytearray) -> None:
+    """Index 4 (value 5) -> 8: another valid row."""
+    at = HEADER_BYTES + 4 * 4
+    raw[at : at + 4] = np.array([8], dtype="<i4").tobytes()
+
+
+def _change_dropped(raw: bytearray) -> None:
+    raw[80:88] = np.array([0], dtype="<u8").tobytes()
+
+
+def _flip_padding_bit(raw: bytearray) -> None:
+    raw[HEADER_BYTES + 28] ^= 1  # the padding after 7 int32 indices
+
+
+# Changes that leave every range check satisfied: only the checksum sees them.
+TAMPERING = {
+    "swapped indices": _swap_indices,
+    "moved batch boundary": _move_batch_boundary,
+    "index replaced in range": _replace_index_in_range,
+    "dropped changed": _change_dropped,
+    "padding bit": _flip_padding_bit,
+}
 
 
 @pytest.mark.parametrize(
@@ -87,6 +138,42 @@ def test_read_detects_corruption(tmp_path: Path, how: str, message: str) -> None
     corrupt(path, how)
     with pytest.raises(FormatError, match=message):
         read_plan(path, KEY, ROWS)
+
+
+@pytest.mark.parametrize("how", list(TAMPERING))
+def test_checksum_detects_contents_changed_within_range(tmp_path: Path, how: str) -> None:
+    path = written(tmp_path)
+    corrupt(path, how)
+    with pytest.raises(FormatError, match=r"plan checksum: expected CRC-32 [0-9a-f]{8} \(header\), found [0-9a-f]{8}"):
+        read_plan(path, KEY, ROWS)
+
+
+def test_checksum_field_itself_changed(tmp_path: Path) -> None:
+    path = written(tmp_path)
+    raw = bytearray(path.read_bytes())
+    raw[88] ^= 0x40  # the CRC-32 follows the 88 bytes of fields
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match="plan checksum"):
+        read_plan(path, KEY, ROWS)
+
+
+def test_version_1_plans_are_not_read(tmp_path: Path) -> None:
+    """Version 1 had no checksum; its files are refused by version, and keys differ, so they are never looked up."""
+    path = written(tmp_path)
+    corrupt(path, "version 1")
+    with pytest.raises(FormatError, match=r"plan magic/version: expected .* v2, found .* v1"):
+        read_plan(path, KEY, ROWS)
+    assert plan_key({"a": 1}) == hashlib.sha256(b'{"a":1,"plan_version":2}').hexdigest()
+
+
+def test_load_or_build_rebuilds_a_tampered_plan(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = written(tmp_path)
+    corrupt(path, "swapped indices")
+    with caplog.at_level(logging.WARNING, logger="arrowmt.training._plan_cache"):
+        plan = load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN)
+    assert plan.built and plan.indices.tolist() == PLAN.indices.tolist()
+    assert "rebuilding batch plan" in caplog.text and "plan checksum" in caplog.text
+    assert not load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN).built
 
 
 def test_read_detects_stale_key_rows_and_missing(tmp_path: Path) -> None:

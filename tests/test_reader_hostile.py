@@ -32,9 +32,10 @@ import pytest
 from arrowmt.converters._output import OutputFolder, special_ids_of
 
 from arrowmt._errors import FormatError
+from arrowmt.format import _reader as reader_module
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
-from arrowmt.format._reader import SplitFile
+from arrowmt.format._reader import SplitFile, ensure_offsets_checked
 from arrowmt.format._schema import MANIFEST_NAME, METADATA_KEY
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._vocab import SPECIALS, Dictionary
@@ -423,6 +424,7 @@ METADATA_CASES: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
     "not utf-8": (lambda m: b"\xff\xfe{}", "metadata is malformed"),
     "json list": (lambda m: b"[1, 2]", "metadata is malformed"),
     "json null": (lambda m: b"null", "metadata is malformed"),
+    "nested too deeply": (lambda m: b"[" * 100_000, "metadata is nested too deeply"),
     "wrong version": (_set("format_version", 2), "'format_version': expected 1, got 2"),
     "wrong format": (_set("format", "other"), "'format': expected 'arrowmt', got 'other'"),
     "missing key": (lambda m: m.pop("split"), "metadata is malformed"),
@@ -527,14 +529,15 @@ def offset_word(path: Path, column: str, batch: int, index: int) -> tuple[int, i
 #  a piece of verify's structural message)
 OFFSET_CASES: dict[str, tuple[str, int, int, Callable[[int, int, int], int], str, str, str]] = {
     "middle past values": ("source", 1, 3, lambda v, p, n: n + 100, "read", "row 10 (source)", "row 10 (source)"),
-    "middle decreasing": ("source", 1, 3, lambda v, p, n: p - 1, "read", "row 10 (source)", "offsets decrease"),
+    "middle decreasing": ("source", 1, 3, lambda v, p, n: p - 1, "read", "row 10 (source)", "row 10 (source)"),
     "middle negative": ("source", 1, 3, lambda v, p, n: -5, "read", "offsets ", "row 10 (source)"),
     "middle int32 max": ("target", 2, 5, lambda v, p, n: 2**31 - 1, "read", "row 20 (target)", "row 20 (target)"),
     "middle int32 min": ("target", 0, 1, lambda v, p, n: -(2**31), "read", "row 0 (target)", "row 0 (target)"),
     "first negative": ("source", 1, 0, lambda v, p, n: -1, "open", "record batch 1", "record batch 1"),
     "last past values": ("target", 3, 6, lambda v, p, n: n + 1, "open", "record batch 3", "record batch 3"),
-    "first not zero": ("source", 1, 0, lambda v, p, n: 1, "ok", "", "first offset is 1, expected 0"),
-    "last short of values": ("source", 2, 8, lambda v, p, n: n - 1, "ok", "", "offsets use"),
+    # Valid Arrow (pyarrow reads it) but not what arrowmt writes: rows would silently shift.
+    "first not zero": ("source", 1, 0, lambda v, p, n: 1, "open", "record batch 1", "offsets run 1.."),
+    "last short of values": ("source", 2, 8, lambda v, p, n: n - 1, "open", "record batch 2", "offsets run 0.."),
 }
 
 
@@ -560,6 +563,48 @@ def test_corrupt_offsets(dataset: Path, worker: ReadWorker, case: str) -> None:
     assert found["status"] == "ok", found
     assert any("SHA-256 differs" in p for p in found["problems"]), found["problems"]
     assert any(verify_piece in p for p in found["problems"]), found["problems"]
+
+
+@pytest.mark.parametrize(("batch", "index", "delta"), [(0, 0, 2), (1, 0, 1), (2, 8, -1), (3, 6, -3)])
+def test_batch_offsets_must_start_at_zero_and_end_at_the_value_count(
+    split_file: Path, batch: int, index: int, delta: int
+) -> None:
+    """A shifted first/last offset is valid Arrow (pyarrow reads shifted rows) but never arrowmt: refused on open."""
+    pos, old, n_values = offset_word(split_file, "target", batch, index)
+    poke(split_file, pos, old + delta)
+    first, last = (old + delta, n_values) if index == 0 else (0, old + delta)
+    expect_format_error(
+        split_file, f"record batch {batch}, column 'target': offsets run {first}..{last}, expected 0..{n_values}"
+    )
+    pa_table = read_table(split_file)
+    for b in pa_table.to_batches():
+        b.validate(full=True)  # pyarrow accepts the file: only arrowmt's check stops the shifted rows
+
+
+def test_check_offsets_and_the_once_per_file_memo(split_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_offsets`` finds a corrupt middle offset; ``ensure_offsets_checked`` checks a file state once."""
+    checked: list[Path] = []
+    check = SplitFile.check_offsets
+    monkeypatch.setattr(SplitFile, "check_offsets", lambda self: (checked.append(self.path), check(self))[1])
+    split = SplitFile(split_file)
+    ensure_offsets_checked(split)
+    ensure_offsets_checked(SplitFile(split_file))  # written just now ("racy"): checked again, not remembered
+    assert checked == [split_file] * 2
+    monkeypatch.setattr(reader_module, "RACY_NS", -(10**18))  # as if the file were old
+    ensure_offsets_checked(split)
+    ensure_offsets_checked(SplitFile(split_file))  # same identity: remembered
+    assert checked == [split_file] * 3
+    pos, _, n_values = offset_word(split_file, "source", 2, 4)
+    poke(split_file, pos, n_values + 7)  # in place: same inode and size
+    os.utime(split_file, ns=(split.identity.mtime_ns, split.identity.mtime_ns + 1))  # in case of one clock tick
+    again = SplitFile(split_file)
+    assert again.identity != split.identity and again.identity.inode == split.identity.inode
+    with pytest.raises(FormatError, match=r"row 19 \(source\): offsets \d+\.\.\d+ are invalid") as info:
+        ensure_offsets_checked(again)
+    assert str(split_file) in str(info.value)
+    with pytest.raises(FormatError):
+        ensure_offsets_checked(again)  # a failed check is not remembered
+    assert checked == [split_file] * 5
 
 
 @pytest.mark.parametrize("case", ["valid", *(c for c, v in OFFSET_CASES.items() if v[4] != "open")])
@@ -633,6 +678,38 @@ def test_verify_reports_manifest_disagreements(dataset: Path) -> None:
     problems = verify_dataset(dataset).problems
     assert any("train.arrow: expected 31 rows (manifest), got 30" in p for p in problems), problems
     assert any("valid.arrow: listed in the manifest (31 rows) but missing" in p for p in problems), problems
+
+
+def test_verify_flags_a_manifest_without_files(dataset: Path) -> None:
+    manifest = json.loads((dataset / MANIFEST_NAME).read_text())
+    manifest["files"] = {}
+    (dataset / MANIFEST_NAME).write_text(json.dumps(manifest))
+    report = verify_dataset(dataset, progress=False)
+    assert not report.ok and report.files == 0
+    assert report.problems == [f"{dataset / MANIFEST_NAME}: lists no split files (expected at least one)"]
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_verify_flags_a_column_naming_a_dictionary_not_in_the_folder(dataset: Path, listed: bool) -> None:
+    """The column's dictionary is unknown to the manifest, or listed there but missing from the folder."""
+    path = split_path(dataset, SPLIT)
+    table = read_table(path)
+    schema = with_metadata(table.schema, lambda m: m["columns"]["target"].__setitem__("dictionary", "dict.fr.txt"))
+    new = write_stream(path.with_name("new.arrow"), schema, table.cast(schema).to_batches(max_chunksize=RPB))
+    os.replace(new, path)  # not written in place: the table maps the old file
+    manifest = json.loads((dataset / MANIFEST_NAME).read_text())
+    manifest["files"][SPLIT] = file_entry(path, ROWS).__dict__
+    if listed:
+        manifest["dictionaries"]["fr"] = "dict.fr.txt"
+    (dataset / MANIFEST_NAME).write_text(json.dumps(manifest))
+    problems = verify_dataset(dataset, progress=False).problems
+    if listed:
+        assert len(problems) == 1 and "dict.fr.txt" in problems[0], problems
+    else:
+        assert problems == [
+            f"{path}: column 'target' names dictionary 'dict.fr.txt', which is not in the folder "
+            "(the manifest lists ['dict.de.txt', 'dict.en.txt'])"
+        ]
 
 
 def test_rows_out_of_range(split_file: Path) -> None:

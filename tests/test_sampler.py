@@ -90,7 +90,7 @@ def test_ranks_cover_every_batch_once_plus_equal_padding(valid_ds: ArrowMTDatase
     assert {len(s) for s in samplers} == {-(-n // world)}
     yielded = [list(s) for s in samplers]
     assert {len(y) for y in yielded} == {len(samplers[0])}
-    ids = Counter(int(b) for s in samplers for b in s.epoch_batches())
+    ids = Counter(int(b) for s in samplers for b in s.epoch_batch_ids())
     assert set(ids) == set(range(n))
     assert sum(c - 1 for c in ids.values()) == world * len(samplers[0]) - n
     samples = [i for y in yielded for batch in y for i in batch]
@@ -256,6 +256,8 @@ def test_completed_epoch_then_next_epoch_starts_fresh(valid_ds: ArrowMTDataset, 
     assert state["batches_done"] == len(sampler) and state["epoch"] == 1
     resumed = make()
     resumed.load_state_dict(state)
+    resumed.set_epoch(1)  # the saved epoch is finished: it stays so (a restarted loop does not replay it)
+    assert list(resumed) == [] and resumed.state_dict() == state
     resumed.set_epoch(2)
     expected = make()
     expected.set_epoch(2)
@@ -274,24 +276,41 @@ def test_set_epoch_after_an_interrupted_pass_restarts_it(valid_ds: ArrowMTDatase
 
 def test_load_state_dict_rejects_incompatible_state(valid_ds: ArrowMTDataset, cache: Path) -> None:
     state = TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=0, cache_dir=cache).state_dict()
-    with pytest.raises(
-        InvalidParameterError, match=r"state_dict\['num_replicas'\]: expected 4 \(this sampler\), got 2"
-    ):
-        TokenBatchSampler(valid_ds, 512, num_replicas=4, rank=0, cache_dir=cache).load_state_dict(state)
     with pytest.raises(InvalidParameterError, match=r"state_dict\['rank'\]: expected 1"):
         TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=1, cache_dir=cache).load_state_dict(state)
     other = TokenBatchSampler(valid_ds, 600, num_replicas=2, rank=0, cache_dir=cache)
     with pytest.raises(InvalidParameterError, match=r"state_dict\['plan_key'\]"):
         other.load_state_dict(state)
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['seed'\]: expected 2 \(this sampler\), got 1"):
+        TokenBatchSampler(valid_ds, 512, seed=2, shuffle=False, num_replicas=2, cache_dir=cache).load_state_dict(
+            {**state, "plan_key": TokenBatchSampler(valid_ds, 512, shuffle=False, cache_dir=cache).plan_key}
+        )
     same = TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=0, cache_dir=cache)
     with pytest.raises(InvalidParameterError, match=r"missing \['plan_key'\]"):
         same.load_state_dict({k: v for k, v in state.items() if k != "plan_key"})
     with pytest.raises(
-        InvalidParameterError, match=rf"state_dict\['batches_done'\]: expected an integer in 0\.\.{len(same)}"
+        InvalidParameterError, match=rf"state_dict\['batches_done'\]: expected an integer in \[0, {len(same) + 1}\)"
     ):
         same.load_state_dict({**state, "batches_done": len(same) + 1})
     with pytest.raises(InvalidParameterError, match=r"state_dict\['epoch'\]: expected an integer"):
         same.load_state_dict({**state, "epoch": -1})
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['start'\]: expected an integer in \[0, "):
+        same.load_state_dict({**state, "start": len(same.plan) + 1})
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['num_replicas'\]: expected an integer >= 1"):
+        same.load_state_dict({**state, "num_replicas": 0})
+
+
+def test_a_state_without_start_still_loads(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    """States saved before the ``start`` key existed resume as they did."""
+    make = sampler_factory(valid_ds, cache, max_tokens=512)
+    full = list(make())
+    first = make()
+    iterator = iter(first)
+    next(iterator), next(iterator)
+    old = {k: v for k, v in first.state_dict().items() if k != "start"}
+    resumed = make()
+    resumed.load_state_dict(old)
+    assert list(resumed) == full[2:]
 
 
 def test_bad_parameters(valid_ds: ArrowMTDataset, cache: Path) -> None:

@@ -6,6 +6,7 @@ import gzip
 import shutil
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
@@ -13,16 +14,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from arrowmt.converters._text import (
+    BadUtf8,
     Encoded,
     check_same_line_count,
     encode,
-    encode_parallel,
     encode_sentencepiece,
     encode_token_lists,
     read_lines,
     sentencepiece_pieces,
+    split_lines,
     tokenize,
 )
+from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
 from conftest import FAIRSEQ_FIXTURE, MULTI30K
 
 from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
@@ -208,24 +211,87 @@ def test_encode_token_lists_large_list(dict_de: Dictionary) -> None:
         encode_token_lists(pa.array(["ein"]), dict_de)
 
 
-def test_encode_parallel_two_workers_equals_one(dict_de: Dictionary) -> None:
-    paths = [MULTI30K / name for name in ("val.de.gz", "test_2016_flickr.de.gz", "val.en.gz")]
-    one = encode_parallel(paths, dict_de, workers=1)
-    two = encode_parallel(paths, dict_de, workers=2)
-    assert [e.n_lines for e in one] == [1014, 1000, 1014]
-    for a, b in zip(one, two, strict=True):
-        assert np.array_equal(a.ragged.offsets, b.ragged.offsets)
-        assert np.array_equal(a.ragged.values, b.ragged.values)
-        assert (a.n_tokens, a.n_unk) == (b.n_tokens, b.n_unk)
-    with pytest.raises(InvalidParameterError, match="workers"):
-        encode_parallel(paths, dict_de, workers=0)
+# ----- chunks -----------------------------------------------------------------------------------
+
+CHUNK_TEXT = "kurz\n\neine sehr lange Zeile " + "x" * 300 + "\r\nä ö ü\nende ohne Zeilenende"
 
 
-def test_encode_parallel_reports_worker_errors(tmp_path: Path, dict_de: Dictionary) -> None:
-    good = _write(tmp_path, b"ein mann\n", "good.txt")
-    bad = _write(tmp_path, b"ok\n\xff\n", "bad.txt")
-    with pytest.raises(InputDataError, match=r"bad.txt:2:"):
-        encode_parallel([good, bad], dict_de, workers=2)
+@pytest.mark.parametrize("name", ["text.txt", "text.txt.gz"])
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 1 << 20])
+def test_chunks_are_whole_lines_covering_the_file(tmp_path: Path, name: str, chunk_bytes: int) -> None:
+    data = CHUNK_TEXT.encode()
+    chunks = list(text_chunks(_write(tmp_path, data, name), chunk_bytes))
+    texts = [chunk.read() for chunk in chunks]
+    assert b"".join(texts) == data
+    assert all(text.endswith(b"\n") for text in texts[:-1]) and texts[-1].endswith(b"ende ohne Zeilenende")
+    assert [c.start for c in chunks] == list(np.cumsum([0] + [len(t) for t in texts[:-1]]))
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    if chunk_bytes == 1:  # every line is its own chunk
+        assert len(chunks) == data.count(b"\n") + 1
+    assert sum(c.disk_bytes for c in chunks) == (tmp_path / name).stat().st_size
+
+
+def test_chunks_of_empty_and_real_gzip(tmp_path: Path) -> None:
+    assert list(text_chunks(_write(tmp_path, b"", "empty.txt"), 8)) == []
+    assert list(text_chunks(_write(tmp_path, b"", "empty.txt.gz"), 8)) == []
+    chunks = list(text_chunks(MULTI30K / "val.de.gz", 10_000))
+    assert len(chunks) > 5
+    lines = pa.concat_arrays([split_lines(c.read()) for c in chunks])
+    assert lines.equals(read_lines(MULTI30K / "val.de.gz"))
+
+
+def test_corrupt_gzip_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(gzip.compress(b"hello\n" * 100)[:-12])
+    with pytest.raises(InputDataError, match=r"cut\.txt\.gz: expected a complete gzip file"):
+        list(text_chunks(path, 64))
+
+
+def test_lines_with_newlines_tokenize_like_stripped_lines() -> None:
+    data = ("\n".join(TRICKY) + "\r\nlast\r").encode()
+    kept, stripped = split_lines(data, keep_newlines=True), split_lines(data)
+    assert stripped.to_pylist() == [*TRICKY[:-1], TRICKY[-1], "last"]
+    assert kept.to_pylist()[0] == TRICKY[0] + "\n"
+    assert (
+        tokenize(kept).to_pylist() == tokenize(stripped).to_pylist() == [line.split() for line in stripped.to_pylist()]
+    )
+
+
+def test_split_lines_reports_where_utf8_breaks() -> None:
+    with pytest.raises(BadUtf8) as info:
+        split_lines(b"ok\nfine\nbad \xff\n")
+    bad = info.value.bad
+    assert (bad.offset, bad.line, bad.column, bad.byte) == (12, 2, 4, 0xFF)
+    message = str(bad.error("f.txt", first_line=10, first_byte=1000))
+    assert message.startswith("f.txt:13: ") and "byte offset 1012 (byte 5 of line 13)" in message
+
+
+@pytest.mark.parametrize("count", [True, False])
+def test_tokenize_chunk_spills_local_ids_and_counts(tmp_path: Path, count: bool) -> None:
+    lines = read_lines(MULTI30K / "val.en.gz").to_pylist()
+    path = _write(tmp_path, ("\n".join(lines) + "\n").encode(), "val.en")
+    (chunk,) = text_chunks(path, 1 << 20)
+    result = tokenize_chunk(TokenizeTask(chunk, str(tmp_path / "spill.arrow"), count))
+    words = [line.split() for line in lines]
+    assert (result.rows, result.tokens) == (len(lines), sum(map(len, words)))
+    assert result.bad is None
+    spilled = _read_spill(str(tmp_path / "spill.arrow"))
+    assert spilled.to_pylist() == words  # dictionary-encoded: each distinct token stored once
+    assert sorted(spilled.values.dictionary.to_pylist()) == sorted({w for row in words for w in row})
+    if count:
+        assert result.vocabulary is not None and result.counts is not None
+        counted = dict(zip(result.vocabulary.to_pylist(), result.counts.tolist(), strict=True))
+        assert counted == Counter(word for row in words for word in row)
+    else:
+        assert result.vocabulary is None and result.counts is None
+
+
+def test_tokenize_chunk_returns_bad_utf8_instead_of_raising(tmp_path: Path) -> None:
+    path = _write(tmp_path, b"gut\n\xc3(\n", "bad.txt")
+    (chunk,) = text_chunks(path, 1 << 20)
+    result = tokenize_chunk(TokenizeTask(chunk, str(tmp_path / "spill.arrow"), True))
+    assert result.bad is not None and (result.bad.line, result.bad.byte) == (1, 0xC3)
+    assert not (tmp_path / "spill.arrow").exists()
 
 
 # ----- sentencepiece ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from arrowmt import Collater, TokenBatchSampler, open_dataset
+from arrowmt import PlainCollater, TokenBatchSampler, open_dataset
 
 
 def parse_args() -> argparse.Namespace:
@@ -58,7 +58,7 @@ def main() -> None:
         sampler.load_state_dict(state)
         epoch = state["epoch"]
     sampler.set_epoch(epoch)  # a no-op when resuming in the middle of this epoch
-    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=Collater.for_dataset(ds, mode="plain"))
+    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=PlainCollater(ds.special_ids))
     batches, state = run_epoch(sampler, loader, args.save_after)
     totals = torch.tensor([len(batches), sum(len(b) for b in batches)], dtype=torch.int64)
     dist.all_reduce(totals)

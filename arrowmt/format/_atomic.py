@@ -1,18 +1,33 @@
-"""Crash-safe file output: write to a temporary file in the target folder, fsync, rename."""
+"""Crash-safe output.
+
+One file: :func:`atomic_path` writes a temporary file beside the target, fsyncs it and
+renames it over the target. A whole folder: :class:`StagedOutput` builds every new file
+in a staging folder beside the target folder and publishes them with renames once all
+are complete, so a failed or killed run never changes what the target folder holds.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import logging
 import os
 import shutil
+import signal
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from arrowmt._errors import OutputExistsError, OutputWriteError
 
+logger = logging.getLogger(__name__)
+
 TEMP_PREFIX = ".arrowmt-tmp-"
+STAGING_MARK = ".arrowmt-staging-"  # + "<pid>-<random>"; beside the target as ".<name>" + STAGING_MARK + ...
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -25,7 +40,7 @@ def atomic_path(path: str | os.PathLike[str], overwrite: bool = True) -> Iterato
     """
     target = Path(path)
     if not overwrite and target.exists():
-        raise OutputExistsError(f"{target}: output exists; pass overwrite=True (--overwrite) to replace it")
+        raise OutputExistsError(f"{target}: output exists; pass overwrite=True to replace it")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".part", dir=target.parent)
@@ -98,28 +113,6 @@ def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
-def prepare_output_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
-    """Create the folder ``path`` for new output and return it.
-
-    Temporary files a killed writer left there are removed first; a folder that
-    still holds anything needs ``overwrite`` (``--overwrite`` on the command line).
-    """
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise OutputWriteError(f"{out}: expected an output folder, got an existing file")
-    if out.is_dir():
-        remove_stale_temps(out)
-        if not overwrite and any(out.iterdir()):
-            raise OutputExistsError(
-                f"{out}: output folder exists and is not empty; pass overwrite=True (--overwrite) to replace it"
-            )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputWriteError(f"{out}: cannot create the output folder: {_reason(exc)}") from exc
-    return out
-
-
 def remove_unlisted(folder: Path, patterns: tuple[str, ...], keep: set[str]) -> list[Path]:
     """After a rewrite, delete what an earlier run left in ``folder``: entries matching ``patterns``
     whose names are not in ``keep`` (folders too). Returns what was removed.
@@ -137,3 +130,240 @@ def remove_unlisted(folder: Path, patterns: tuple[str, ...], keep: set[str]) -> 
                 stale.unlink(missing_ok=True)
             removed.append(stale)
     return removed
+
+
+# ---------------------------------------------------------------- staged folders
+
+
+@dataclass
+class StagedOutput:
+    """New content for the folder ``target``, written into the staging folder ``path`` first.
+
+    ``path`` is ``.<target name>.arrowmt-staging-<pid>-<random>`` beside ``target`` (inside
+    ``target`` when that is another filesystem or its parent cannot be written).
+    :meth:`publish` renames the finished files into ``target``; :meth:`abort` (also on
+    leaving a ``with`` block without publishing) removes the staging folder and any
+    parent folders this run created. ``target`` itself is not created before
+    :meth:`publish`, and a killed run's staging folder is removed by the next run.
+    """
+
+    target: Path
+    path: Path
+    created: tuple[Path, ...] = ()
+    done: bool = False
+    owner: int = field(default_factory=os.getpid)  # a forked worker never removes its parent's staging
+
+    @classmethod
+    def begin(cls, target: str | os.PathLike[str], overwrite: bool) -> StagedOutput:
+        """Check ``target`` may be written, remove what killed runs left, and make a staging folder."""
+        out = Path(target)
+        check_output_folder(out, overwrite)
+        created = _make_parents(out)
+        try:
+            return cls(out, _make_staging(out), created)
+        except BaseException:
+            _remove_empty(created)
+            raise
+
+    def __enter__(self) -> StagedOutput:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+    def publish(self, names: Sequence[str], remove: Iterable[str] = (), remove_dirs: Iterable[str] = ()) -> None:
+        """Move ``names`` (plain file names, in this order: put the manifest last) into ``target``.
+
+        Then delete the files ``remove`` and the folders ``remove_dirs`` (plain names the
+        caller owns) from ``target`` unless they were just published. SIGINT and SIGTERM
+        wait until this is done, so an interrupt never stops it half-way.
+        """
+        self._check_publishable(names)
+        with deferred_signals():
+            if not os.path.lexists(self.target) and sorted(os.listdir(self.path)) == sorted(names):
+                self._publish_folder(names)
+            else:
+                self._publish_files(names)
+            fsync_dir(self.target)
+            self.done = True
+            _remove_names(self.target, set(remove) - set(names), set(remove_dirs) - set(names))
+
+    def abort(self) -> None:
+        """Remove the staging folder and the parent folders this run created (idempotent)."""
+        if self.done or os.getpid() != self.owner:
+            return
+        self.done = True
+        shutil.rmtree(self.path, ignore_errors=True)
+        _remove_empty(self.created)
+
+    def _check_publishable(self, names: Sequence[str]) -> None:
+        for name in names:
+            staged, final = self.path / name, self.target / name
+            if not staged.is_file():
+                raise OutputWriteError(f"{final}: expected {staged} to be written before publishing, it is missing")
+            if final.is_dir() and not final.is_symlink():
+                raise OutputWriteError(f"{final}: cannot replace a folder with a file; nothing was changed")
+
+    def _publish_folder(self, names: Sequence[str]) -> None:
+        """A new target: one rename of the whole staging folder (falls back to file renames on a race)."""
+        try:
+            os.chmod(self.path, 0o777 & ~_umask())
+            os.rename(self.path, self.target)
+        except OSError:
+            self._publish_files(names)
+            return
+        self.path = self.target
+        fsync_dir(self.target.parent)
+
+    def _publish_files(self, names: Sequence[str]) -> None:
+        try:
+            self.target.mkdir(exist_ok=True)
+            for name in names:
+                os.replace(self.path / name, self.target / name)
+        except OSError as exc:
+            raise OutputWriteError(f"{self.target}: publishing the new output failed: {_reason(exc)}") from exc
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def check_output_folder(out: Path, overwrite: bool) -> None:
+    """Refuse a ``out`` that is not a folder, or a non-empty one without ``overwrite``.
+
+    Staging folders and temporary files that killed arrowmt runs left are removed first
+    (they never count as content).
+    """
+    if os.path.lexists(out) and not out.is_dir():
+        raise OutputWriteError(f"{out}: expected an output folder, got an existing file")
+    remove_stale_staging(out)
+    if out.is_dir():
+        remove_stale_temps(out)
+        if not overwrite and any(out.iterdir()):
+            raise OutputExistsError(f"{out}: output folder exists and is not empty; pass overwrite=True to replace it")
+
+
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Delete staging folders for ``out`` whose process is gone (a killed run); return what was removed."""
+    candidates = []
+    absolute = Path(os.path.abspath(out))
+    if absolute.name:
+        candidates += absolute.parent.glob(f".{glob.escape(absolute.name)}{STAGING_MARK}*")
+    if out.is_dir():
+        candidates += out.glob(f"{STAGING_MARK}*")
+    removed = []
+    for stale in sorted(candidates):
+        if stale.is_dir() and not stale.is_symlink() and not _owner_alive(stale.name):
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale)
+    return removed
+
+
+def _owner_alive(name: str) -> bool:
+    """Whether the process named in a staging folder's name (``...staging-<pid>-...``) still runs."""
+    pid = name.rpartition(STAGING_MARK)[2].partition("-")[0]
+    if not pid.isdigit():
+        return True  # not named by arrowmt: leave it alone
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _cannot_create(out: Path, exc: OSError) -> OutputWriteError:
+    return OutputWriteError(f"{out}: cannot create the output folder: {_reason(exc)}")
+
+
+def _make_parents(out: Path) -> tuple[Path, ...]:
+    """Create the missing folders above ``out``; return them, outermost first."""
+    parent = Path(os.path.abspath(out)).parent
+    missing = []
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    try:
+        Path(os.path.abspath(out)).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(tuple(reversed(missing)))
+        raise _cannot_create(out, exc) from exc
+    return tuple(reversed(missing))
+
+
+def _make_staging(out: Path) -> Path:
+    """A fresh staging folder on the filesystem of ``out``: beside it, else inside it."""
+    absolute = Path(os.path.abspath(out))
+    marker = f"{STAGING_MARK}{os.getpid()}-"
+    inside = out.is_dir() and (not absolute.name or os.stat(out).st_dev != os.stat(absolute.parent).st_dev)
+    try:
+        if not inside:
+            try:
+                return Path(tempfile.mkdtemp(prefix=f".{absolute.name}{marker}", dir=absolute.parent))
+            except OSError:
+                if not out.is_dir():
+                    raise
+        return Path(tempfile.mkdtemp(prefix=marker, dir=out))
+    except OSError as exc:
+        raise _cannot_create(out, exc) from exc
+
+
+def _remove_empty(folders: tuple[Path, ...]) -> None:
+    """Remove ``folders`` (outermost first) innermost first, stopping at the first that is not empty."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def _remove_names(folder: Path, files: set[str], folders: set[str]) -> None:
+    """Delete the files ``files`` and the folders ``folders`` from ``folder`` (links are removed, not followed)."""
+    for name in sorted(files):
+        path = folder / name
+        if not (path.is_dir() and not path.is_symlink()):
+            path.unlink(missing_ok=True)
+    for name in sorted(folders):
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_symlink():
+            path.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def deferred_signals(signals: Sequence[signal.Signals] = DEFERRED_SIGNALS) -> Iterator[None]:
+    """Hold ``signals`` (SIGINT, SIGTERM) until the block ends, then act on them as before.
+
+    A Ctrl-C during the block raises KeyboardInterrupt right after it; a SIGTERM with the
+    default action then ends the process. Only the main thread can set handlers: elsewhere
+    the block runs unprotected.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {}
+    for sig in signals:
+        handler = signal.getsignal(sig)
+        if handler is not None:
+            previous[sig] = signal.signal(sig, lambda number, _frame: caught.append(number))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            _deliver(caught[0], previous[caught[0]])
+
+
+def _deliver(sig: int, handler: object) -> None:
+    logger.debug("delivering signal %d held while publishing", sig)
+    if callable(handler):
+        handler(sig, None)
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), sig)

@@ -1,18 +1,42 @@
-"""The dataset folder's manifest (``arrowmt.json``): splits, shard files, sizes and checksums."""
+"""The dataset folder's manifest (``arrowmt.json``): splits, shard files, sizes and checksums.
+
+Every name in a manifest is read from a file, so it is never trusted as a path:
+:meth:`Manifest.load`, which every reader goes through, accepts only plain file names
+inside the folder (see :func:`plain_name_error`) and refuses listed files that are
+not regular files there (a symlink leaving the folder, a FIFO, a folder, a device).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from arrowmt._errors import FormatError
 from arrowmt.format._atomic import write_bytes_atomic
 from arrowmt.format._schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, SPLIT_SUFFIX
 
 HASH_CHUNK = 1 << 24
+MAX_JSON_BYTES = 64 << 20  # a manifest of 100,000 shards is ~20 MB
+MAX_NAME_BYTES = 255  # NAME_MAX of every common filesystem
+DICTIONARY_SUFFIX = ".txt"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+REQUIRED_KEYS = frozenset({"format", "format_version", "languages", "dictionaries", "source_format", "files"})
+OPTIONAL_KEYS = frozenset({"provenance"})
+ENTRY_KEYS = ("file", "rows", "size", "sha256")
+SHOWN_CHARS = 80
+FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 @dataclass(frozen=True)
@@ -41,50 +65,270 @@ class Manifest:
         return (json.dumps(asdict(self), sort_keys=True, indent=2) + "\n").encode("utf-8")
 
     def save(self, folder: str | os.PathLike[str]) -> Path:
-        path = Path(folder) / MANIFEST_NAME
+        path = manifest_path(folder)
         write_bytes_atomic(path, self.to_json())
         return path
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> Manifest:
-        path = Path(folder) / MANIFEST_NAME
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            files = {name: FileEntry(**entry) for name, entry in data.pop("files").items()}
-            manifest = cls(files=files, **data)
-        except FileNotFoundError as exc:
-            raise FormatError(f"{path}: missing; {Path(folder)} is not a converted arrowmt dataset") from exc
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise FormatError(f"{path}: malformed manifest: {exc}") from exc
-        if manifest.format != FORMAT_NAME or manifest.format_version != FORMAT_VERSION:
+        """Read and check ``folder``'s manifest: every reader of an arrowmt folder starts here.
+
+        Each problem is one FormatError naming the manifest (and the key and value):
+        missing or unreadable manifest, not a regular file, not a JSON object, nesting
+        too deep, wrong types, names that are not plain file names, and listed files
+        that are not regular files inside the folder. Missing listed files are left to
+        the reader that needs them.
+        """
+        path = manifest_path(folder)
+        check_member(Path(folder), MANIFEST_NAME, "the manifest")
+        manifest = cls.parse(read_json(path, "manifest"), path)
+        manifest.check_files(Path(folder), path)
+        return manifest
+
+    @classmethod
+    def parse(cls, data: object, path: Path) -> Manifest:
+        """A Manifest from decoded JSON ``data``, every type and name checked (``path`` names it in errors)."""
+        data = _expect(data, dict, "the top level", path)
+        _check_keys(data, path)
+        if data["format"] != FORMAT_NAME or data["format_version"] != FORMAT_VERSION:
             raise FormatError(
                 f"{path}: expected format {FORMAT_NAME!r} version {FORMAT_VERSION}, "
-                f"got {manifest.format!r} version {manifest.format_version!r}"
+                f"got {_shown(data['format'])} version {_shown(data['format_version'])}"
             )
-        return manifest
+        return cls(
+            languages=_languages(data["languages"], path),
+            dictionaries=_dictionaries(data["dictionaries"], path),
+            source_format=_expect(data["source_format"], str, "source_format", path),
+            files={name: _file_entry(name, entry, path) for name, entry in _expect_dict(data["files"], "files", path)},
+            provenance=_expect(data.get("provenance", {}), dict, "provenance", path),
+        )
+
+    def file_names(self) -> set[str]:
+        """Every file this manifest lists (split files and dictionaries), the manifest itself excluded."""
+        return {entry.file for entry in self.files.values()} | set(self.dictionaries.values())
+
+    def check_files(self, folder: Path, path: Path) -> None:
+        """FormatError unless every listed file that exists is a regular file inside ``folder``."""
+        for name, entry in self.files.items():
+            check_member(folder, entry.file, f"listed in {path} as files[{name!r}]")
+        for lang, name in self.dictionaries.items():
+            check_member(folder, name, f"listed in {path} as dictionaries[{lang!r}]")
 
     def shards(self, split: str) -> list[str]:
         """File-level names making up ``split``, as fairseq loads them: ``train``, ``train1``, ``train2``, ...
 
         Numbering starts at 1 and stops at the first missing number (``train`` + ``train2``
         without ``train1`` is just ``train``); a split that does not exist has no shards.
+        A name that is itself a shard of another split (``train1`` beside ``train``) is
+        only itself: with ``train`` ... ``train12``, ``train1`` never takes ``train11``.
         """
-        if split not in self.files:
-            return []
-        names = [split]
-        while (name := f"{split}{len(names)}") in self.files:
-            names.append(name)
-        return names
+        return self._shards(split, {})
 
     def splits(self) -> list[str]:
         """Top-level split names: every file-level name that is not a shard of another split."""
-        claimed = {shard for name in self.files for shard in self.shards(name)[1:]}
+        runs: dict[str, int] = {}
+        claimed = {shard for name in self.files for shard in self._shards(name, runs)[1:]}
         return sorted(name for name in self.files if name not in claimed)
+
+    def _shards(self, split: str, runs: dict[str, int]) -> list[str]:
+        if split not in self.files:
+            return []
+        if self._is_shard(split, runs):
+            return [split]
+        return [split, *(f"{split}{k}" for k in range(1, self._run(split, runs) + 1))]
+
+    def _run(self, base: str, runs: dict[str, int]) -> int:
+        """How many of ``base1``, ``base2``, ... are listed without a gap (memoized in ``runs``)."""
+        if base not in runs:
+            count = 0
+            while f"{base}{count + 1}" in self.files:
+                count += 1
+            runs[base] = count
+        return runs[base]
+
+    def _is_shard(self, name: str, runs: dict[str, int]) -> bool:
+        """Whether ``name`` is ``base`` + ``k`` (k >= 1, no leading zero) inside the numbered run of a listed base."""
+        digits = len(name) - len(name.rstrip("0123456789"))
+        for cut in range(len(name) - digits, len(name)):
+            base, number = name[:cut], name[cut:]
+            if number[0] == "0" or len(number) > len(str(len(self.files))) or base not in self.files:
+                continue
+            if int(number) <= self._run(base, runs):
+                return True
+        return False
+
+
+def manifest_path(folder: str | os.PathLike[str]) -> Path:
+    """Where ``folder``'s manifest lives."""
+    return Path(folder) / MANIFEST_NAME
 
 
 def split_path(folder: str | os.PathLike[str], name: str) -> Path:
     """Path of the file holding split (or shard) ``name`` inside ``folder``."""
     return Path(folder) / f"{name}{SPLIT_SUFFIX}"
+
+
+def plain_name_error(value: object, suffix: str = "") -> str | None:
+    """Why ``value`` is not a plain file name ending in ``suffix``, or None when it is one.
+
+    A plain name is a non-empty string without a path separator (``/`` or ``\\``),
+    without NUL, not starting with ``.`` (so never ``.``, ``..`` or arrowmt's own
+    hidden temporaries), at most 255 bytes of UTF-8: it can only name a file inside
+    the folder it is joined to.
+    """
+    expected = f"expected a plain file name{f' ending in {suffix!r}' if suffix else ''} inside the folder"
+    expected += " (no '/', '\\', NUL or leading '.')"
+    if not isinstance(value, str) or not value or value.startswith("."):
+        return f"{expected}, got {_shown(value)}"
+    if "/" in value or "\\" in value or "\0" in value or not value.endswith(suffix) or value == suffix:
+        return f"{expected}, got {_shown(value)}"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"{expected}, got a name that is not valid UTF-8: {_shown(value)}"
+    if size > MAX_NAME_BYTES:
+        return f"{expected}, got a name of {size} bytes (at most {MAX_NAME_BYTES})"
+    return None
+
+
+def check_member(folder: Path, name: str, where: str) -> None:
+    """FormatError unless ``folder/name`` is missing or a regular file inside ``folder``.
+
+    Uses ``lstat``/``stat`` only (never opens the file), so a FIFO or a device cannot
+    block; a symlink may point anywhere inside the folder, never outside it.
+    """
+    path = folder / name
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            _check_link_inside(folder, path, where)
+            st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # a missing file (or folder) is reported by the reader that needs it
+    except OSError as exc:
+        raise FormatError(f"{path} ({where}): cannot inspect: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular_error(f"{path} ({where})", st.st_mode)
+
+
+def _check_link_inside(folder: Path, path: Path, where: str) -> None:
+    target = Path(os.path.realpath(path))
+    base = Path(os.path.realpath(folder))
+    if target == base or not target.is_relative_to(base):
+        raise FormatError(
+            f"{path} ({where}): expected a file inside {folder}, got a symbolic link to {target} (outside the folder)"
+        )
+
+
+def not_regular_error(what: str, mode: int) -> FormatError:
+    """The error for ``what`` (a path, perhaps with its role) that is not a regular file."""
+    return FormatError(f"{what}: expected a regular file, got {file_kind(mode)}")
+
+
+def file_kind(mode: int) -> str:
+    """'a folder', 'a FIFO', ... for a non-regular file's ``st_mode``."""
+    return next((kind for test, kind in FILE_KINDS if test(mode)), "not a regular file")
+
+
+def read_json(path: Path, what: str) -> Any:
+    """Decoded JSON of the regular file ``path``; any problem is one FormatError naming ``path``.
+
+    The file is checked with ``stat`` before it is opened (non-blocking), so a FIFO or
+    ``/dev/zero`` in its place fails at once; files over 64 MiB and nesting too deep
+    for the parser are refused.
+    """
+    try:
+        raw = _read_regular(path)
+    except FileNotFoundError as exc:
+        raise FormatError(f"{path}: missing; {path.parent} is not a converted arrowmt dataset") from exc
+    except NotADirectoryError as exc:
+        raise FormatError(f"{path.parent}: expected an arrowmt dataset folder, got a file") from exc
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise FormatError(f"{path}: malformed {what}: JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
+        raise FormatError(f"{path}: malformed {what}: {exc}") from None
+
+
+def _read_regular(path: Path) -> bytes:
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular_error(str(path), st.st_mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):  # replaced between stat and open
+            raise not_regular_error(str(path), st.st_mode)
+        if st.st_size > MAX_JSON_BYTES:
+            raise FormatError(f"{path}: expected at most {MAX_JSON_BYTES} bytes, got {st.st_size}")
+        return handle.read(MAX_JSON_BYTES + 1)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def _expect(value: Any, kind: type, where: str, path: Path) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise FormatError(f"{path}: {where}: expected {kind.__name__}, got {type(value).__name__} {_shown(value)}")
+    return value
+
+
+def _expect_dict(value: Any, where: str, path: Path) -> list[tuple[str, Any]]:
+    return list(_expect(value, dict, where, path).items())
+
+
+def _check_keys(data: dict[str, Any], path: Path) -> None:
+    missing, unknown = REQUIRED_KEYS - data.keys(), data.keys() - REQUIRED_KEYS - OPTIONAL_KEYS
+    if missing or unknown:
+        raise FormatError(
+            f"{path}: expected keys {sorted(REQUIRED_KEYS)} (and optionally {sorted(OPTIONAL_KEYS)}), "
+            f"got missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
+
+
+def _checked_name(value: object, suffix: str, where: str, path: Path) -> str:
+    if error := plain_name_error(value, suffix):
+        raise FormatError(f"{path}: {where}: {error}")
+    return value  # type: ignore[return-value]
+
+
+def _languages(value: Any, path: Path) -> dict[str, str | None]:
+    """Column -> language; a language becomes part of exported file names, so it must be a plain name too."""
+    return {
+        column: None if lang is None else _checked_name(lang, "", f"languages[{column!r}]", path)
+        for column, lang in _expect_dict(value, "languages", path)
+    }
+
+
+def _dictionaries(value: Any, path: Path) -> dict[str, str]:
+    return {
+        lang: _checked_name(name, DICTIONARY_SUFFIX, f"dictionaries[{lang!r}]", path)
+        for lang, name in _expect_dict(value, "dictionaries", path)
+    }
+
+
+def _file_entry(name: str, entry: Any, path: Path) -> FileEntry:
+    where = f"files[{name!r}]"
+    expected_file = _checked_name(f"{name}{SPLIT_SUFFIX}", SPLIT_SUFFIX, f"{where} (the split name)", path)
+    entry = _expect(entry, dict, where, path)
+    if sorted(entry) != sorted(ENTRY_KEYS):
+        raise FormatError(f"{path}: {where}: expected keys {sorted(ENTRY_KEYS)}, got {sorted(entry)}")
+    if entry["file"] != expected_file:
+        raise FormatError(f"{path}: {where}.file: expected {expected_file!r}, got {_shown(entry['file'])}")
+    rows = _expect(entry["rows"], int, f"{where}.rows", path)
+    size = _expect(entry["size"], int, f"{where}.size", path)
+    sha256 = _expect(entry["sha256"], str, f"{where}.sha256", path)
+    if rows < 0 or size < 0 or not SHA256_HEX.fullmatch(sha256):
+        raise FormatError(
+            f"{path}: {where}: expected rows >= 0, size >= 0 and a 64-digit lowercase hex sha256, "
+            f"got rows {rows}, size {size}, sha256 {_shown(sha256)}"
+        )
+    return FileEntry(file=expected_file, rows=rows, size=size, sha256=sha256)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

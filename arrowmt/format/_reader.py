@@ -4,12 +4,20 @@ The file is mapped once (copy-on-write, so numpy and torch views are writable
 without copying and the page-cache pages stay shared between processes). Every
 list column's offsets and values buffers are located inside that map, so a row
 is two integer reads and a slice: no pyarrow object is touched after opening.
+
+Opening reads O(record batches) numbers: each batch's buffers must lie inside the
+file and its offsets must run from 0 to the batch's value count. Middle offsets are
+checked on every access (:meth:`SplitFile.spans`), or all at once by
+:meth:`SplitFile.check_offsets`; :func:`ensure_offsets_checked` does that once per
+file state before a file is handed to a library that trusts offsets (pyarrow,
+Hugging Face ``datasets``).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,16 +54,37 @@ class BatchOffsets:
 
 
 @dataclass(frozen=True)
+class FileIdentity:
+    """Which file, in which state: device, inode, size, modification and status-change times.
+
+    Any write, truncation, ``utime``, ``chmod`` or new hard link changes ``ctime_ns``;
+    an atomic replacement changes the inode. So an equal identity means the same bytes,
+    unless the file was written twice within one timestamp tick (the kernel's coarse
+    clock, milliseconds): see :data:`RACY_NS`.
+    """
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of_stat(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    @classmethod
+    def of(cls, path: Path) -> FileIdentity:
+        """The identity of ``path`` now (symbolic links followed)."""
+        return cls.of_stat(_stat_or_error(path))
+
+
+@dataclass(frozen=True)
 class FileStamp:
     """Size and modification time of a file when it was opened."""
 
     size: int
     mtime_ns: int
-
-    @classmethod
-    def of(cls, path: Path) -> FileStamp:
-        st = os.stat(path)
-        return cls(st.st_size, st.st_mtime_ns)
 
     def change_to(self, now: FileStamp) -> str:
         """How the file changed between this stamp and ``now``, for error messages."""
@@ -70,7 +99,8 @@ class SplitFile:
         self._open()
 
     def _open(self) -> None:
-        self.stamp, self._map = _map_file(self.path)
+        self.identity, self._map = _map_file(self.path)
+        self.stamp = FileStamp(self.identity.size, self.identity.mtime_ns)
         self.words = np.frombuffer(self._map, dtype=np.int32, count=len(self._map) // 4)
         schema, batches = _read_stream(self.path, self._map)
         self.metadata = _parse_metadata(self.path, schema)
@@ -140,16 +170,35 @@ class SplitFile:
             return self.spans(column, rows)[1].astype(dtype, copy=False)
         out = np.empty(len(self), dtype=dtype)
         for batch in self.batch_offsets(column):
-            offsets, first = batch.offsets, batch.first_row
-            counts = np.diff(offsets)
-            # As uint32 a negative offset wraps past any limit; with all offsets in 0..limit the diff is exact.
-            if int(offsets.view(np.uint32).max()) > batch.values_len or (counts.size and int(counts.min()) < 0):
-                self.spans(column, np.arange(first, first + counts.shape[0]))  # raises FormatError naming the row
-                raise FormatError(
-                    f"{self.path}: record batch {batch.batch} ({column}): offsets are invalid; the file is corrupt"
-                )
-            out[first : first + counts.shape[0]] = counts
+            counts = self.batch_lengths(column, batch)
+            out[batch.first_row : batch.first_row + counts.shape[0]] = counts
         return out
+
+    def check_offsets(self) -> None:
+        """Check every offset of every column (vectorized per record batch); FormatError naming the first bad row.
+
+        After this, any Arrow reader reads exactly the rows arrowmt reads: every row lies
+        inside its batch's values, which the open checked lie inside the file.
+        """
+        for column in self.columns:
+            for batch in self.batch_offsets(column):
+                self.batch_lengths(column, batch)
+
+    def batch_lengths(self, column: str, batch: BatchOffsets) -> np.ndarray:
+        """Row lengths of one record batch of :meth:`batch_offsets`, after checking every offset.
+
+        FormatError (naming the first bad row) unless ``0 <= start <= end <= values`` for every row.
+        """
+        offsets = batch.offsets
+        counts = np.diff(offsets)
+        # As uint32 a negative offset wraps past any limit; with all offsets in 0..limit the diff is exact.
+        if int(offsets.view(np.uint32).max()) > batch.values_len or (counts.size and int(counts.min()) < 0):
+            first = batch.first_row
+            self.spans(column, np.arange(first, first + counts.shape[0]))  # raises FormatError naming the row
+            raise FormatError(
+                f"{self.path}: record batch {batch.batch} ({column}): offsets are invalid; the file is corrupt"
+            )
+        return counts
 
     def batch_offsets(self, column: str) -> Iterator[BatchOffsets]:
         """Each record batch of ``column``: its rows' offsets (an unchecked view) and where its values are."""
@@ -181,17 +230,48 @@ class SplitFile:
         )
 
 
+_OFFSETS_CHECKED: set[FileIdentity] = set()
+RACY_NS = 2_000_000_000  # files changed this recently are checked every time (timestamp granularity)
+
+
+def ensure_offsets_checked(split: SplitFile) -> None:
+    """:meth:`SplitFile.check_offsets` once per file state in this process (remembered by :class:`FileIdentity`).
+
+    Call it before handing the file to a library that trusts Arrow offsets (pyarrow's
+    readers, Hugging Face ``datasets``): a corrupt middle offset would make them read
+    outside the file (segfault, SIGBUS) or return other rows. The memo lives in memory
+    only (nothing is written); a new process checks again, which costs one pass over
+    the offsets (4 bytes per row and column: about 2 ms per million rows of a pair in
+    the page cache). A file changed in any way (write, ``utime``, ``chmod``, new hard
+    link, replacement) has another identity and is checked again. File timestamps
+    advance in coarse ticks, so a file changed less than ``RACY_NS`` before the check is
+    not remembered (as git treats "racily clean" files): a second write within the same
+    tick could keep its identity.
+    """
+    if split.identity in _OFFSETS_CHECKED:
+        return
+    started = time.time_ns()
+    split.check_offsets()
+    if split.identity.ctime_ns < started - RACY_NS:
+        _OFFSETS_CHECKED.add(split.identity)
+
+
 def _stamp_or_error(path: Path) -> FileStamp:
+    st = _stat_or_error(path)
+    return FileStamp(st.st_size, st.st_mtime_ns)
+
+
+def _stat_or_error(path: Path) -> os.stat_result:
     try:
-        return FileStamp.of(path)
+        return os.stat(path)
     except FileNotFoundError as exc:
         raise FormatError(f"{path}: no such split file (removed since it was opened?)") from exc
     except OSError as exc:
         raise FormatError(f"{path}: cannot stat: {exc.strerror or exc}") from exc
 
 
-def _map_file(path: Path) -> tuple[FileStamp, mmap.mmap]:
-    """Map ``path`` copy-on-write; the stamp comes from the same open file, so size and map agree."""
+def _map_file(path: Path) -> tuple[FileIdentity, mmap.mmap]:
+    """Map ``path`` copy-on-write; the identity comes from the same open file, so size and map agree."""
     try:
         with open(path, "rb") as handle:
             st = os.fstat(handle.fileno())
@@ -204,7 +284,7 @@ def _map_file(path: Path) -> tuple[FileStamp, mmap.mmap]:
     if len(mapped) != st.st_size:
         mapped.close()
         raise FormatError(f"{path}: file size changed while opening ({st.st_size} -> {len(mapped)} bytes)")
-    return FileStamp(st.st_size, st.st_mtime_ns), mapped
+    return FileIdentity.of_stat(st), mapped
 
 
 def _check_head(path: Path, size: int, head: bytes) -> None:
@@ -229,7 +309,10 @@ def _parse_metadata(path: Path, schema: pa.Schema) -> SplitMetadata:
             f"{path}: Arrow stream has no arrowmt metadata (schema key {METADATA_KEY.decode()!r}); "
             "it was not written by arrowmt"
         )
-    meta = SplitMetadata.from_json(raw, str(path))
+    try:
+        meta = SplitMetadata.from_json(raw, str(path))
+    except RecursionError as exc:
+        raise FormatError(f"{path}: arrowmt metadata is nested too deeply to be arrowmt metadata") from exc
     _check_metadata_values(path, meta)
     return meta
 
@@ -318,8 +401,11 @@ def _locate(path: Path, name: str, k: int, arr: pa.ListArray, base: int, words: 
     off_pos = _word_position(where, "offsets", offsets_buf, base, words, arr.offset, len(arr) + 1)
     val_pos = _word_position(where, "values", values_buf, base, words, arr.values.offset, n_values)
     first, last = int(words[off_pos]), int(words[off_pos + len(arr)])
-    if not 0 <= first <= last <= n_values:
-        raise FormatError(f"{where}: offsets run {first}..{last}, expected 0 <= first <= last <= {n_values} values")
+    if first != 0 or last != n_values:
+        raise FormatError(
+            f"{where}: offsets run {first}..{last}, expected 0..{n_values} "
+            "(batch-local offsets covering every value; the file is corrupt)"
+        )
     return off_pos, val_pos, n_values
 
 

@@ -12,6 +12,7 @@ from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._reader import SplitFile, check_indices
+from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans
 
 
@@ -23,33 +24,23 @@ class Split:
     map themselves (and fail if the files changed meanwhile).
     """
 
-    def __init__(self, path: str | os.PathLike[str], split: str = "train") -> None:
+    def __init__(self, path: str | os.PathLike[str], split: str = "train", manifest: Manifest | None = None) -> None:
+        """``manifest``: the folder's manifest when already loaded (opening many splits of one folder)."""
         self.path = Path(path)
         self.split = split
-        self.manifest = Manifest.load(self.path)
+        self.manifest = Manifest.load(self.path) if manifest is None else manifest
         names = self.manifest.shards(split)
         if not names:
             raise InvalidParameterError(
                 f"split: expected one of {self.manifest.splits()} in {self.path}, got {split!r}"
             )
-        self.shards = [self._open_shard(name) for name in names]
+        self.shards = [open_shard(self.path, self.manifest, name) for name in names]
         self.shard_names = names
         sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.cumulative = np.concatenate([[0], np.cumsum(sizes)])
         first = self.shards[0].metadata
         self.columns: tuple[str, ...] = tuple(first.columns)
         self._check_shards_agree(first)
-
-    def _open_shard(self, name: str) -> SplitFile:
-        entry = self.manifest.files[name]
-        shard = SplitFile(split_path(self.path, name))
-        if shard.stamp.size != entry.size or len(shard) != entry.rows:
-            raise FormatError(
-                f"{shard.path}: expected {entry.size} bytes and {entry.rows} rows as recorded in the "
-                f"manifest, got {shard.stamp.size} bytes and {len(shard)} rows "
-                "(file changed after conversion)"
-            )
-        return shard
 
     def _check_shards_agree(self, first: SplitMetadata) -> None:
         for shard in self.shards[1:]:
@@ -81,7 +72,7 @@ class Split:
 
     @property
     def is_monolingual(self) -> bool:
-        return self.columns == ("tokens",)
+        return self.columns == (TOKENS,)
 
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shard number and row-within-shard of each global index."""
@@ -100,7 +91,9 @@ class Split:
         if indices is None:
             parts = [s.lengths(column, dtype=dtype) for s in self.shards]
             return parts[0] if len(parts) == 1 else np.concatenate(parts)
-        shard, local = self.locate(indices)
+        return self._located_lengths(column, *self.locate(indices), dtype)
+
+    def _located_lengths(self, column: str, shard: np.ndarray, local: np.ndarray, dtype: type | np.dtype) -> np.ndarray:
         if len(self.shards) == 1:
             return self.shards[0].lengths(column, local, dtype)
         out = np.empty(shard.shape[0], dtype=dtype)
@@ -110,10 +103,15 @@ class Split:
         return out
 
     def num_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
-        """fairseq's size of a row (int64): max over columns of the token count."""
-        sizes = self.lengths(self.columns[0], indices)
+        """fairseq's size of a row (int64): max over columns of the token count (indices located once)."""
+        located = None if indices is None else self.locate(indices)
+
+        def column_lengths(column: str) -> np.ndarray:
+            return self.lengths(column) if located is None else self._located_lengths(column, *located, np.int64)
+
+        sizes = column_lengths(self.columns[0])
         for column in self.columns[1:]:
-            np.maximum(sizes, self.lengths(column, indices), out=sizes)
+            np.maximum(sizes, column_lengths(column), out=sizes)
         return sizes
 
     def row_array(self, column: str, index: int) -> np.ndarray:
@@ -164,6 +162,19 @@ class Split:
         """Raise FormatError if any shard file was modified since opening."""
         for shard in self.shards:
             shard.check_unchanged()
+
+
+def open_shard(folder: Path, manifest: Manifest, name: str) -> SplitFile:
+    """The split file ``name`` listed in ``manifest``, refused unless its size and rows are the manifest's."""
+    entry = manifest.files[name]
+    shard = SplitFile(split_path(folder, name))
+    if shard.stamp.size != entry.size or len(shard) != entry.rows:
+        raise FormatError(
+            f"{shard.path}: expected {entry.size} bytes and {entry.rows} rows as recorded in the "
+            f"manifest, got {shard.stamp.size} bytes and {len(shard)} rows "
+            "(file changed after conversion)"
+        )
+    return shard
 
 
 def _shard_spans(shard: SplitFile, column: str, rows: np.ndarray) -> Spans:

@@ -2,28 +2,39 @@
 
 Each split file gets every check that applies, so a corrupted file reports both its
 checksum mismatch and *where* it is broken (record batch, row, column). Files are
-opened through :class:`SplitFile`, whose validation on open makes the per-offset
+opened through :class:`SplitFile`, whose validation on open (buffers inside the file,
+each record batch's offsets running from 0 to its value count) makes the per-offset
 reads here safe; pyarrow's full validation runs last, as a backstop.
+
+The folder-level checks: the manifest lists at least one split file, every listed
+dictionary loads, and every column names a dictionary the manifest lists.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError, FormatError
 from arrowmt.format._manifest import FileEntry, Manifest, file_sha256, split_path
 from arrowmt.format._metadata import ColumnInfo
+from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
+from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._vocab import Dictionary
 
-VocabSizes = dict[str, tuple[int, str]]
-"""Dictionary file name -> (number of symbols, content SHA-256)."""
+VocabSizes = dict[str, tuple[int, str] | None]
+"""Dictionary file name listed by the manifest -> (number of symbols, content SHA-256), None if unreadable."""
+
+Tick = Callable[[int], object]
+"""Advances the progress bar by a number of steps."""
 
 
 @dataclass
@@ -40,25 +51,36 @@ class VerifyReport:
         return not self.problems
 
 
-def verify_dataset(path: str | os.PathLike[str]) -> VerifyReport:
-    """Check every file of the folder at ``path``; collect problems rather than stopping at the first."""
+def verify_dataset(path: str | os.PathLike[str], *, progress: bool = True) -> VerifyReport:
+    """Check every file of the folder at ``path``; collect problems rather than stopping at the first.
+
+    ``progress`` shows a bar on an interactive terminal: one step per file checksum and
+    per record batch of each column.
+    """
     folder = Path(path)
     report = VerifyReport()
     manifest = Manifest.load(folder)
+    if not manifest.files:
+        report.problems.append(f"{folder / MANIFEST_NAME}: lists no split files (expected at least one)")
     vocab_sizes = _dictionary_sizes(folder, manifest, report)
-    for name, entry in sorted(manifest.files.items()):
-        _verify_file(split_path(folder, name), entry, vocab_sizes, report)
+    with progress_bar(total=len(manifest.files), desc="verify", unit="step", enabled=progress) as bar:
+        for name, entry in sorted(manifest.files.items()):
+            _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar)
     return report
 
 
-def _verify_file(file: Path, entry: FileEntry, vocab_sizes: VocabSizes, report: VerifyReport) -> None:
+def _verify_file(file: Path, entry: FileEntry, vocab_sizes: VocabSizes, report: VerifyReport, bar: tqdm) -> None:
     if not file.is_file():
         report.problems.append(f"{file}: listed in the manifest ({entry.rows} rows) but missing")
         return
+    bar.set_postfix_str(file.name)
     problems = _checksum_problems(file, entry)
+    bar.update(1)
     try:
         split = SplitFile(file)
-        _check_split(split, entry, vocab_sizes)
+        bar.total += len(split.layouts[split.columns[0]].values_len) * len(split.columns)
+        bar.refresh()
+        _check_split(split, entry, vocab_sizes, bar.update)
     except (ArrowMTError, OSError) as exc:
         problems.append(str(exc))
     report.problems.extend(problems)
@@ -81,27 +103,33 @@ def _checksum_problems(file: Path, entry: FileEntry) -> list[str]:
 
 
 def _dictionary_sizes(folder: Path, manifest: Manifest, report: VerifyReport) -> VocabSizes:
-    sizes = {}
+    sizes: VocabSizes = {}
     for name in sorted(set(manifest.dictionaries.values())):
         try:
             d = Dictionary.load(folder / name)
             sizes[name] = (len(d), d.sha256())
         except (ArrowMTError, OSError) as exc:
+            sizes[name] = None
             report.problems.append(str(exc))
     return sizes
 
 
-def _check_split(split: SplitFile, entry: FileEntry, vocab_sizes: VocabSizes) -> None:
+def _check_split(split: SplitFile, entry: FileEntry, vocab_sizes: VocabSizes, tick: Tick) -> None:
     if len(split) != entry.rows:
         raise FormatError(f"{split.path}: expected {entry.rows} rows (manifest), got {len(split)} (metadata)")
     for name, info in split.metadata.columns.items():
         _check_dictionary(split.path, name, info, vocab_sizes)
-        _check_column(split, name, info.vocab_size, info.tokens)
+        _check_column(split, name, info.vocab_size, info.tokens, tick)
     _validate_with_pyarrow(split.path)
 
 
 def _check_dictionary(path: Path, name: str, info: ColumnInfo, vocab_sizes: VocabSizes) -> None:
-    size, sha = vocab_sizes.get(info.dictionary, (info.vocab_size, info.dictionary_sha256))
+    if info.dictionary not in vocab_sizes:
+        raise FormatError(
+            f"{path}: column {name!r} names dictionary {info.dictionary!r}, which is not in the folder "
+            f"(the manifest lists {sorted(vocab_sizes)})"
+        )
+    size, sha = vocab_sizes[info.dictionary] or (info.vocab_size, info.dictionary_sha256)  # unreadable: reported
     if sha != info.dictionary_sha256 or size != info.vocab_size:
         raise FormatError(
             f"{path}: column {name!r} was encoded with a dictionary of {info.vocab_size} symbols "
@@ -125,15 +153,15 @@ def _validate_batch(path: Path, k: int, batch: pa.RecordBatch) -> None:
         raise FormatError(f"{path}: record batch {k} fails full validation: {exc}") from exc
 
 
-def _check_column(split: SplitFile, name: str, vocab_size: int, tokens: int) -> None:
+def _check_column(split: SplitFile, name: str, vocab_size: int, tokens: int, tick: Tick) -> None:
+    """Every offset (the reader's check), every id of every record batch, and the token total."""
     total = 0
     for batch in split.batch_offsets(name):
-        offsets = batch.offsets.astype(np.int64)
-        where = _BatchPlace(split.path, name, batch.batch, batch.first_row)
-        _check_offsets(where, offsets, batch.values_len)
-        values = split.words[batch.values_pos : batch.values_pos + int(offsets[-1])]
-        _check_ids(where, offsets, values, vocab_size)
-        total += int(offsets[-1])
+        split.batch_lengths(name, batch)
+        values = split.words[batch.values_pos : batch.values_pos + batch.values_len]
+        _check_ids(_BatchPlace(split.path, name, batch.first_row), batch.offsets, values, vocab_size)
+        total += batch.values_len
+        tick(1)
     if total != tokens:
         raise FormatError(f"{split.path}: column {name!r}: expected {tokens} tokens (metadata), got {total}")
 
@@ -144,36 +172,14 @@ class _BatchPlace:
 
     path: Path
     column: str
-    batch: int
     first_row: int
-
-    def batch_error(self, detail: str) -> FormatError:
-        return FormatError(f"{self.path}: record batch {self.batch}, column {self.column!r}: {detail}")
 
     def row_error(self, local: int, detail: str) -> FormatError:
         return FormatError(f"{self.path}: row {self.first_row + local} ({self.column}): {detail}")
 
 
-def _check_offsets(where: _BatchPlace, offsets: np.ndarray, values_len: int) -> None:
-    """Batch-local offsets: start at 0, stay within the values, never decrease, use every value."""
-    if offsets[0] != 0:
-        raise where.batch_error(f"first offset is {int(offsets[0])}, expected 0 (offsets are batch-local)")
-    outside = np.flatnonzero((offsets < 0) | (offsets > values_len))
-    if outside.size:
-        i = int(outside[0])
-        raise where.row_error(i - 1, f"end offset {int(offsets[i])} is outside the values (expected 0..{values_len})")
-    falling = np.flatnonzero(np.diff(offsets) < 0)
-    if falling.size:
-        i = int(falling[0])
-        raise where.row_error(
-            i, f"offsets decrease {int(offsets[i])} -> {int(offsets[i + 1])} (expected non-decreasing)"
-        )
-    if offsets[-1] != values_len:
-        raise where.batch_error(f"offsets use {int(offsets[-1])} values, the values buffer has {values_len}")
-
-
 def _check_ids(where: _BatchPlace, offsets: np.ndarray, values: np.ndarray, vocab_size: int) -> None:
-    bad = (values < 0) | (values >= vocab_size)
+    bad = values.view(np.uint32) >= vocab_size  # as uint32 a negative id wraps past any vocabulary size
     if bad.any():
         at = int(np.flatnonzero(bad)[0])
         local = int(np.searchsorted(offsets, at, side="right") - 1)

@@ -168,9 +168,27 @@ class Dictionary:
         size, specials included; then the size is padded to a multiple of ``padding_factor``
         (0 or 1: no padding) with ``madeupword0000``, ... of count 0.
         """
+        values, counts, n_lines = _count_tokens(token_arrays)
+        return cls.from_counts(
+            values, counts, n_lines, threshold=threshold, nwords=nwords, padding_factor=padding_factor
+        )
+
+    @classmethod
+    def from_counts(
+        cls,
+        values: pa.Array,
+        counts: np.ndarray,
+        n_lines: int,
+        *,
+        threshold: int = -1,
+        nwords: int = -1,
+        padding_factor: int = 8,
+    ) -> Dictionary:
+        """:meth:`build` from counts already taken: distinct tokens ``values`` (strings), their ``counts``
+        and the number of lines counted (e.g. merged from counts over chunks of a large corpus)."""
         if padding_factor < 0:
             raise InvalidParameterError(f"padding_factor: expected >= 0, got {padding_factor}")
-        values, counts, n_lines = _count_tokens(token_arrays)
+        _check_string_array(values, "values")
         special_counts = _special_counts(values, counts, n_lines)
         symbols, kept_counts = _rank_regular(values, counts, threshold, nwords)
         dictionary = cls([*SPECIALS, *symbols], special_counts + kept_counts)

@@ -5,12 +5,36 @@ An arrowmt split file is an uncompressed Arrow IPC *stream*, which is exactly wh
 
 - :func:`load_split` gives a ``datasets.Dataset`` whose table is a ``MemoryMappedTable``
   (several shards: a ``ConcatenationTable`` of them, in shard order) over the original
-  files. Nothing is read into memory, no cache file is written and ``ds.cache_files``
-  lists the split files themselves.
+  files. Nothing is read into memory and the corpus folder is never written to.
 - :func:`load_dataset_dict` does this for every split, as a ``datasets.DatasetDict``.
 - :func:`export_for_load_from_disk` makes a folder that ``datasets.load_from_disk``
   accepts: the split files as ``data-0000k-of-0000N.arrow`` (hard links by default, so
   no extra disk), plus ``dataset_info.json`` and ``state.json``.
+
+**Safety.** ``datasets`` (like pyarrow's readers) trusts the Arrow offsets: a file with
+one corrupt middle offset makes ``ds[i]`` crash the process (SIGSEGV/SIGBUS) or return
+other rows. So every file first gets arrowmt's checks: manifest sizes and row counts,
+the structure (on open), and every offset of every column
+(:func:`arrowmt.format._reader.ensure_offsets_checked`, one vectorized pass over the
+offsets, about 4 bytes per row and column). A file that fails raises ``FormatError``
+before ``datasets`` sees it. The check is remembered in memory, per process, for the
+file's identity (device, inode, size, mtime, ctime), so loading the same unchanged file
+again costs nothing; nothing is written for it. Token ids are not checked here (an id
+outside the dictionary cannot crash a reader): ``arrowmt verify`` checks them and the
+SHA-256 of every file.
+
+**Where HF's cache files go.** ``map``, ``filter``, ``shuffle``, ... write their
+``cache-<fingerprint>.arrow`` files into the folder of the dataset's first file. So that
+they never land in (or get deleted with) the corpus, :func:`load_split` opens the split
+through symbolic links ``data-0000k-of-0000N.arrow`` in a folder of its own,
+``<cache_dir>/<corpus>-<split>-<hash of the corpus path and split>/``: ``ds.cache_files``
+are those links and HF writes its cache files beside them. ``cache_dir`` defaults to
+``<HF_DATASETS_CACHE>/arrowmt`` (``~/.cache/huggingface/datasets/arrowmt``; set the
+``HF_DATASETS_CACHE`` or ``HF_HOME`` environment variable, or pass ``cache_dir=``, to put
+them on another disk). The links follow the corpus (a re-conversion is seen by the next
+``load_split``; HF's fingerprint includes the files' mtimes, so stale cache files are
+not reused); remove the folder, or call ``ds.cleanup_cache_files()``, to reclaim the
+space. ``keep_in_memory=True`` on a transform writes nothing at all.
 
 Every column is ``list<int32>`` and is declared as ``List(Value("int32"))`` (``Sequence``
 on ``datasets`` < 4). HF's ``with_format("numpy")``/``"torch"`` copy each row they return
@@ -18,35 +42,33 @@ on ``datasets`` < 4). HF's ``with_format("numpy")``/``"torch"`` copy each row th
 The arrowmt metadata stays in the files; HF replaces the in-memory schema metadata by
 its own ``huggingface`` key, which is never written back to them.
 
-Caution: HF transforms (``map``, ``filter``, ...) write their ``cache-<hash>.arrow`` files
-beside the dataset's files, i.e. into the arrowmt folder (checked with datasets 5.2).
-Pass ``keep_in_memory=True`` or ``cache_file_name=...`` to keep the folder clean, or work
-on an :func:`export_for_load_from_disk` folder instead.
-
 Needs the optional dependency ``datasets`` (``pip install 'arrowmt[hf]'``), imported lazily.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from arrowmt._errors import ArrowMTError, InvalidParameterError, MissingDependencyError
+from arrowmt._errors import ArrowMTError, FormatError, InvalidParameterError, OutputWriteError
+from arrowmt._optional import require
 from arrowmt.format._atomic import (
     TEMP_PREFIX,
+    StagedOutput,
     atomic_path,
-    fsync_dir,
-    prepare_output_dir,
     remove_unlisted,
     write_bytes_atomic,
 )
 from arrowmt.format._manifest import Manifest, split_path
+from arrowmt.format._reader import FileIdentity, ensure_offsets_checked
 from arrowmt.format._split import Split, open_split
 
 if TYPE_CHECKING:
@@ -57,8 +79,11 @@ LINK_MODES: tuple[str, ...] = ("hardlink", "symlink", "copy")
 STATE_FILE = "state.json"
 INFO_FILE = "dataset_info.json"
 DATA_FILE_FORMAT = "data-{index:05d}-of-{count:05d}.arrow"
+DATA_FILE_PATTERN = re.compile(r"data-\d{5}-of-\d{5}\.arrow")
 FINGERPRINT_CHARS = 16
-HF_INSTALL_HINT = "pip install 'arrowmt[hf]'"
+CACHE_SUBDIR = "arrowmt"  # inside HF_DATASETS_CACHE: the default cache_dir of load_split
+NAME_CHARS = 40  # of the corpus folder and split names in a link folder's name
+UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 # Errors from os.link meaning "this filesystem/pair of folders cannot hard-link": fall back to a copy.
 NO_HARDLINK_ERRNOS = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES})
 
@@ -74,13 +99,7 @@ class HFExport:
 
 def import_datasets() -> ModuleType:
     """The ``datasets`` module, or MissingDependencyError with the install hint."""
-    try:
-        import datasets
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"the Hugging Face bridge needs the 'datasets' package; install it with: {HF_INSTALL_HINT}"
-        ) from exc
-    return datasets
+    return require("datasets", "hf", "the Hugging Face bridge")
 
 
 def token_features(columns: tuple[str, ...] | list[str]) -> datasets.Features:
@@ -90,32 +109,40 @@ def token_features(columns: tuple[str, ...] | list[str]) -> datasets.Features:
     return hf.Features({name: list_type(hf.Value("int32")) for name in columns})
 
 
-def load_split(path: str | os.PathLike[str], split: str = "train") -> datasets.Dataset:
+def load_split(
+    path: str | os.PathLike[str], split: str = "train", *, cache_dir: str | os.PathLike[str] | None = None
+) -> datasets.Dataset:
     """Split ``split`` of the arrowmt folder ``path`` as a memory-mapped ``datasets.Dataset``.
 
-    Each shard file (``train.arrow``, ``train1.arrow``, ...) goes through
-    ``datasets.Dataset.from_file``; several shards are joined in order with
+    Each shard file (``train.arrow``, ``train1.arrow``, ...) is checked (see the module
+    notes: a corrupt file raises ``FormatError`` here instead of crashing later) and goes
+    through ``datasets.Dataset.from_file`` via a symbolic link in a folder under
+    ``cache_dir`` (default ``<HF_DATASETS_CACHE>/arrowmt``), where HF's transforms then
+    write their cache files; several shards are joined in order with
     ``datasets.concatenate_datasets``. Zero-copy: the table is a ``MemoryMappedTable``
-    (or a ``ConcatenationTable`` of them), ``ds.cache_files`` are the split files and
-    nothing is written anywhere. The files are first opened by arrowmt, which checks
-    them against the manifest and validates their Arrow structure (HF does not: a
-    corrupt file could crash the process on access); that costs no data read.
+    (or a ``ConcatenationTable`` of them) mapping the corpus files themselves, and
+    ``ds.cache_files`` are the links. Nothing is written into the corpus folder.
     """
     hf = import_datasets()
-    files, columns = _split_files(path, split)
-    info = hf.DatasetInfo(features=token_features(columns), description=_description(path, split))
+    dataset = open_split(path, split)
+    _check_offsets(dataset)
+    links = _link_shards(dataset, _link_folder(hf, dataset, cache_dir))
+    info = hf.DatasetInfo(features=token_features(dataset.columns), description=_description(path, split))
     named = hf.NamedSplit(split)
-    parts = [hf.Dataset.from_file(str(f), info=info, split=named) for f in files]
+    parts = [hf.Dataset.from_file(str(link), info=info, split=named) for link in links]
+    _check_same_files(dataset, links)
     if len(parts) == 1:
         return parts[0]
     return hf.concatenate_datasets(parts, info=info, split=named)
 
 
-def load_dataset_dict(path: str | os.PathLike[str]) -> datasets.DatasetDict:
+def load_dataset_dict(
+    path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None
+) -> datasets.DatasetDict:
     """Every split of the arrowmt folder ``path`` (see :func:`load_split`) as a ``datasets.DatasetDict``."""
     hf = import_datasets()
     manifest = Manifest.load(path)
-    return hf.DatasetDict({split: load_split(path, split) for split in manifest.splits()})
+    return hf.DatasetDict({split: load_split(path, split, cache_dir=cache_dir) for split in manifest.splits()})
 
 
 def export_for_load_from_disk(
@@ -143,37 +170,81 @@ def export_for_load_from_disk(
     - ``"copy"``: an independent byte copy.
 
     Both link kinds were checked with ``load_from_disk``: it memory-maps through them.
-    ``out_dir`` must be missing or empty unless ``overwrite``; stale ``data-*.arrow``
-    files of an earlier export are then removed.
+    ``out_dir`` must be missing or empty unless ``overwrite``. Everything is staged
+    beside ``out_dir`` and published at once (``state.json`` last); with ``overwrite``,
+    the data files an earlier export listed in its ``state.json`` and this one does not
+    write are deleted, nothing else. The split files are checked first as
+    :func:`load_split` checks them.
     """
     if link not in LINK_MODES:
         raise InvalidParameterError(f"link: expected one of {list(LINK_MODES)}, got {link!r}")
     dataset = open_split(path, split)
-    out = _prepare_out_dir(Path(out_dir), overwrite)
+    _check_offsets(dataset)
     sources = [split_path(dataset.path, name) for name in dataset.shard_names]
     names = [DATA_FILE_FORMAT.format(index=k, count=len(sources)) for k in range(len(sources))]
-    methods = tuple(_place(src, out / name, link) for src, name in zip(sources, names, strict=True))
-    remove_unlisted(out, ("data-*-of-*.arrow",), set(names))
-    fsync_dir(out)
-    write_bytes_atomic(out / INFO_FILE, _json_bytes(_info_dict(dataset)))
-    write_bytes_atomic(out / STATE_FILE, _json_bytes(_state_dict(dataset, names)))
+    with StagedOutput.begin(out_dir, overwrite) as staged:
+        earlier = _earlier_data_files(staged.target)
+        methods = tuple(_place(src, staged.path / name, link) for src, name in zip(sources, names, strict=True))
+        write_bytes_atomic(staged.path / INFO_FILE, _json_bytes(_info_dict(dataset)))
+        write_bytes_atomic(staged.path / STATE_FILE, _json_bytes(_state_dict(dataset, names)))
+        staged.publish([*names, INFO_FILE, STATE_FILE], remove=earlier)
+    out = staged.target
     return HFExport(out, tuple(out / n for n in names), methods)
 
 
-def _split_files(path: str | os.PathLike[str], split: str) -> tuple[list[Path], tuple[str, ...]]:
-    """Shard files of ``split`` in order (absolute paths) and their column names, after arrowmt's checks."""
-    dataset = open_split(path, split)
-    return [split_path(dataset.path, n).resolve() for n in dataset.shard_names], dataset.columns
+def _earlier_data_files(out: Path) -> frozenset[str]:
+    """The data files an earlier export listed in ``out/state.json`` (plain names only; none if unreadable)."""
+    try:
+        state = json.loads((out / STATE_FILE).read_text(encoding="utf-8"))
+        listed = [entry["filename"] for entry in state["_data_files"]]
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return frozenset()
+    return frozenset(n for n in listed if isinstance(n, str) and DATA_FILE_PATTERN.fullmatch(n))
+
+
+def _check_offsets(dataset: Split) -> None:
+    """Every offset of every shard, so that ``datasets`` cannot read outside a file (remembered per file)."""
+    for shard in dataset.shards:
+        ensure_offsets_checked(shard)
+
+
+def _link_folder(hf: ModuleType, dataset: Split, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """The folder (created) holding the links for ``dataset``: one per corpus folder and split."""
+    root = Path(hf.config.HF_DATASETS_CACHE) / CACHE_SUBDIR if cache_dir is None else Path(cache_dir)
+    corpus = dataset.path.resolve()
+    digest = hashlib.sha256(f"{corpus}\0{dataset.split}".encode()).hexdigest()[:FINGERPRINT_CHARS]
+    readable = "-".join(UNSAFE_NAME_CHARS.sub("_", name)[:NAME_CHARS] for name in (corpus.name, dataset.split))
+    folder = root / f"{readable}-{digest}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputWriteError(
+            f"cache_dir: cannot create {folder} ({exc.strerror or exc}); pass a writable cache_dir "
+            "or set HF_DATASETS_CACHE"
+        ) from exc
+    return folder
+
+
+def _link_shards(dataset: Split, folder: Path) -> list[Path]:
+    """Symbolic links ``data-0000k-of-0000N.arrow`` in ``folder`` to the shard files, in order."""
+    sources = [split_path(dataset.path, name).resolve() for name in dataset.shard_names]
+    links = [folder / DATA_FILE_FORMAT.format(index=k, count=len(sources)) for k in range(len(sources))]
+    for source, link in zip(sources, links, strict=True):
+        if not (link.is_symlink() and Path(os.readlink(link)) == source):
+            _place(source, link, "symlink")
+    remove_unlisted(folder, ("data-*-of-*.arrow",), {link.name for link in links})
+    return links
+
+
+def _check_same_files(dataset: Split, links: list[Path]) -> None:
+    """FormatError if a shard file was replaced or changed between arrowmt's checks and HF's mapping."""
+    for shard, link in zip(dataset.shards, links, strict=True):
+        if FileIdentity.of(link) != shard.identity:
+            raise FormatError(f"{shard.path}: file changed while it was being loaded; load it again")
 
 
 def _description(path: str | os.PathLike[str], split: str) -> str:
     return f"arrowmt split {split!r} of {Path(path)}"
-
-
-def _prepare_out_dir(out: Path, overwrite: bool) -> Path:
-    prepare_output_dir(out, overwrite)
-    (out / STATE_FILE).unlink(missing_ok=True)
-    return out
 
 
 def _place(src: Path, dst: Path, link: LinkMode) -> str:

@@ -1,4 +1,4 @@
-"""A batch of rows located but not yet padded: what ``ArrowMTDataset.__getitems__`` hands the collater."""
+"""A plan batch's rows located but not yet padded: what ``ArrowMTDataset.__getitems__`` hands a collater."""
 
 from __future__ import annotations
 
@@ -44,10 +44,6 @@ class GatheredBatch(Sequence[Sample]):
 
     def __iter__(self) -> Iterator[Sample]:
         return (self[k] for k in range(len(self)))
-
-    def lengths(self, column: str) -> np.ndarray:
-        """Token counts of ``column`` (int64), in batch order."""
-        return self.columns[column].lengths
 
     @classmethod
     def from_samples(cls, samples: Sequence[Mapping[str, object]]) -> GatheredBatch:

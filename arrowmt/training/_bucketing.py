@@ -7,12 +7,18 @@ is tested on exact values. The order, filter and batches are those of fairseq
 and ``EpochBatchIterator``'s batch shuffle), checked against fairseq itself in
 the tests. There is no Python loop per sentence: :func:`batch_by_size` loops once
 per batch and scans each batch with numpy windows.
+
+The epoch arithmetic (:func:`shard_batches`, :func:`resume_start`) works on any array of
+planned batch ids, so every sampler deals its epochs, and resumes them elastically onto
+another number of ranks, the same way. The parameter checks (limits, seeds, ranks, too-long
+samples) live here once, for every planner.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 
 MIN_WINDOW = 16
@@ -21,15 +27,19 @@ LOW_32 = np.uint64(0xFFFFFFFF)
 
 
 def check_limit(name: str, value: int | None) -> None:
-    """A batching limit is None (no limit) or a positive integer."""
-    if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
-        raise InvalidParameterError(f"{name}: expected None or an integer >= 1, got {value!r}")
+    """A batching limit is None (no limit) or an integer >= 1."""
+    check_optional_integer(name, value, 1)
 
 
 def check_seed(name: str, seed: int) -> None:
     """numpy's legacy seeding accepts 0 <= seed < 2**32."""
-    if isinstance(seed, bool) or int(seed) != seed or not 0 <= seed < 2**32:
-        raise InvalidParameterError(f"{name}: expected an integer in [0, 2**32), got {seed!r}")
+    check_integer(name, seed, 0, 2**32, high_name="2**32")
+
+
+def check_rank(num_replicas: int, rank: int) -> None:
+    """``num_replicas >= 1`` processes share the work and ``rank`` is one of them."""
+    check_integer("num_replicas", num_replicas, 1)
+    check_integer("rank", rank, 0, num_replicas, high_name=f"num_replicas={num_replicas}")
 
 
 def _as_lengths(name: str, lengths: np.ndarray) -> np.ndarray:
@@ -253,17 +263,32 @@ def first_full_position(
     return cap
 
 
-def _check_sizes_fit(indices: np.ndarray, num_tokens: np.ndarray, max_tokens: int | None) -> None:
-    """InputDataError naming the first sample longer than ``max_tokens``."""
-    if max_tokens is None or num_tokens.size == 0:
-        return
-    over = np.flatnonzero(num_tokens > max_tokens)
-    if over.size:
-        k = int(over[0])
-        raise InputDataError(
-            f"max_tokens: sample {int(indices[k])} has {int(num_tokens[k])} tokens, expected <= "
-            f"max_tokens={max_tokens} ({over.size} samples too long; filter them or raise max_tokens)"
-        )
+def too_long_error(name: str, limit: int, index: int, size: int, count: int) -> InputDataError:
+    """The one message for samples over a length limit: the first one, and how many there are."""
+    return InputDataError(
+        f"{name}: sample {index} has {size} tokens, expected <= {name}={limit} ({count} samples too long; "
+        "pass skip_invalid_size_inputs=True to drop them)"
+    )
+
+
+def drop_too_long(
+    indices: np.ndarray, sizes: np.ndarray, name: str, limit: int | None, skip: bool
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(kept indices, their sizes, dropped count) without the samples whose size exceeds ``limit``.
+
+    ``sizes[k]`` is the size of sample ``indices[k]``; order is kept and a None limit keeps
+    everything. Unless ``skip``, a sample over the limit raises :func:`too_long_error` naming
+    the first one instead.
+    """
+    if limit is None or sizes.size == 0 or sizes.max() <= limit:
+        return indices, sizes, 0
+    over = sizes > limit
+    count = int(np.count_nonzero(over))
+    if not skip:
+        k = int(np.argmax(over))
+        raise too_long_error(name, limit, int(indices[k]), int(sizes[k]), count)
+    keep = ~over
+    return indices[keep], sizes[keep], count
 
 
 def tail_overflows(num_tokens: np.ndarray, split: int, full_at: int, max_tokens: int | None) -> bool:
@@ -330,7 +355,7 @@ def batch_by_size(
     check_limit("max_tokens", max_tokens)
     check_limit("max_sentences", max_sentences)
     check_limit("required_batch_size_multiple", required_batch_size_multiple)
-    _check_sizes_fit(idx, sizes, max_tokens)
+    drop_too_long(idx, sizes, "max_tokens", max_tokens, skip=False)
     ends = _batch_ends(sizes, max_tokens, max_sentences, required_batch_size_multiple)
     offsets = np.array([0, *ends], dtype=np.int64)
     if len(ends) and (int(offsets[-1] - offsets[-2]) % required_batch_size_multiple) != 0:
@@ -346,33 +371,43 @@ def epoch_batch_order(n_batches: int, seed: int, epoch: int) -> np.ndarray:
 
     fairseq's ``np.random.shuffle`` of the batch list under ``numpy_seed(seed + epoch)``.
     """
-    if n_batches < 0:
-        raise InvalidParameterError(f"n_batches: expected >= 0, got {n_batches}")
+    check_integer("n_batches", n_batches, 0)
     check_seed("seed + epoch", seed + epoch)
     return np.random.RandomState(seed + epoch).permutation(n_batches).astype(np.int64)
 
 
-def shard_length(n_batches: int, world_size: int) -> int:
-    """Batches every rank gets: ``ceil(n_batches / world_size)``."""
-    return -(-n_batches // world_size)
+def shard_length(n_batches: int, num_replicas: int, start: int = 0) -> int:
+    """Batches every rank gets when ``order[start:]`` of ``n_batches`` is dealt: ``ceil((n - start) / k)``."""
+    return -(-max(n_batches - start, 0) // num_replicas)
 
 
-def shard_batches(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """Rank ``rank``'s batches: ``order[rank], order[rank + k], ...`` (k = ``world_size``).
+def shard_batches(order: np.ndarray, rank: int, num_replicas: int, start: int = 0) -> np.ndarray:
+    """Rank ``rank``'s deal of ``order[start:]``: ``order[start + rank]``, ``order[start + rank + k]``, ...
 
-    Every rank gets ``ceil(len(order) / k)`` batches, so DDP never waits on a rank
-    that ran out. Where ``len(order)`` is not a multiple of k, the short ranks are
-    padded by wrapping around to the start of ``order`` (like torch's
-    ``DistributedSampler``): a few batches are seen twice in that epoch, and every
+    ``order`` is any array of planned batch ids (an epoch's order) and ``k`` is
+    ``num_replicas``. Every rank gets :func:`shard_length` batches, so DDP never waits
+    on a rank that ran out: where ``len(order) - start`` is not a multiple of k, the
+    short ranks are padded by wrapping around to the start of ``order`` (like torch's
+    ``DistributedSampler``); a few batches are seen twice in that epoch, and every
     padded step is a real batch, which any training loop handles. (fairseq pads
-    with empty batches instead, which needs its dummy-batch logic.)
+    with empty batches instead, which needs its dummy-batch logic.) ``start`` is the
+    number of positions of ``order`` already trained (see :func:`resume_start`).
     """
-    if world_size < 1:
-        raise InvalidParameterError(f"world_size: expected >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise InvalidParameterError(f"rank: expected 0 <= rank < world_size={world_size}, got {rank}")
+    check_rank(num_replicas, rank)
     n = int(np.asarray(order).shape[0])
-    if n == 0:
+    check_integer("start", start, 0, n + 1)
+    count = shard_length(n, num_replicas, start)
+    if count == 0:
         return np.zeros(0, dtype=np.int64)
-    positions = rank + world_size * np.arange(shard_length(n, world_size), dtype=np.int64)
+    positions = start + rank + num_replicas * np.arange(count, dtype=np.int64)
     return np.asarray(order, dtype=np.int64)[positions % n]
+
+
+def resume_start(n_batches: int, start: int, num_replicas: int, steps: int) -> int:
+    """Positions of an epoch's order trained once each of ``num_replicas`` ranks took ``steps`` batches
+    of the deal that began at ``start`` (:func:`shard_batches`): where the next deal begins, at most ``n_batches``.
+
+    Dealing ``order[resume_start(...):]`` to any number of ranks then trains every batch of the
+    epoch exactly once, apart from the wrapped padding of each deal's last step.
+    """
+    return min(n_batches, start + num_replicas * steps)

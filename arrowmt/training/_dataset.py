@@ -31,7 +31,7 @@ class ArrowMTDataset(Split, Dataset):
         return item
 
     def __getitems__(self, indices: list[int]) -> GatheredBatch:
-        """The rows ``indices`` located per column, for ``Collater`` (torch's DataLoader calls this).
+        """The rows ``indices`` (a plan batch) located per column, for a collater (torch's DataLoader calls this).
 
         The result is also a sequence of ``ds[i]``-like sample dicts.
         """

@@ -1,36 +1,23 @@
-"""Vectorized row gathering from a flat token array: concatenated rows and padded matrices.
+"""Vectorized padding of rows gathered from a flat token array.
 
 Every function here works on ``words`` (a flat integer array, typically the
 int32 view of a memory-mapped split file) plus the start position and length of
 each wanted row. No Python loop runs per row or per token: each result comes
-from one numpy gather (for padded matrices, one contiguous window per row).
+from one numpy gather (one contiguous window per row).
 
-``take_flat``/``take_padded`` check the spans; ``gather_padded`` and
-``gather_padded_shifted`` are the unchecked hot path for spans that came from
-the reader, which already checked them against the file.
+The spans are not checked here: they come from the reader, which checked them
+against the file (``arrowmt.format._spans.as_spans`` checks spans of other origin).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.format._spans import as_spans
 
-
-def padded_width(lengths: np.ndarray, width: int | None = None, multiple: int = 1) -> int:
-    """Width of a padded batch: ``width`` if given (checked), else the longest row rounded up to ``multiple``.
-
-    ``multiple`` rounds like fairseq's ``pad_to_multiple``.
-    """
-    if multiple < 1:
-        raise InvalidParameterError(f"multiple: expected >= 1, got {multiple}")
+def padded_width(lengths: np.ndarray, multiple: int = 1) -> int:
+    """Width of a padded batch: the longest row rounded up to ``multiple`` (>= 1, fairseq's ``pad_to_multiple``)."""
     longest = int(np.maximum.reduce(lengths, axis=None)) if lengths.size else 0
-    if width is None:
-        return -(-longest // multiple) * multiple
-    if width < longest:
-        raise InvalidParameterError(f"width: expected >= the longest row ({longest}), got {width}")
-    return int(width)
+    return -(-longest // multiple) * multiple
 
 
 def valid_mask(lengths: np.ndarray, width: int, left_pad: bool) -> np.ndarray:
@@ -42,27 +29,13 @@ def valid_mask(lengths: np.ndarray, width: int, left_pad: bool) -> np.ndarray:
     return cols < lengths
 
 
-def take_padded(
-    words: np.ndarray,
-    starts: np.ndarray,
-    lengths: np.ndarray,
-    pad: int,
-    left_pad: bool,
-    width: int | None = None,
-) -> np.ndarray:
-    """The rows as an int64 ``(B, W)`` matrix filled with ``pad``; W is the longest row unless given.
-
-    Rows sit at the right end of each line when ``left_pad`` (fairseq's source
-    side), at the left end otherwise.
-    """
-    starts, lengths = as_spans(words, starts, lengths)
-    return gather_padded(words, starts, lengths, padded_width(lengths, width), pad, left_pad)
-
-
 def gather_padded(
     words: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, pad: int, left_pad: bool
 ) -> np.ndarray:
-    """``take_padded`` without checks, for spans known to be rows of ``words`` no longer than ``width``."""
+    """The rows as an int64 ``(B, width)`` matrix filled with ``pad`` (rows at the right end when ``left_pad``).
+
+    The spans must be rows of ``words`` no longer than ``width`` (unchecked).
+    """
     cells = _gather_cells(words, starts, lengths, width, left_pad, 0)
     return _fill(cells, _pad_cells(lengths, width, left_pad), pad)
 
@@ -70,7 +43,10 @@ def gather_padded(
 def gather_padded_shifted(
     words: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, pad: int, first: int, left_pad: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``gather_padded`` and its ``shift_right(..., first, ...)`` from one gather (spans unchecked)."""
+    """:func:`gather_padded` and the same rows as ``[first] + row[:-1]`` in the same cells, from one gather.
+
+    An empty row stays all ``pad`` in both (spans unchecked).
+    """
     cells = _gather_cells(words, starts, lengths, width, left_pad, 1)
     if left_pad:
         cells[np.arange(lengths.shape[0]), width - lengths] = first
@@ -150,24 +126,3 @@ def _pad_cells(lengths: np.ndarray, width: int, left_pad: bool) -> np.ndarray:
     size = table.shape[1]
     # Row k is a row of length k padded to ``size``; a left-padded row keeps its last ``width`` cells.
     return table[lengths, size - width :] if left_pad else table[lengths, :width]
-
-
-def shift_right(padded: np.ndarray, lengths: np.ndarray, first: int, pad: int, left_pad: bool) -> np.ndarray:
-    """Each row of a padded matrix as ``[first] + row[:-1]``, in the same cells (fairseq's eos move).
-
-    ``lengths`` are the row lengths ``padded`` was built with. An empty row
-    stays all ``pad``.
-    """
-    if padded.ndim != 2 or padded.shape[0] != np.shape(lengths)[0]:
-        raise InvalidParameterError(
-            f"padded: expected shape (len(lengths), W) = ({np.shape(lengths)[0]}, W), got {padded.shape}"
-        )
-    width = padded.shape[1]
-    lengths = np.asarray(lengths, dtype=np.int64)
-    shifted = np.full_like(padded, first)
-    shifted[:, 1:] = padded[:, :-1]
-    mask = valid_mask(lengths, width, left_pad)
-    rows = np.flatnonzero(lengths > 0)
-    head = width - lengths[rows] if left_pad else np.zeros(rows.shape[0], dtype=np.int64)
-    shifted[rows, head] = first
-    return np.where(mask, shifted, padded.dtype.type(pad))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt._errors import InputDataError
+from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
 from arrowmt.format._split import Split
 from arrowmt.training._bucketing import (
@@ -23,8 +23,10 @@ from arrowmt.training._bucketing import (
     check_limit,
     check_seed,
     compact_counts,
+    drop_too_long,
     filter_by_size,
     ordered_indices,
+    too_long_error,
 )
 from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.training._world import release_free_heap
@@ -42,7 +44,13 @@ LIMIT_FIELDS = (
 
 @dataclass(frozen=True)
 class PlanParams:
-    """Everything the batch plan depends on besides the dataset's content."""
+    """Everything the batch plan depends on besides the dataset's content.
+
+    ``seed`` seeds the order (fairseq's ``numpy_seed``; None: no shuffle). ``reverse``
+    plans the reverse direction of a parallel split: its ``target`` column is the
+    source side (the order's secondary key, ``max_source_positions``) and its
+    ``source`` column the target side.
+    """
 
     max_tokens: int | None
     max_sentences: int | None
@@ -51,6 +59,7 @@ class PlanParams:
     max_target_positions: int | None
     seed: int | None
     skip_invalid_size_inputs: bool
+    reverse: bool = False
 
     def __post_init__(self) -> None:
         for name in LIMIT_FIELDS:
@@ -62,6 +71,14 @@ class PlanParams:
 def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
     """Every column's token counts, each read once, in the narrowest unsigned dtype holding them."""
     return {column: compact_counts(dataset.lengths(column, dtype=np.int32)) for column in dataset.columns}
+
+
+def key_fields(params: PlanParams) -> dict[str, object]:
+    """The fields that name a plan: all of ``params``, ``reverse`` only when set (keys of earlier plans stay)."""
+    fields = asdict(params)
+    if not params.reverse:
+        del fields["reverse"]
+    return fields
 
 
 def side_lengths(
@@ -80,6 +97,21 @@ def side_lengths(
     return get(dataset.columns[0]), None
 
 
+def planned_sides(
+    dataset: Split, lengths: Mapping[str, np.ndarray], reverse: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`side_lengths`, swapped when ``reverse`` (InvalidParameterError for a split without a target)."""
+    src, tgt = side_lengths(dataset, lengths)
+    if not reverse:
+        return src, tgt
+    if tgt is None:
+        raise InvalidParameterError(
+            f"reverse: expected a parallel split with columns {[SOURCE, TARGET]}, "
+            f"got {list(dataset.columns)} in {dataset.path} split {dataset.split!r}"
+        )
+    return tgt, src
+
+
 def row_sizes(lengths: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
     """fairseq's size of each of ``rows`` (``Split.num_tokens``): the max over columns of its length."""
     columns = list(lengths.values())
@@ -89,20 +121,13 @@ def row_sizes(lengths: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray
     return sizes
 
 
-def _too_long_error(name: str, limit: int, index: int, size: int, count: int) -> InputDataError:
-    return InputDataError(
-        f"{name}: sample {index} has {size} tokens, expected <= {name}={limit} ({count} samples too long; "
-        "pass skip_invalid_size_inputs=True to drop them)"
-    )
-
-
 def _position_error(dropped: np.ndarray, src: np.ndarray, tgt: np.ndarray | None, params: PlanParams) -> InputDataError:
     """The error for the first dropped sample: its source if that is too long, else its target."""
     index, count = int(dropped[0]), int(dropped.size)
     src_limit, tgt_limit = params.max_source_positions, params.max_target_positions
     if tgt is None or tgt_limit is None or (src_limit is not None and src[index] > src_limit):
-        return _too_long_error("max_source_positions", src_limit or 0, index, int(src[index]), count)
-    return _too_long_error("max_target_positions", tgt_limit, index, int(tgt[index]), count)
+        return too_long_error("max_source_positions", src_limit or 0, index, int(src[index]), count)
+    return too_long_error("max_target_positions", tgt_limit, index, int(tgt[index]), count)
 
 
 def _filter_positions(
@@ -115,17 +140,6 @@ def _filter_positions(
     return kept, int(dropped.size)
 
 
-def _filter_tokens(kept: np.ndarray, num_tokens: np.ndarray, params: PlanParams) -> tuple[np.ndarray, np.ndarray, int]:
-    """Remove samples over ``max_tokens``: (kept, their sizes, dropped count)."""
-    if params.max_tokens is None or num_tokens.size == 0 or num_tokens.max() <= params.max_tokens:
-        return kept, num_tokens, 0
-    over = num_tokens > params.max_tokens
-    if over.any() and not params.skip_invalid_size_inputs:
-        k = int(np.flatnonzero(over)[0])
-        raise _too_long_error("max_tokens", params.max_tokens, int(kept[k]), int(num_tokens[k]), int(over.sum()))
-    return kept[~over], num_tokens[~over], int(over.sum())
-
-
 def build_plan(dataset: Split, params: PlanParams) -> PlanArrays:
     """fairseq's batches for ``dataset``: ordered indices, size filter, ``batch_by_size``.
 
@@ -133,13 +147,13 @@ def build_plan(dataset: Split, params: PlanParams) -> PlanArrays:
     indices are int32 below 2**31 rows; every intermediate is released as soon as it is used.
     """
     lengths = column_lengths(dataset)
-    src, tgt = side_lengths(dataset, lengths)
+    src, tgt = planned_sides(dataset, lengths, params.reverse)
     order = ordered_indices(src, tgt, params.seed)
     kept, dropped = _filter_positions(order, src, tgt, params)
     del order, src, tgt
     sizes = row_sizes(lengths, kept)
     del lengths
-    kept, sizes, over = _filter_tokens(kept, sizes, params)
+    kept, sizes, over = drop_too_long(kept, sizes, "max_tokens", params.max_tokens, params.skip_invalid_size_inputs)
     flat, offsets = batch_by_size(
         kept, sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple
     )
@@ -148,7 +162,7 @@ def build_plan(dataset: Split, params: PlanParams) -> PlanArrays:
 
 def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> BatchPlan:
     """The plan of ``dataset`` for ``params``: from ``cache_dir`` (default ``<corpus>/.arrowmt-cache``), else built."""
-    key = plan_key({"dataset": dataset.fingerprint(), "rows": len(dataset), **asdict(params)})
+    key = plan_key({"dataset": dataset.fingerprint(), "rows": len(dataset), **key_fields(params)})
     folder = Path(cache_dir) if cache_dir is not None else Path(dataset.path) / CACHE_DIR_NAME
     plan = load_or_build_plan(folder, key, len(dataset), lambda: build_plan(dataset, params))
     if plan.built:

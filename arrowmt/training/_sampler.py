@@ -1,40 +1,200 @@
-"""A resumable, distributed token-budget batch sampler with fairseq's batches, over an ArrowMTDataset.
+"""Resumable, elastic, distributed samplers over a batch plan; ``TokenBatchSampler`` plans fairseq's batches.
 
-The batch plan (fairseq's order, size filter and ``batch_by_size``) is computed
-once per (dataset content, parameters) and shared as a memory-mapped file (see
-:mod:`arrowmt.training._plan_cache`). Each epoch the batches are shuffled with
-``seed + epoch`` and rank r takes batches r, r + k, ... of that order, every rank
-the same number (short ranks wrap around, see :func:`arrowmt.training._bucketing.shard_batches`).
+Words: a *plan batch* is one planned list of sample indices (``plan.batch(b)``, ``b`` its
+batch id); this module yields plan batches as lists; a collater turns each into a
+*training batch* of padded tensors.
+
+Each epoch the plan's batch ids are shuffled with ``seed + epoch`` (the *epoch order*)
+and dealt to the ranks: rank r of k takes positions r, r + k, ... of it, every rank the
+same number (short ranks wrap around, see :func:`arrowmt.training._bucketing.shard_batches`).
+
+Resume. ``state_dict()`` is where this rank stands: after the sampler has yielded k
+batches it says k, at the moment the k-th one is handed out. torchdata's
+``StatefulDataLoader`` saves exactly that state for the batch it yields (it snapshots the
+sampler in the main process as it draws each batch, however far its workers prefetch),
+so ``loader.state_dict()`` after step k restores, in a fresh process, to batch k + 1.
+A plain ``DataLoader`` without workers draws one batch per step, so ``sampler.state_dict()``
+is exact there too; with workers it runs ahead (use ``StatefulDataLoader``).
+
+Elastic resume. A state saved with N ranks loads into a sampler of M ranks: the N ranks
+trained the first ``N * batches_done`` positions of the epoch order, and the rest of the
+order is dealt to the M ranks (``start`` in the state records where that deal began), so
+over the epoch every planned batch is trained once, apart from each deal's wrapped padding.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from torch.utils.data import Sampler
 
+from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._split import Split
-from arrowmt.training._bucketing import check_seed, epoch_batch_order, shard_batches, shard_length
+from arrowmt.training._bucketing import (
+    check_seed,
+    epoch_batch_order,
+    resume_start,
+    shard_batches,
+    shard_length,
+)
 from arrowmt.training._plan import PlanParams, load_plan
 from arrowmt.training._world import resolve_world
 
+logger = logging.getLogger(__name__)
+
 STATE_KEYS = ("epoch", "seed", "batches_done", "plan_key", "num_replicas", "rank")
-CHECKED_STATE_KEYS = ("seed", "plan_key", "num_replicas", "rank")
+START_KEY = "start"  # added later: states without it began their deal at position 0
+MATCHED_STATE_KEYS = ("seed", "plan_key")
+EPOCH_LIMIT = 2**32
 
 
-class TokenBatchSampler(Sampler[list[int]]):
-    """Yields lists of dataset indices, fairseq's token-budget batches, for one rank; resumable.
+class Plan(Protocol):
+    """What a sampler needs of a plan: its batch count, each batch's sample indices, and its identity."""
 
-    Use as ``DataLoader(dataset, batch_sampler=sampler, ...)`` and call
-    ``set_epoch(epoch)`` (epochs start at 1, as in fairseq) before each epoch.
-    ``state_dict()`` records how many batches ``__iter__`` has yielded in the
-    current epoch; with a prefetching DataLoader that runs ahead of training,
-    save the state of batches actually consumed (e.g. set ``batches_done`` to
-    your own step count) to resume without skipping batches.
+    key: str
+
+    def __len__(self) -> int: ...
+
+    def batch(self, b: int) -> np.ndarray: ...
+
+
+class PlanSampler(Sampler[list[int]]):
+    """Yields one rank's plan batches of each epoch as lists of dataset indices; resumable and elastic.
+
+    Use as ``DataLoader(dataset, batch_sampler=sampler, ...)`` (or torchdata's
+    ``StatefulDataLoader``) and call ``set_epoch(epoch)`` (epochs start at 1, as in
+    fairseq) before each epoch. Iterating again without ``set_epoch`` repeats the epoch.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        seed: int = 1,
+        shuffle: bool = True,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        check_seed("seed", seed)
+        self.num_replicas, self.rank = resolve_world(num_replicas, rank)
+        self.plan = plan
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.epoch = 1
+        self.start = 0  # position in the epoch order where this rank's deal begins
+        self.batches_done = 0  # batches of that deal handed out
+        self._resume = False  # a loaded position waits for the next advanced iterator
+        self._ended = False  # the loaded position is the epoch's end: nothing to yield until another epoch
+        self._chosen_epoch: int | None = None  # the last set_epoch argument
+        self._pass = 0  # which __iter__ call may update batches_done
+        self._order: tuple[int, np.ndarray] | None = None
+
+    @property
+    def plan_key(self) -> str:
+        return self.plan.key
+
+    def __len__(self) -> int:
+        """Batches this rank gets in the current epoch (from the deal's start)."""
+        return shard_length(len(self.plan), self.num_replicas, self.start)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch``, unless a loaded state is in that very epoch (then continue from it)."""
+        epoch = check_integer("epoch", epoch, 0)
+        self._chosen_epoch = epoch
+        if epoch == self.epoch and (self._resume or self._ended):
+            return
+        self._move_to(epoch, 0, 0, resume=False)
+
+    def epoch_order(self) -> np.ndarray:
+        """Every plan batch id in the current epoch's order (computed once per epoch)."""
+        if self._order is None or self._order[0] != self.epoch:
+            n = len(self.plan)
+            order = epoch_batch_order(n, self.seed, self.epoch) if self.shuffle else np.arange(n, dtype=np.int64)
+            self._order = (self.epoch, order)
+        return self._order[1]
+
+    def epoch_batch_ids(self) -> np.ndarray:
+        """This rank's plan batch ids for the current epoch, from the deal's start."""
+        return shard_batches(self.epoch_order(), self.rank, self.num_replicas, self.start)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        """This rank's plan batches of the epoch: from a loaded position, else from the start.
+
+        A loaded position is used up by the first iterator that is advanced (torchdata's
+        ``StatefulDataLoader`` creates iterators it never advances); one at the epoch's end
+        yields nothing until ``set_epoch`` picks another epoch.
+        """
+        if self._ended:
+            return iter(())
+        if not self._resume:
+            self.start = self.batches_done = 0
+        self._pass += 1
+        return self._generate(self._pass)
+
+    def _generate(self, token: int) -> Iterator[list[int]]:
+        if token == self._pass:
+            self._resume = False
+        ids = self.epoch_batch_ids()
+        for position in range(self.batches_done, ids.shape[0]):
+            if token == self._pass:  # an abandoned earlier iterator must not move the state
+                self.batches_done = position + 1
+            yield self.plan.batch(int(ids[position])).tolist()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank stands: restore with :meth:`load_state_dict` (any world size, same plan and seed)."""
+        return {
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "batches_done": self.batches_done,
+            "plan_key": self.plan_key,
+            "num_replicas": self.num_replicas,
+            "rank": self.rank,
+            START_KEY: self.start,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next ``__iter__`` continues epoch ``state['epoch']`` after the batches it records.
+
+        With the saved world size, each rank loads its own state and continues its deal.
+        With another world size, every rank may load any rank's state: the rest of the
+        epoch order is dealt anew to this world. A state saved at the end of an epoch
+        resumes to that finished epoch (``__iter__`` yields nothing, ``set_epoch`` of the
+        same epoch keeps it so) until ``set_epoch`` picks another epoch; if ``set_epoch``
+        already picked another epoch before the state was loaded (as a training loop
+        restarted with ``StatefulDataLoader`` does), that epoch starts afresh.
+        """
+        saved = _checked_state(state, self.state_dict(), len(self.plan))
+        epoch, start, done = saved["epoch"], saved[START_KEY], saved["batches_done"]
+        if saved["num_replicas"] != self.num_replicas:
+            start, done = resume_start(len(self.plan), start, saved["num_replicas"], done), 0
+            logger.info(
+                "resuming epoch %d with %d ranks (saved with %d): dealing its order from position %d",
+                epoch,
+                self.num_replicas,
+                saved["num_replicas"],
+                start,
+            )
+        ended = done >= shard_length(len(self.plan), self.num_replicas, start)
+        if ended and self._chosen_epoch not in (None, epoch):
+            return  # set_epoch chose another epoch than the saved, finished one: it starts afresh
+        self._move_to(epoch, start, done, resume=not ended)
+        self._ended = ended
+
+    def _move_to(self, epoch: int, start: int, done: int, resume: bool) -> None:
+        self.epoch, self.start, self.batches_done, self._resume = epoch, start, done, resume
+        self._ended = False
+
+
+class TokenBatchSampler(PlanSampler):
+    """fairseq's token-budget batches of ``dataset`` (see :class:`PlanSampler` for epochs, ranks and resume).
+
+    The plan (fairseq's order, size filter and ``batch_by_size``) is computed once per
+    (dataset content, parameters) and shared as a memory-mapped file in ``cache_dir``
+    (default ``<corpus>/.arrowmt-cache``).
     """
 
     def __init__(
@@ -53,9 +213,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         skip_invalid_size_inputs: bool = False,
     ) -> None:
         check_seed("seed", seed)
-        self.seed = seed
-        self.shuffle = shuffle
-        self.num_replicas, self.rank = resolve_world(num_replicas, rank)
+        num_replicas, rank = resolve_world(num_replicas, rank)  # before the (possibly long) plan build
         params = PlanParams(
             max_tokens,
             max_sentences,
@@ -65,83 +223,40 @@ class TokenBatchSampler(Sampler[list[int]]):
             seed if shuffle else None,
             skip_invalid_size_inputs,
         )
-        self.plan = load_plan(dataset, params, cache_dir)
-        self.epoch = 1
-        self.batches_done = 0
-        self._resume_from = 0
-        self._rank_batches: tuple[int, np.ndarray] | None = None
-
-    @property
-    def plan_key(self) -> str:
-        return self.plan.key
-
-    def __len__(self) -> int:
-        return shard_length(len(self.plan), self.num_replicas)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` (unless it is the epoch a loaded state resumes in the middle of)."""
-        if isinstance(epoch, bool) or int(epoch) != epoch or epoch < 0:
-            raise InvalidParameterError(f"epoch: expected an integer >= 0, got {epoch!r}")
-        if epoch == self.epoch and 0 < self._resume_from < len(self):
-            return
-        self.epoch = int(epoch)
-        self.batches_done = 0
-        self._resume_from = 0
-
-    def epoch_batches(self) -> np.ndarray:
-        """This rank's batch ids for the current epoch (computed once per epoch)."""
-        if self._rank_batches is None or self._rank_batches[0] != self.epoch:
-            n = len(self.plan)
-            order = epoch_batch_order(n, self.seed, self.epoch) if self.shuffle else np.arange(n, dtype=np.int64)
-            self._rank_batches = (self.epoch, shard_batches(order, self.rank, self.num_replicas))
-        return self._rank_batches[1]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        ids = self.epoch_batches()
-        start, self._resume_from = self._resume_from, 0
-        self.batches_done = start
-        return self._generate(ids, start)
-
-    def _generate(self, ids: np.ndarray, start: int) -> Iterator[list[int]]:
-        for position in range(start, ids.shape[0]):
-            self.batches_done = position + 1
-            yield self.plan.batch(int(ids[position])).tolist()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where this sampler stands: restore with :meth:`load_state_dict` on an identical sampler."""
-        return {
-            "epoch": self.epoch,
-            "seed": self.seed,
-            "batches_done": self.batches_done,
-            "plan_key": self.plan_key,
-            "num_replicas": self.num_replicas,
-            "rank": self.rank,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next ``__iter__`` continues epoch ``state['epoch']`` after ``batches_done`` batches.
-
-        A state saved at the end of an epoch resumes to an exhausted epoch (``__iter__``
-        yields nothing); the next ``set_epoch`` then starts that or any epoch fresh.
-        """
-        _check_state(state, self.state_dict(), len(self))
-        self.epoch = int(state["epoch"])
-        self.batches_done = int(state["batches_done"])
-        self._resume_from = self.batches_done
+        super().__init__(load_plan(dataset, params, cache_dir), seed, shuffle, num_replicas, rank)
 
 
-def _check_state(state: dict[str, Any], current: dict[str, Any], length: int) -> None:
-    """InvalidParameterError naming the first key that is missing or differs from this sampler."""
+def _checked_state(state: dict[str, Any], current: dict[str, Any], n_batches: int) -> dict[str, int]:
+    """The position ``state`` records, as ints; InvalidParameterError naming the first bad key.
+
+    ``seed`` and ``plan_key`` must be this sampler's; with its world size, so must ``rank``.
+    """
     missing = [k for k in STATE_KEYS if k not in state]
     if missing:
         raise InvalidParameterError(f"state_dict: expected keys {list(STATE_KEYS)}, missing {missing}")
-    for name in CHECKED_STATE_KEYS:
+    for name in MATCHED_STATE_KEYS:
         if state[name] != current[name]:
             raise InvalidParameterError(
                 f"state_dict[{name!r}]: expected {current[name]!r} (this sampler), got {state[name]!r}; "
-                "resume with the same dataset, batching parameters, seed and world size"
+                "resume with the same dataset, batching parameters and seed"
             )
-    for name, high in (("epoch", 2**32), ("batches_done", length)):
-        value = state[name]
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
-            raise InvalidParameterError(f"state_dict[{name!r}]: expected an integer in 0..{high}, got {value!r}")
+    world = _state_integer(state, "num_replicas", 1)
+    rank = _state_integer(state, "rank", 0, world, f"num_replicas={world}")
+    if world == current["num_replicas"] and rank != current["rank"]:
+        raise InvalidParameterError(
+            f"state_dict['rank']: expected {current['rank']} (this sampler), got {rank}; "
+            "with the world size it was saved with, each rank loads its own state"
+        )
+    start = _state_integer({START_KEY: 0, **state}, START_KEY, 0, n_batches + 1)
+    return {
+        "epoch": _state_integer(state, "epoch", 0, EPOCH_LIMIT, "2**32"),
+        "num_replicas": world,
+        START_KEY: start,
+        "batches_done": _state_integer(state, "batches_done", 0, shard_length(n_batches, world, start) + 1),
+    }
+
+
+def _state_integer(
+    state: dict[str, Any], name: str, low: int, high: int | None = None, high_name: str | None = None
+) -> int:
+    return check_integer(f"state_dict[{name!r}]", state[name], low, high, high_name=high_name)

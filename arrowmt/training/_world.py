@@ -7,7 +7,7 @@ import sys
 
 import torch.distributed as dist
 
-from arrowmt._errors import InvalidParameterError
+from arrowmt.training._bucketing import check_rank
 
 
 def default_world() -> tuple[int, int]:
@@ -18,13 +18,11 @@ def default_world() -> tuple[int, int]:
 
 
 def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+    """(world size, rank): the given values, each defaulting to the process group's (:func:`default_world`)."""
     world, default_rank = default_world()
     num_replicas = world if num_replicas is None else num_replicas
     rank = default_rank if rank is None else rank
-    if isinstance(num_replicas, bool) or int(num_replicas) != num_replicas or num_replicas < 1:
-        raise InvalidParameterError(f"num_replicas: expected an integer >= 1, got {num_replicas!r}")
-    if isinstance(rank, bool) or int(rank) != rank or not 0 <= rank < num_replicas:
-        raise InvalidParameterError(f"rank: expected an integer in [0, num_replicas={num_replicas}), got {rank!r}")
+    check_rank(num_replicas, rank)
     return int(num_replicas), int(rank)
 
 

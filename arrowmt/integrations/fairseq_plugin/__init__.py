@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 PACKAGE = "arrowmt.integrations.fairseq_plugin"
-FAIRSEQ_INSTALL_HINT = "pip install 'arrowmt[fairseq]'"
 
 
 def _bootstrap_user_dir() -> None:
@@ -36,22 +35,17 @@ def _bootstrap_user_dir() -> None:
         sys.path.insert(0, str(checkout))
 
 
-def _require_fairseq() -> None:
-    """MissingDependencyError with the install hint when fairseq is absent."""
-    if importlib.util.find_spec("fairseq") is None:
-        from arrowmt._errors import MissingDependencyError
-
-        raise MissingDependencyError(
-            f"the fairseq plugin needs the 'fairseq' package; install it with: {FAIRSEQ_INSTALL_HINT}"
-        )
-
-
 if __name__ != PACKAGE:  # imported by fairseq's --user-dir as a top-level module
     _bootstrap_user_dir()
-_require_fairseq()
+
+from arrowmt._optional import require  # noqa: E402
+
+require("fairseq", "fairseq", "the fairseq plugin")
 
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig  # noqa: E402
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset  # noqa: E402
+from arrowmt.integrations.fairseq_plugin._lm_task import LanguageModelingArrowTask  # noqa: E402, F401
+from arrowmt.integrations.fairseq_plugin._multi_task import TranslationMultiSimpleEpochArrowTask  # noqa: E402, F401
 from arrowmt.integrations.fairseq_plugin._task import TASK_NAME, TranslationArrowTask  # noqa: E402
 
 __all__ = ["TASK_NAME", "ArrowPairDataset", "TranslationArrowConfig", "TranslationArrowTask"]

@@ -1,16 +1,18 @@
-"""fairseq ``EpochBatchIterator``s whose batches are arrowmt ``TokenBatchSampler`` plans.
+"""fairseq ``EpochBatchIterator``s over arrowmt batch plans: the batches native ``--task translation`` builds.
 
-Training: the sampler plans fairseq's batches once (shared memory-mapped plan
-file), shuffles them per epoch with ``seed + epoch`` and gives this rank
-(fairseq's ``shard_id`` of ``num_shards``) its share, every rank the same
-number; fairseq's iterator gets that list through a callable ``batch_sampler``
-with its own shuffling and sharding turned off. Its checkpoint state (epoch,
-batches consumed) then resumes exactly, because the list is a pure function of
-(seed, epoch, rank, world size).
+fairseq's ``FairseqTask.get_batch_iterator`` makes an epoch's batches in three
+steps: the dataset's ordered indices under ``numpy_seed(seed + epoch)``, the
+``max_positions`` filter, ``batch_by_size``. ``epoch`` is the epoch the iterator
+is created at (1 in a fresh run, the resumed epoch after a restart), or every
+epoch with ``rebuild_batches``. Its ``EpochBatchIterator`` then shuffles the
+batches per epoch with ``seed + epoch``, gives rank r of k batches r, r + k, ...
+(short ranks get empty batches) and saves and resumes its position.
 
-Evaluation (any split other than the training subset): the plan in length
-order, sharded by fairseq as usual (each batch once, short shards padded with
-empty batches), so validation statistics count every sample once.
+Here the three steps are an arrowmt plan (:func:`arrowmt.training._plan.load_plan`:
+built once, then memory-mapped from a cache file shared by every rank and
+run), and the rest is fairseq's own ``EpochBatchIterator``, built with the
+arguments native fairseq gives it. The batches, their order on every rank, and
+resuming are therefore fairseq's.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from fairseq.data import iterators
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
-from arrowmt.training._sampler import TokenBatchSampler
+from arrowmt.training._plan import PlanParams, load_plan
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +56,12 @@ class IteratorOptions:
 
 @dataclass(frozen=True)
 class LoaderOptions:
-    """How fairseq's iterator keeps its DataLoader (task options ``reuse_dataloader``/``persistent_workers``)."""
+    """Task options fairseq's ``get_batch_iterator`` reads from the task config, and arrowmt's plan cache."""
 
     reuse_dataloader: bool = True
     persistent_workers: bool = True
+    rebuild_batches: bool = False
     cache_dir: str | os.PathLike[str] | None = None
-
-
-class RankEpochBatches:
-    """fairseq's callable ``batch_sampler``: this rank's batches of an epoch, as the sampler gives them."""
-
-    def __init__(self, sampler: TokenBatchSampler) -> None:
-        self.sampler = sampler
-
-    def __call__(self, dataset: object, epoch: int) -> list[np.ndarray]:
-        self.sampler.set_epoch(epoch)
-        return [self.sampler.plan.batch(int(b)) for b in self.sampler.epoch_batches()]
 
 
 def _limit(value: Any) -> int | None:
@@ -89,79 +81,60 @@ def position_limits(max_positions: Any) -> tuple[int | None, int | None]:
     return _limit(max_positions[0]), _limit(max_positions[1])
 
 
-def make_sampler(
-    dataset: ArrowPairDataset, opts: IteratorOptions, loader: LoaderOptions, training: bool
-) -> TokenBatchSampler:
-    """The arrowmt sampler for ``dataset``: sharded and shuffled when ``training``, one length-ordered plan else."""
+def plan_params(dataset: ArrowPairDataset, opts: IteratorOptions, epoch: int) -> PlanParams:
+    """The plan fairseq's ``make_batches(dataset, epoch)`` computes, as arrowmt plan parameters."""
     max_source, max_target = position_limits(opts.max_positions)
-    return TokenBatchSampler(
-        dataset.arrow,
+    return PlanParams(
         max_tokens=opts.max_tokens,
         max_sentences=opts.max_sentences,
         required_batch_size_multiple=opts.required_batch_size_multiple,
         max_source_positions=max_source,
         max_target_positions=max_target,
-        seed=opts.seed,
-        shuffle=training,
-        num_replicas=opts.num_shards if training else 1,
-        rank=opts.shard_id if training else 0,
-        cache_dir=loader.cache_dir,
+        seed=opts.seed + epoch if dataset.shuffle else None,
         skip_invalid_size_inputs=opts.ignore_invalid_inputs,
+        reverse=dataset.reverse,
     )
 
 
-def training_iterator(
+class PlannedBatches:
+    """fairseq's ``make_batches(dataset, epoch)``: the batches of the arrowmt plan for that epoch's order."""
+
+    def __init__(self, opts: IteratorOptions, cache_dir: str | os.PathLike[str] | None) -> None:
+        self.opts = opts
+        self.cache_dir = cache_dir
+
+    def __call__(self, dataset: ArrowPairDataset, epoch: int) -> list[np.ndarray]:
+        params = plan_params(dataset, self.opts, epoch)
+        plan = load_plan(dataset.arrow, params, self.cache_dir)
+        logger.info(
+            "translation_arrow: split %s: %d batches planned by arrowmt for epoch %d (order seed %s), plan %s",
+            dataset.split,
+            len(plan),
+            epoch,
+            params.seed,
+            plan.path,
+        )
+        return [plan.batch(b) for b in range(len(plan))]
+
+
+def batch_iterator(
     dataset: ArrowPairDataset, opts: IteratorOptions, loader: LoaderOptions
 ) -> iterators.EpochBatchIterator:
-    """Iterator over this rank's share of the sampler's epoch batches (fairseq shards and shuffles nothing)."""
-    if opts.grouped_shuffling:
-        logger.warning("translation_arrow: --grouped-shuffling is ignored; arrowmt shuffles whole batches per epoch")
-    sampler = make_sampler(dataset, opts, loader, training=True)
-    logger.info(
-        "translation_arrow: split %s: %d batches planned by arrowmt TokenBatchSampler, %d per shard "
-        "(shard %d of %d, seed %d), plan %s",
-        dataset.split,
-        len(sampler.plan),
-        len(sampler),
-        sampler.rank,
-        sampler.num_replicas,
-        opts.seed,
-        sampler.plan.path,
-    )
-    return _epoch_iterator(dataset, opts, loader, RankEpochBatches(sampler), shards=(1, 0), shuffle=False)
-
-
-def evaluation_iterator(
-    dataset: ArrowPairDataset, opts: IteratorOptions, loader: LoaderOptions
-) -> iterators.EpochBatchIterator:
-    """Iterator over the length-ordered plan, sharded by fairseq (every batch once, empty fill)."""
-    sampler = make_sampler(dataset, opts, loader, training=False)
-    batches = [sampler.plan.batch(b) for b in range(len(sampler.plan))]
-    logger.info("translation_arrow: split %s: %d batches planned by arrowmt", dataset.split, len(batches))
-    shards = (opts.num_shards, opts.shard_id)
-    return _epoch_iterator(dataset, opts, loader, batches, shards=shards, shuffle=True)
-
-
-def _epoch_iterator(
-    dataset: ArrowPairDataset,
-    opts: IteratorOptions,
-    loader: LoaderOptions,
-    batch_sampler: Any,
-    shards: tuple[int, int],
-    shuffle: bool,
-) -> iterators.EpochBatchIterator:
+    """fairseq's ``EpochBatchIterator`` over the planned batches, with the arguments native fairseq passes."""
+    make_batches = PlannedBatches(opts, loader.cache_dir)
+    batch_sampler = make_batches if loader.rebuild_batches else make_batches(dataset, opts.epoch)
     return iterators.EpochBatchIterator(
         dataset=dataset,
         collate_fn=dataset.collater,
         batch_sampler=batch_sampler,
         seed=opts.seed,
-        num_shards=shards[0],
-        shard_id=shards[1],
+        num_shards=opts.num_shards,
+        shard_id=opts.shard_id,
         num_workers=opts.num_workers,
         epoch=opts.epoch,
         buffer_size=opts.data_buffer_size,
-        disable_shuffling=not shuffle,
         skip_remainder_batch=opts.skip_remainder_batch,
+        grouped_shuffling=opts.grouped_shuffling,
         reuse_dataloader=loader.reuse_dataloader,
         persistent_workers=loader.persistent_workers,
     )

@@ -14,13 +14,25 @@ from fairseq.tasks.translation import TranslationConfig
 class TranslationArrowConfig(TranslationConfig):
     """``--data`` is an arrowmt folder (colon-separated folders are used one per epoch, as in fairseq).
 
-    The language pair comes from the folder's manifest (``-s``/``-t`` may be
-    given, and must then agree with it); dictionaries are its ``dict.<lang>.txt``.
+    The language pair comes from the folder's manifest; ``-s``/``-t`` may pick
+    either direction of it (``-s en -t de`` on a de-en folder trains en->de from
+    the same files). Dictionaries are the folder's ``dict.<lang>.txt``.
     """
 
     arrow_plan_cache_dir: str = field(
         default="",
         metadata={
             "help": "folder for arrowmt's shared batch-plan files (default: .arrowmt-cache inside the data folder)"
+        },
+    )
+    arrow_train_view: str = field(
+        default="",
+        metadata={"help": "read the training split through this arrowmt view file (arrowmt filter) of the data folder"},
+    )
+    rebuild_batches: bool = field(
+        default=False,
+        metadata={
+            "help": "plan the batches anew each epoch, ordered under seed + epoch "
+            "(fairseq's rebuild_batches; by default they are planned once, when the iterator is created)"
         },
     )

@@ -1,4 +1,10 @@
-"""An ``ArrowMTDataset`` parallel split as a fairseq ``FairseqDataset`` (what ``LanguagePairDataset`` offers)."""
+"""An ``ArrowMTDataset`` parallel split as a fairseq ``FairseqDataset`` (what ``LanguagePairDataset`` offers).
+
+The dataset reads either direction of the split: with ``reverse`` its ``target``
+column is fairseq's source and its ``source`` column fairseq's target (``-s en
+-t de`` on a de-en folder), swapped at read time, as fairseq reads a data-bin's
+``{split}.de-en.en`` as the source of an en-de task.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +17,31 @@ from fairseq.data import Dictionary, FairseqDataset, data_utils
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._collate import Collater
+from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import ArrowMTDataset
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")
+UNSHUFFLED_SPLIT = "test"  # fairseq's translation task orders this split without a permutation
 
 
 class ArrowPairDataset(FairseqDataset):
     """fairseq samples ``{"id", "source", "target"}`` (int64 tensors) read from a memory-mapped split.
 
-    Batches go through arrowmt's fairseq-mode ``Collater``; the DataLoader's
+    Batches go through arrowmt's ``FairseqCollater``; the DataLoader's
     fast path (``__getitems__``) pads each batch straight out of the map.
+    ``shuffle`` (default: every split but ``test``, as fairseq's translation
+    task) makes the order a seeded permutation before the length sort.
     """
 
-    def __init__(self, arrow: ArrowMTDataset, src_dict: Dictionary, tgt_dict: Dictionary, collater: Collater) -> None:
+    def __init__(
+        self,
+        arrow: ArrowMTDataset,
+        src_dict: Dictionary,
+        tgt_dict: Dictionary,
+        collater: FairseqCollater,
+        reverse: bool = False,
+        shuffle: bool | None = None,
+    ) -> None:
         super().__init__()
         if tuple(arrow.columns) != (SOURCE, TARGET):
             raise InvalidParameterError(
@@ -35,10 +52,22 @@ class ArrowPairDataset(FairseqDataset):
         self.src_dict = src_dict
         self.tgt_dict = tgt_dict
         self.collate = collater
+        self.reverse = bool(reverse)
+        self.shuffle = arrow.split != UNSHUFFLED_SPLIT if shuffle is None else bool(shuffle)
 
     @property
     def split(self) -> str:
         return self.arrow.split
+
+    @property
+    def source_column(self) -> str:
+        """The split's column read as fairseq's source."""
+        return TARGET if self.reverse else SOURCE
+
+    @property
+    def target_column(self) -> str:
+        """The split's column read as fairseq's target."""
+        return SOURCE if self.reverse else TARGET
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the cached size arrays (workers recompute them only if asked)."""
@@ -46,11 +75,11 @@ class ArrowPairDataset(FairseqDataset):
 
     @cached_property
     def src_sizes(self) -> np.ndarray:
-        return self.arrow.lengths(SOURCE)
+        return self.arrow.lengths(self.source_column)
 
     @cached_property
     def tgt_sizes(self) -> np.ndarray:
-        return self.arrow.lengths(TARGET)
+        return self.arrow.lengths(self.target_column)
 
     @cached_property
     def sizes(self) -> np.ndarray:
@@ -62,11 +91,15 @@ class ArrowPairDataset(FairseqDataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         i = int(index)
-        return {"id": i, "source": self.arrow.row(SOURCE, i).long(), "target": self.arrow.row(TARGET, i).long()}
+        source, target = self.arrow.row(self.source_column, i), self.arrow.row(self.target_column, i)
+        return {"id": i, "source": source.long(), "target": target.long()}
 
     def __getitems__(self, indices: Any) -> GatheredBatch:
         """The rows ``indices`` located for the collater (torch's DataLoader calls this)."""
-        return self.arrow.__getitems__(indices)
+        batch = self.arrow.__getitems__(indices)
+        if not self.reverse:
+            return batch
+        return GatheredBatch(batch.ids, {SOURCE: batch.columns[TARGET], TARGET: batch.columns[SOURCE]})
 
     def collater(self, samples: Any) -> dict[str, Any]:
         return self.collate(samples)
@@ -81,8 +114,12 @@ class ArrowPairDataset(FairseqDataset):
         return int(self.src_sizes[index]), int(self.tgt_sizes[index])
 
     def ordered_indices(self) -> np.ndarray:
-        """A permutation from numpy's global RNG (fairseq seeds it), stably sorted by target then source length."""
-        order = np.random.permutation(len(self))
+        """``LanguagePairDataset.ordered_indices``: stably sorted by target, then source length.
+
+        The sort starts from a permutation drawn from numpy's global RNG (fairseq seeds it)
+        when ``shuffle``, else from ``arange``.
+        """
+        order = np.random.permutation(len(self)) if self.shuffle else np.arange(len(self))
         order = order[np.argsort(self.tgt_sizes[order], kind="mergesort")]
         return order[np.argsort(self.src_sizes[order], kind="mergesort")]
 

@@ -2,8 +2,9 @@
 
 Everything else (models, criterions, BLEU during validation, generation) is
 ``TranslationTask``'s; only the data side is arrowmt's: dictionaries and the
-language pair from the folder, memory-mapped splits, arrowmt's collater and
-``TokenBatchSampler`` batch plans (see :mod:`arrowmt.integrations.fairseq_plugin._batches`).
+language pair from the folder (either direction of it), memory-mapped splits,
+arrowmt's collater and memory-mapped batch plans equal to the batches fairseq
+builds (see :mod:`arrowmt.integrations.fairseq_plugin._batches`).
 """
 
 from __future__ import annotations
@@ -23,16 +24,12 @@ from fairseq.tasks.translation import TranslationTask
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.integrations.fairseq_plugin._batches import (
-    IteratorOptions,
-    LoaderOptions,
-    evaluation_iterator,
-    training_iterator,
-)
+from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, LoaderOptions, batch_iterator
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
-from arrowmt.training._collate import Collater
+from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+from arrowmt.training._view_dataset import open_view_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -89,22 +86,36 @@ class TranslationArrowTask(TranslationTask):
         """Open ``split`` (all its shards) memory-mapped; training cycles through colon-separated folders."""
         paths = _data_paths(self.cfg)
         folder = paths[(epoch - 1) % len(paths)] if split == self.cfg.train_subset else paths[0]
-        arrow = open_dataset(folder, split)
-        _check_matches_task(arrow, self.cfg, self.src_dict, self.tgt_dict)
-        self.datasets[split] = ArrowPairDataset(arrow, self.src_dict, self.tgt_dict, self._collater(arrow))
-        logger.info("%s: split %s: %d pairs memory-mapped from %s", TASK_NAME, split, len(arrow), folder)
+        view = self.cfg.arrow_train_view if split == self.cfg.train_subset else ""
+        arrow = open_view_dataset(view, folder) if view else open_dataset(folder, split)
+        reverse = _is_reverse(arrow, self.cfg)
+        _check_dictionaries(arrow, reverse, self.src_dict, self.tgt_dict)
+        collater = self._collater(arrow)
+        self.datasets[split] = ArrowPairDataset(arrow, self.src_dict, self.tgt_dict, collater, reverse=reverse)
+        logger.info(
+            "%s: split %s: %d pairs memory-mapped from %s (%s-%s%s)",
+            TASK_NAME,
+            split,
+            len(arrow),
+            folder,
+            self.cfg.source_lang,
+            self.cfg.target_lang,
+            ", reverse direction of the folder" if reverse else "",
+        )
 
-    def _collater(self, arrow: ArrowMTDataset) -> Collater:
-        return Collater.for_dataset(
-            arrow,
-            mode="fairseq",
+    def _collater(self, arrow: ArrowMTDataset) -> FairseqCollater:
+        return FairseqCollater(
+            arrow.special_ids,
             left_pad_source=self.cfg.left_pad_source,
             left_pad_target=self.cfg.left_pad_target,
             pad_to_multiple=int(self.cfg.required_seq_len_multiple),
         )
 
     def get_batch_iterator(self, dataset: Any, *args: Any, **kwargs: Any) -> EpochBatchIterator:
-        """fairseq's iterator over arrowmt batch plans (other datasets: ``TranslationTask``'s own)."""
+        """fairseq's iterator over arrowmt batch plans (other datasets: ``TranslationTask``'s own).
+
+        Cached per dataset exactly when fairseq's ``FairseqTask.get_batch_iterator`` caches.
+        """
         if not isinstance(dataset, ArrowPairDataset):
             return super().get_batch_iterator(dataset, *args, **kwargs)
         opts = IteratorOptions(*args, **kwargs)
@@ -113,8 +124,7 @@ class TranslationArrowTask(TranslationTask):
         if reuse and dataset in self.dataset_to_epoch_iter:
             return self.dataset_to_epoch_iter[dataset]
         dataset.set_epoch(opts.epoch)
-        build = training_iterator if dataset.split == self.cfg.train_subset else evaluation_iterator
-        itr = build(dataset, opts, self._loader_options())
+        itr = batch_iterator(dataset, opts, self._loader_options())
         if reuse:
             self.dataset_to_epoch_iter[dataset] = itr
         return itr
@@ -123,6 +133,7 @@ class TranslationArrowTask(TranslationTask):
         return LoaderOptions(
             reuse_dataloader=getattr(self.cfg, "reuse_dataloader", True),
             persistent_workers=getattr(self.cfg, "persistent_workers", True),
+            rebuild_batches=getattr(self.cfg, "rebuild_batches", False),
             cache_dir=self.cfg.arrow_plan_cache_dir or None,
         )
 
@@ -148,7 +159,10 @@ def _check_supported(cfg: TranslationArrowConfig) -> None:
 
 
 def _language_pair(manifest: Manifest, cfg: TranslationArrowConfig, folder: Path) -> tuple[str, str]:
-    """The folder's (source, target) languages; ``-s``/``-t``, when given, must agree."""
+    """The task's (source, target) languages: the folder's pair, reversed when ``-s``/``-t`` ask for it.
+
+    Either option alone picks the direction it names; neither gives the converted direction.
+    """
     src, tgt = manifest.languages.get(SOURCE), manifest.languages.get(TARGET)
     if src is None or tgt is None:
         raise InvalidParameterError(
@@ -156,28 +170,38 @@ def _language_pair(manifest: Manifest, cfg: TranslationArrowConfig, folder: Path
             f"got languages {manifest.languages}"
         )
     given = (cfg.source_lang, cfg.target_lang)
-    if given[0] not in (None, src) or given[1] not in (None, tgt):
-        raise InvalidParameterError(
-            f"source_lang/target_lang: expected {src}/{tgt} (as converted in {folder}), got {given[0]}/{given[1]}"
-        )
-    return src, tgt
+    for pair in ((src, tgt), (tgt, src)):
+        if all(g in (None, lang) for g, lang in zip(given, pair, strict=True)):
+            return pair
+    raise InvalidParameterError(
+        f"source_lang/target_lang: expected {src}/{tgt} or {tgt}/{src} (the pair converted in {folder}), "
+        f"got {given[0]}/{given[1]}"
+    )
 
 
 def _dictionary_file(manifest: Manifest, lang: str) -> str:
     return manifest.dictionaries.get(lang, f"dict.{lang}.txt")
 
 
-def _check_matches_task(
-    arrow: ArrowMTDataset, cfg: TranslationArrowConfig, src_dict: Dictionary, tgt_dict: Dictionary
-) -> None:
-    """The split holds this task's language pair, with ids from dictionaries like the task's."""
+def _is_reverse(arrow: ArrowMTDataset, cfg: TranslationArrowConfig) -> bool:
+    """Whether the task reads the split in reverse (its target column as source); the split must hold the pair."""
     langs = arrow.metadata.languages
-    if (langs.get(SOURCE), langs.get(TARGET)) != (cfg.source_lang, cfg.target_lang):
+    pair = (langs.get(SOURCE), langs.get(TARGET))
+    task = (cfg.source_lang, cfg.target_lang)
+    if pair not in (task, task[::-1]):
         raise InvalidParameterError(
             f"data: split {arrow.split!r} in {arrow.path}: expected languages "
-            f"{cfg.source_lang}-{cfg.target_lang}, got {langs}"
+            f"{task[0]}-{task[1]} (either direction), got {langs}"
         )
-    for column, dictionary in ((SOURCE, src_dict), (TARGET, tgt_dict)):
+    return pair != task
+
+
+def _check_dictionaries(arrow: ArrowMTDataset, reverse: bool, src_dict: Dictionary, tgt_dict: Dictionary) -> None:
+    """The split's ids come from dictionaries like the task's (source and target swapped when ``reverse``)."""
+    pairs = ((SOURCE, src_dict), (TARGET, tgt_dict))
+    if reverse:
+        pairs = ((TARGET, src_dict), (SOURCE, tgt_dict))
+    for column, dictionary in pairs:
         _check_dictionary(arrow, column, dictionary)
 
 

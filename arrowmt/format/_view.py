@@ -1,0 +1,592 @@
+"""Views: a filtered subset of one split, stored as a memory-mapped row list next to the corpus.
+
+A view file holds the corpus rows it keeps, in corpus order, as little-endian
+uint32 (uint64 past ``2**32`` rows): 4 bytes per kept row plus a header, mapped
+read-only, so every process shares its pages. :class:`View` reads a split
+through it with the :class:`~arrowmt.format._split.Split` interface (rows,
+lengths, located spans, fingerprint), so it goes wherever a split goes: datasets,
+samplers, mixtures, the fairseq plugin.
+
+Layout (little-endian)::
+
+    header (128 bytes): magic b"ARROWMT-VIEW\\0\\0\\0\\0", u32 version, u32 row itemsize (4 or 8),
+                        32-byte SHA-256 fingerprint of the split (Split.fingerprint),
+                        32-byte SHA-256 of the row bytes, u64 corpus rows, u64 kept rows,
+                        u64 description bytes, zero padding
+    description:        UTF-8 JSON {"split", "filters", "dropped"}, zero-padded to a multiple of 8
+    rows:               u32 or u64 [kept rows], strictly increasing, each < corpus rows
+
+The file names no path: the corpus is given when the view is opened (by default
+the folder holding the view file, or that folder's parent).
+
+Filters (:func:`build_view`): a row list, a length range and a length ratio on
+every column's stored token count (``</s>`` included), and exact duplicate
+removal: each side's tokens are hashed with a vectorized polynomial hash
+(prefix sums over each record batch, so no loop runs per row), pairs whose
+hashes agree are compared token by token, and a pair is dropped only if an
+identical pair comes earlier in the corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt._checks import check_optional_integer
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._atomic import atomic_output
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._metadata import SpecialIds, SplitMetadata
+from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
+from arrowmt.format._schema import MANIFEST_NAME
+from arrowmt.format._spans import Spans, take_flat
+from arrowmt.format._split import Split
+
+VIEW_MAGIC = b"ARROWMT-VIEW\x00\x00\x00\x00"
+VIEW_VERSION = 1
+VIEW_SUFFIX = ".view"
+HEADER_BYTES = 128
+_HEADER = struct.Struct("<16sII32s32sQQQ")
+MAX_DESCRIPTION_BYTES = 1 << 20
+CHECK_CHUNK = 1 << 22  # rows per step when checking the order of a mapped row list
+VERIFY_CHUNK = 1 << 20  # duplicate candidates compared token by token per step
+HASH_BASE = np.uint32(0x9E3779B1)  # odd, so invertible modulo 2**32
+REASONS = ("not_listed", "length", "ratio", "duplicate")
+
+
+# ---------------------------------------------------------------- filters
+
+
+@dataclass(frozen=True)
+class ViewFilters:
+    """Which rows a view keeps; every limit applies to each column's stored token count (``</s>`` included).
+
+    ``max_len_ratio``: a pair is dropped when its longer side has more than
+    ``max_len_ratio`` times the tokens of its shorter side. ``dedup``: a pair is
+    dropped when an identical pair (every column equal) comes earlier among the
+    rows the other filters keep.
+    """
+
+    max_len: int | None = None
+    min_len: int | None = None
+    max_len_ratio: float | None = None
+    dedup: bool = False
+
+    def __post_init__(self) -> None:
+        check_optional_integer("max_len", self.max_len, 1)
+        check_optional_integer("min_len", self.min_len, 0)
+        if self.max_len is not None and self.min_len is not None and self.min_len > self.max_len:
+            raise InvalidParameterError(f"min_len: expected <= max_len={self.max_len}, got {self.min_len}")
+        ratio = self.max_len_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1):
+            raise InvalidParameterError(f"max_len_ratio: expected None or a number >= 1, got {ratio!r}")
+
+
+@dataclass(frozen=True)
+class ViewReport:
+    """What :func:`build_view` wrote: rows kept, rows dropped per reason (first reason that applies), time."""
+
+    path: Path
+    split: str
+    corpus_rows: int
+    kept: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def bytes_per_kept_row(self) -> float:
+        return self.path.stat().st_size / max(self.kept, 1)
+
+
+def select_rows(
+    source: Split, filters: ViewFilters, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Boolean mask of the rows of ``source`` the filters keep, and the rows dropped per reason.
+
+    Reasons apply in order (not listed in ``rows``, length, ratio, duplicate); each
+    dropped row counts under the first.
+    """
+    n = len(source)
+    keep = np.ones(n, dtype=bool) if rows is None else listed_mask(rows, n)
+    dropped = {"not_listed": n - int(np.count_nonzero(keep))}
+    lengths = [source.lengths(column, dtype=np.int32) for column in source.columns]  # validates every offset
+    dropped["length"] = _apply(keep, _length_ok(lengths, filters.min_len, filters.max_len))
+    dropped["ratio"] = _apply(keep, _ratio_ok(source, lengths, filters.max_len_ratio))
+    if filters.dedup:
+        dropped["duplicate"] = _apply(keep, ~duplicate_mask(source, keep, lengths))
+    return keep, {reason: dropped.get(reason, 0) for reason in REASONS}
+
+
+def listed_mask(rows: np.ndarray, n: int) -> np.ndarray:
+    """Boolean mask of the row numbers ``rows`` (any order, repeats allowed) among ``n`` rows."""
+    listed = np.asarray(rows)
+    if listed.ndim != 1 or (listed.size and listed.dtype.kind not in "iu"):
+        raise InvalidParameterError(f"rows: expected a 1-D array of row numbers, got {listed.dtype} {listed.shape}")
+    listed = listed.astype(np.int64, copy=False)
+    check_indices(listed, n, "rows")
+    mask = np.zeros(n, dtype=bool)
+    mask[listed] = True
+    return mask
+
+
+def _apply(keep: np.ndarray, ok: np.ndarray | None) -> int:
+    """``keep &= ok``; how many kept rows that dropped."""
+    if ok is None:
+        return 0
+    before = int(np.count_nonzero(keep))
+    keep &= ok
+    return before - int(np.count_nonzero(keep))
+
+
+def _length_ok(lengths: list[np.ndarray], low: int | None, high: int | None) -> np.ndarray | None:
+    if low is None and high is None:
+        return None
+    ok = np.ones(lengths[0].shape[0], dtype=bool)
+    for column in lengths:
+        if low is not None:
+            ok &= column >= low
+        if high is not None:
+            ok &= column <= high
+    return ok
+
+
+def _ratio_ok(source: Split, lengths: list[np.ndarray], ratio: float | None) -> np.ndarray | None:
+    if ratio is None:
+        return None
+    if len(lengths) != 2:
+        raise InvalidParameterError(
+            f"max_len_ratio: expected a parallel split (two columns), got columns {list(source.columns)}"
+        )
+    longer = np.maximum(lengths[0], lengths[1])
+    shorter = np.minimum(lengths[0], lengths[1])
+    return longer <= float(ratio) * shorter
+
+
+# ---------------------------------------------------------------- exact duplicates
+
+
+def duplicate_mask(source: Split, candidates: np.ndarray, lengths: list[np.ndarray]) -> np.ndarray:
+    """Rows among ``candidates`` (a mask) equal in every column to an earlier candidate row.
+
+    A 64-bit key per row (two 32-bit column hashes, or a hash and the length) is
+    sorted with the row's position packed into its low bits; rows whose keys agree
+    are compared token by token with the earliest of them.
+    """
+    out = np.zeros(candidates.shape[0], dtype=bool)
+    rows = np.flatnonzero(candidates)
+    if rows.size < 2:
+        return out
+    keys = _row_keys(source, rows, lengths)
+    duplicates, firsts = _equal_key_pairs(keys)
+    if duplicates.size:
+        same = _rows_equal(source, rows[duplicates], rows[firsts])
+        out[rows[duplicates[same]]] = True
+    return out
+
+
+def _row_keys(source: Split, rows: np.ndarray, lengths: list[np.ndarray]) -> np.ndarray:
+    """uint64 key of each of ``rows``: the first column's hash in one half, the second's (or the length) in the other.
+
+    The hashes are written straight into the halves of one key array (no per-column temporaries).
+    """
+    keys = np.empty(len(source), dtype=np.uint64)
+    halves = keys.view(np.uint32).reshape(-1, 2)
+    column_hashes(source, source.columns[0], out=halves[:, 1])
+    if len(source.columns) > 1:
+        column_hashes(source, source.columns[1], out=halves[:, 0])
+    else:
+        halves[:, 0] = lengths[0]
+    return keys if rows.shape[0] == keys.shape[0] else keys[rows]
+
+
+def _equal_key_pairs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, first positions): each position whose key equals an earlier one, and the earliest with that key.
+
+    One in-place sort of ``key prefix | position`` finds the (few) positions sharing a
+    key prefix; only those are ordered by their full key.
+    """
+    m = keys.shape[0]
+    bits = np.uint64(max(1, (m - 1).bit_length()))
+    packed = keys >> bits
+    packed <<= bits
+    packed |= np.arange(m, dtype=np.uint64)
+    packed.sort()
+    prefix = packed >> bits
+    shared = np.zeros(m, dtype=bool)
+    same = prefix[1:] == prefix[:-1]
+    shared[1:] |= same
+    shared[:-1] |= same
+    del prefix, same
+    positions = (packed[shared] & ((np.uint64(1) << bits) - np.uint64(1))).astype(np.int64)
+    del packed
+    order = np.lexsort((positions, keys[positions]))
+    positions = positions[order]
+    full = keys[positions]
+    starts = np.ones(positions.shape[0], dtype=bool)
+    starts[1:] = full[1:] != full[:-1]
+    first = positions[np.maximum.accumulate(np.where(starts, np.arange(positions.shape[0]), 0))]
+    later = ~starts
+    return positions[later], first[later]
+
+
+def _rows_equal(source: Split, rows: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Whether row ``rows[k]`` equals row ``others[k]`` in every column (chunked, vectorized)."""
+    equal = np.ones(rows.shape[0], dtype=bool)
+    for a in range(0, rows.shape[0], VERIFY_CHUNK):
+        part = slice(a, a + VERIFY_CHUNK)
+        for column in source.columns:
+            equal[part] &= _spans_equal(
+                source.column_spans(column, rows[part]), source.column_spans(column, others[part])
+            )
+    return equal
+
+
+def _spans_equal(left: Spans, right: Spans) -> np.ndarray:
+    """Row-wise equality of two equally long lists of rows."""
+    equal = left.lengths == right.lengths
+    keep = np.flatnonzero(equal)
+    lengths = left.lengths[keep]
+    mine = take_flat(left.words, left.starts[keep], lengths)
+    theirs = take_flat(right.words, right.starts[keep], lengths)
+    differs = np.flatnonzero(mine != theirs)
+    if differs.size:
+        row_of_token = np.repeat(np.arange(keep.shape[0]), lengths)
+        equal[keep[row_of_token[differs]]] = False
+    return equal
+
+
+def column_hashes(source: Split, column: str, out: np.ndarray | None = None) -> np.ndarray:
+    """A 32-bit polynomial hash of every row of ``column`` (uint32, all rows of all shards).
+
+    Row ``t_0 .. t_{L-1}`` hashes to ``sum t_j * B**j`` modulo ``2**32``: each record
+    batch's tokens are multiplied by powers of ``B`` and prefix-summed once, and a
+    row's hash is the difference of two prefix sums times ``B**-start``. Offsets must
+    have been checked (``Split.lengths`` does). Written into ``out`` (any uint32 array
+    of the split's length, strided views included) when given.
+    """
+    out = np.empty(len(source), dtype=np.uint32) if out is None else out
+    for k, shard in enumerate(source.shards):
+        first = int(source.cumulative[k])
+        for batch, hashes in _shard_hashes(shard, column):
+            out[first + batch : first + batch + hashes.shape[0]] = hashes
+    return out
+
+
+def _shard_hashes(shard: SplitFile, column: str) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, hashes) of each record batch of one shard."""
+    batches = list(shard.batch_offsets(column))
+    if not batches:
+        return
+    span = max(int(b.offsets[-1]) - int(b.offsets[0]) for b in batches)
+    powers = _powers(HASH_BASE, span + 1)
+    inverse = _powers(np.uint32(pow(int(HASH_BASE), -1, 2**32)), span + 1)
+    prefix = np.empty(span + 1, dtype=np.uint32)
+    for batch in batches:
+        relative = batch.offsets.astype(np.int64)
+        relative -= relative[0]
+        size = int(relative[-1])
+        begin = batch.values_pos + int(batch.offsets[0])
+        terms = prefix[1 : size + 1]
+        np.multiply(shard.words[begin : begin + size].view(np.uint32), powers[:size], out=terms)
+        prefix[0] = 0
+        np.cumsum(terms, dtype=np.uint32, out=terms)
+        hashes = np.diff(prefix[relative])
+        hashes *= inverse[relative[:-1]]
+        yield batch.first_row, hashes
+
+
+def _powers(base: np.uint32, n: int) -> np.ndarray:
+    """``base**j`` modulo ``2**32`` for ``j < n`` (uint32)."""
+    out = np.full(n, base, dtype=np.uint32)
+    out[0] = 1
+    return np.cumprod(out, dtype=np.uint32, out=out)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def build_view(
+    corpus: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    split: str = "train",
+    max_len: int | None = None,
+    min_len: int | None = None,
+    max_len_ratio: float | None = None,
+    dedup: bool = False,
+    rows: np.ndarray | None = None,
+    overwrite: bool = False,
+) -> ViewReport:
+    """Write the view file ``out`` over split ``split`` of the arrowmt folder ``corpus``.
+
+    Keeps the rows listed in ``rows`` (all when None) whose every column has
+    ``min_len..max_len`` tokens, whose sides differ by at most ``max_len_ratio`` times,
+    and (``dedup``) that no identical earlier pair repeats. ``out`` is written
+    atomically; an existing file is replaced only with ``overwrite``.
+    """
+    started = time.perf_counter()
+    filters = ViewFilters(max_len, min_len, max_len_ratio, bool(dedup))
+    source = Split(corpus, split)
+    keep, dropped = select_rows(source, filters, rows)
+    kept = np.flatnonzero(keep)
+    del keep
+    description = {"split": split, "filters": asdict(filters), "listed_rows": rows is not None, "dropped": dropped}
+    path = write_view(out, source, kept, description, overwrite)
+    return ViewReport(path, split, len(source), int(kept.shape[0]), dropped, time.perf_counter() - started)
+
+
+def write_view(
+    out: str | os.PathLike[str], source: Split, kept: np.ndarray, description: dict, overwrite: bool = False
+) -> Path:
+    """Write the view file ``out``: ``kept`` (strictly increasing rows of ``source``) and ``description``."""
+    n = len(source)
+    itemsize = 4 if n <= 2**32 else 8
+    rows = np.ascontiguousarray(kept, dtype=f"<u{itemsize}")
+    _check_rows(Path(out), rows, n)
+    text = json.dumps(description, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    header = _HEADER.pack(
+        VIEW_MAGIC,
+        VIEW_VERSION,
+        itemsize,
+        bytes.fromhex(source.fingerprint()),
+        hashlib.sha256(memoryview(rows).cast("B")).digest(),
+        n,
+        rows.shape[0],
+        len(text),
+    )
+    with atomic_output(out, overwrite=overwrite) as handle:
+        handle.write(header.ljust(HEADER_BYTES, b"\x00"))
+        handle.write(text.ljust(_padded(len(text)), b"\x00"))
+        handle.write(memoryview(rows).cast("B"))
+    return Path(out)
+
+
+def _padded(size: int) -> int:
+    return -(-size // 8) * 8
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class ViewHeader:
+    """The fixed-size header of a view file."""
+
+    itemsize: int
+    corpus_fingerprint: str
+    rows_sha256: str
+    corpus_rows: int
+    kept: int
+    description_bytes: int
+
+    def file_size(self) -> int:
+        return HEADER_BYTES + _padded(self.description_bytes) + self.kept * self.itemsize
+
+
+def read_view_header(path: Path, raw: bytes, size: int) -> ViewHeader:
+    """Parse and check the header of the view file ``path`` (``size`` bytes long)."""
+    if len(raw) < HEADER_BYTES:
+        raise FormatError(f"{path}: view header: expected {HEADER_BYTES} bytes, found {len(raw)} (not a view file?)")
+    magic, version, itemsize, fingerprint, digest, corpus_rows, kept, text = _HEADER.unpack_from(raw)
+    if magic != VIEW_MAGIC or version != VIEW_VERSION:
+        raise FormatError(
+            f"{path}: view magic/version: expected {VIEW_MAGIC!r} v{VIEW_VERSION}, found {magic!r} v{version}"
+        )
+    if itemsize not in (4, 8) or kept > corpus_rows or text > MAX_DESCRIPTION_BYTES:
+        raise FormatError(
+            f"{path}: view header: expected row itemsize 4 or 8, kept <= corpus rows and a description of at "
+            f"most {MAX_DESCRIPTION_BYTES} bytes, found {itemsize}, {kept} > {corpus_rows}?, {text} bytes"
+        )
+    header = ViewHeader(itemsize, fingerprint.hex(), digest.hex(), corpus_rows, kept, text)
+    if size != header.file_size():
+        raise FormatError(
+            f"{path}: view size: expected {header.file_size()} bytes for {kept} rows, found {size} (truncated?)"
+        )
+    return header
+
+
+def _check_rows(path: Path, rows: np.ndarray, n: int) -> None:
+    """Rows strictly increase and lie below ``n`` (checked in chunks: no row-sized temporary)."""
+    for a in range(0, rows.shape[0], CHECK_CHUNK):
+        part = rows[a : a + CHECK_CHUNK + 1]
+        bad = np.flatnonzero(part[1:] <= part[:-1])
+        if bad.size:
+            k = a + int(bad[0]) + 1
+            raise FormatError(
+                f"{path}: view row {k}: expected rows in strictly increasing order, found {int(rows[k - 1])} "
+                f"then {int(rows[k])}"
+            )
+    if rows.size and int(rows[-1]) >= n:
+        raise FormatError(f"{path}: view rows: expected < {n} (the split's rows), found {int(rows[-1])}")
+
+
+def default_corpus(view_path: Path) -> Path:
+    """The arrowmt folder a view file belongs to when none is given: its folder, or that folder's parent."""
+    for folder in (view_path.parent, view_path.parent.parent):
+        if (folder / MANIFEST_NAME).is_file():
+            return folder
+    raise InvalidParameterError(
+        f"corpus: {view_path} lies neither in an arrowmt folder nor in a folder inside one; pass corpus="
+    )
+
+
+class View:
+    """Split ``split`` of an arrowmt folder seen through a view file: only the rows the view keeps.
+
+    Row ``i`` of the view is corpus row ``rows[i]`` (``rows`` increasing). It offers
+    what :class:`~arrowmt.format._split.Split` offers (``len``, ``columns``,
+    ``lengths``, ``locate``, ``located_spans``, ``column_spans``, ``row_array``,
+    ``num_tokens``, ``fingerprint``, ``check_unchanged``, ``metadata``); ``path``
+    is the corpus folder, so batch plans are cached in the corpus as for the
+    split. Pickling keeps the two paths: other processes map the files again and
+    fail if either changed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], corpus: str | os.PathLike[str] | None = None) -> None:
+        self.view_path = Path(path)
+        corpus_path = default_corpus(self.view_path) if corpus is None else Path(corpus)
+        self.identity, self.header, self.description, self._map = _map_view(self.view_path)
+        self.corpus = Split(corpus_path, str(self.description["split"]))
+        self._check_corpus()
+        self.rows = np.frombuffer(
+            self._map,
+            dtype=f"<u{self.header.itemsize}",
+            count=self.header.kept,
+            offset=HEADER_BYTES + _padded(self.header.description_bytes),
+        )
+        _check_rows(self.view_path, self.rows, len(self.corpus))
+
+    def _check_corpus(self) -> None:
+        fingerprint, rows = self.corpus.fingerprint(), len(self.corpus)
+        if (fingerprint, rows) != (self.header.corpus_fingerprint, self.header.corpus_rows):
+            raise FormatError(
+                f"{self.view_path}: made from a split {self.split!r} of {self.header.corpus_rows} rows with "
+                f"fingerprint {self.header.corpus_fingerprint[:16]}..., but {self.path} has {rows} rows, "
+                f"fingerprint {fingerprint[:16]}... (another corpus, or converted again: rebuild the view)"
+            )
+
+    # -- what a Split offers
+
+    @property
+    def path(self) -> Path:
+        return self.corpus.path
+
+    @property
+    def split(self) -> str:
+        return self.corpus.split
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.corpus.manifest
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.corpus.columns
+
+    @property
+    def metadata(self) -> SplitMetadata:
+        return self.corpus.metadata
+
+    @property
+    def special_ids(self) -> SpecialIds:
+        return self.corpus.special_ids
+
+    @property
+    def is_monolingual(self) -> bool:
+        return self.corpus.is_monolingual
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def __repr__(self) -> str:
+        return f"View({str(self.view_path)!r}, {len(self)} of {len(self.corpus)} rows of {self.path} {self.split!r})"
+
+    def corpus_rows(self, indices: np.ndarray) -> np.ndarray:
+        """The corpus row of each view index (int64), bounds-checked."""
+        indices = np.asarray(indices, dtype=np.int64)
+        check_indices(indices, len(self), f"view {self.view_path}")
+        return self.rows[indices].astype(np.int64)
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard number and row-within-shard of each view index."""
+        return self.corpus.locate(self.corpus_rows(indices))
+
+    def located_spans(self, column: str, shard: np.ndarray, local: np.ndarray) -> Spans:
+        return self.corpus.located_spans(column, shard, local)
+
+    def column_spans(self, column: str, indices: np.ndarray) -> Spans:
+        return self.corpus.column_spans(column, self.corpus_rows(indices))
+
+    def row_array(self, column: str, index: int) -> np.ndarray:
+        return self.corpus.row_array(column, int(self.corpus_rows(np.array([index]))[0]))
+
+    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
+        """Token counts of ``indices`` (all view rows when None)."""
+        if indices is None:
+            return self.corpus.lengths(column, dtype=dtype)[self.rows]
+        return self.corpus.lengths(column, self.corpus_rows(indices), dtype)
+
+    def num_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
+        rows = self.rows.astype(np.int64) if indices is None else self.corpus_rows(indices)
+        return self.corpus.num_tokens(rows)
+
+    def fingerprint(self) -> str:
+        """Identity of the rows seen: the split's fingerprint and the view's row checksum."""
+        text = f"view:{self.header.corpus_fingerprint}:{self.header.rows_sha256}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def check_unchanged(self) -> None:
+        """FormatError if the view file or any shard file changed since opening."""
+        now = FileIdentity.of(self.view_path)
+        if now != self.identity:
+            raise FormatError(f"{self.view_path}: view file changed since it was opened; reopen the view")
+        self.corpus.check_unchanged()
+
+    def __getstate__(self) -> dict:
+        return {"view": self.view_path, "identity": self.identity, "corpus": self.corpus.__getstate__()}
+
+    def __setstate__(self, state: dict) -> None:
+        View.__init__(self, state["view"], state["corpus"]["path"])
+        if self.identity != state["identity"]:
+            raise FormatError(f"{self.view_path}: view file changed since the view was opened; reopen the view")
+        if self.corpus.__getstate__() != state["corpus"]:
+            raise FormatError(f"{self.path}: split {self.split!r} files changed since the view was opened")
+
+
+def _map_view(path: Path) -> tuple[FileIdentity, ViewHeader, dict, mmap.mmap]:
+    """Map the view file read-only after checking its header, size and description."""
+    try:
+        with open(path, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            header = read_view_header(path, handle.read(HEADER_BYTES), st.st_size)
+            description = _parse_description(path, handle.read(header.description_bytes))
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError as exc:
+        raise FormatError(f"{path}: no such view file") from exc
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{path}: cannot read the view file: {getattr(exc, 'strerror', None) or exc}") from exc
+    return FileIdentity.of_stat(st), header, description, mapped
+
+
+def _parse_description(path: Path, raw: bytes) -> dict:
+    try:
+        description = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FormatError(f"{path}: view description: expected UTF-8 JSON, got {exc}") from exc
+    if not isinstance(description, dict) or not isinstance(description.get("split"), str):
+        raise FormatError(f"{path}: view description: expected an object with a 'split' name, got {description!r}")
+    return description
+
+
+def open_view(path: str | os.PathLike[str], corpus: str | os.PathLike[str] | None = None) -> View:
+    """Open the view file ``path`` over ``corpus`` (default: the arrowmt folder holding it, or its parent)."""
+    return View(path, corpus)

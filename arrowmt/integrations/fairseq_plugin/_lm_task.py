@@ -1,0 +1,182 @@
+"""The ``language_modeling_arrow`` task: fairseq's ``language_modeling`` reading a monolingual arrowmt folder.
+
+Models, criterions, ``fairseq-eval-lm`` and generation are ``LanguageModelingTask``'s;
+the data side is arrowmt's: the dictionary from the folder, memory-mapped splits cut
+into fairseq's token blocks (``--tokens-per-sample``, ``--sample-break-mode``, a block
+table cached once per corpus and parameters) and batch plans equal to the batches
+native fairseq builds: ``MonolingualDataset``'s order under ``numpy_seed(seed + epoch)``,
+the ``max_positions`` filter and ``batch_by_size``, then fairseq's own
+``EpochBatchIterator`` (its shuffling, sharding and resume).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fairseq.data import Dictionary, TruncatedDictionary, iterators
+from fairseq.tasks import register_task
+from fairseq.tasks.language_modeling import LanguageModelingTask
+
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._schema import TOKENS
+from arrowmt.format._split import Split
+from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, LoaderOptions, position_limits
+from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
+from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
+from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths
+from arrowmt.training._block_dataset import BlockDataset
+from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_block_plan
+
+logger = logging.getLogger(__name__)
+
+LM_TASK_NAME = "language_modeling_arrow"
+
+
+@register_task(LM_TASK_NAME, dataclass=LanguageModelingArrowConfig)
+class LanguageModelingArrowTask(LanguageModelingTask):
+    """Train a language model on a monolingual arrowmt folder (``--data``), blocks and batches by arrowmt."""
+
+    @classmethod
+    def setup_dictionary(cls, args: Any, **kwargs: Any) -> tuple[Dictionary, Dictionary]:
+        """The folder's dictionary (and its ``--output-dictionary-size`` truncation)."""
+        folder = Path(_data_paths(args)[0])
+        manifest = Manifest.load(folder)
+        if TOKENS not in manifest.languages:
+            raise InvalidParameterError(
+                f"data: expected a monolingual arrowmt folder (column {TOKENS!r}) in {folder}, "
+                f"got columns {sorted(manifest.languages)}"
+            )
+        lang = manifest.languages[TOKENS]
+        dictionary = Dictionary.load(str(folder / manifest.dictionaries.get(lang or "", "dict.txt")))
+        logger.info("%s: arrowmt folder %s, dictionary of %d types", LM_TASK_NAME, folder, len(dictionary))
+        output = dictionary
+        if args.output_dictionary_size >= 0:
+            output = TruncatedDictionary(dictionary, args.output_dictionary_size)
+        return dictionary, output
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> ArrowBlocksLMDataset:
+        """Open ``split`` (all its shards) memory-mapped, in blocks; colon-separated folders one per epoch."""
+        if self.args.shorten_method != "none":
+            raise InvalidParameterError(
+                f"shorten_method: not supported by {LM_TASK_NAME} (blocks are never shortened), "
+                f"got {self.args.shorten_method!r}"
+            )
+        paths = _data_paths(self.args)
+        folder = paths[(epoch - 1) % len(paths)]
+        arrow = Split(folder, split)
+        blocks = BlockDataset(
+            arrow, self.args.tokens_per_sample, self.args.sample_break_mode, cache_dir=self._cache_dir()
+        )
+        _check_dictionary(arrow, TOKENS, self.dictionary)
+        pad_to_bsz = None
+        if self.args.pad_to_fixed_bsz:
+            pad_to_bsz = self.args.batch_size_valid if "valid" in split else self.args.batch_size
+        dataset = ArrowBlocksLMDataset(
+            blocks,
+            self.dictionary,
+            self.output_dictionary,
+            self.targets,
+            add_bos_token=self.args.add_bos_token,
+            fixed_pad_length=self.args.tokens_per_sample if self.args.pad_to_fixed_length else None,
+            pad_to_bsz=pad_to_bsz,
+        )
+        self.datasets[split] = dataset
+        logger.info(
+            "%s: split %s: %d rows memory-mapped from %s, %d blocks (%s, %s tokens per sample)",
+            LM_TASK_NAME,
+            split,
+            len(arrow),
+            folder,
+            len(blocks),
+            blocks.break_mode,
+            self.args.tokens_per_sample,
+        )
+        return dataset
+
+    def _cache_dir(self) -> str | None:
+        return self.args.arrow_plan_cache_dir or None
+
+    def get_batch_iterator(self, dataset: Any, *args: Any, **kwargs: Any) -> iterators.EpochBatchIterator:
+        """fairseq's iterator over arrowmt's block batch plans (other datasets: fairseq's own).
+
+        Cached per dataset exactly when fairseq's ``FairseqTask.get_batch_iterator`` caches.
+        """
+        if not isinstance(dataset, ArrowBlocksLMDataset):
+            return super().get_batch_iterator(dataset, *args, **kwargs)
+        opts = IteratorOptions(*args, **kwargs)
+        reuse = not opts.disable_iterator_cache and not opts.update_epoch_batch_itr
+        reuse = reuse and self.can_reuse_epoch_itr(dataset)
+        if reuse and dataset in self.dataset_to_epoch_iter:
+            return self.dataset_to_epoch_iter[dataset]
+        dataset.set_epoch(opts.epoch)
+        loader = LoaderOptions(
+            reuse_dataloader=getattr(self.args, "reuse_dataloader", True),
+            persistent_workers=getattr(self.args, "persistent_workers", True),
+            rebuild_batches=getattr(self.args, "rebuild_batches", False),
+            cache_dir=self._cache_dir(),
+        )
+        itr = block_batch_iterator(dataset, opts, loader)
+        if reuse:
+            self.dataset_to_epoch_iter[dataset] = itr
+        return itr
+
+
+class PlannedBlockBatches:
+    """fairseq's ``make_batches(dataset, epoch)`` for a language model: the arrowmt block plan of that epoch."""
+
+    def __init__(self, opts: IteratorOptions, cache_dir: str | os.PathLike[str] | None) -> None:
+        self.opts = opts
+        self.cache_dir = cache_dir
+
+    def __call__(self, dataset: ArrowBlocksLMDataset, epoch: int) -> list[np.ndarray]:
+        opts = self.opts
+        params = BlockBatchParams(
+            max_tokens=opts.max_tokens,
+            max_sentences=opts.max_sentences,
+            required_batch_size_multiple=opts.required_batch_size_multiple,
+            max_positions=position_limits(opts.max_positions)[0],
+            seed=opts.seed + epoch,
+            skip_invalid_size_inputs=opts.ignore_invalid_inputs,
+        )
+        split = dataset.blocks.split
+        folder = cache_folder(split, self.cache_dir)
+        plan = load_block_plan(dataset.blocks.table, params, folder, f"{split.path} split {split.split!r}")
+        logger.info(
+            "%s: split %s: %d batches of %d blocks planned by arrowmt for epoch %d (order seed %d), plan %s",
+            LM_TASK_NAME,
+            dataset.split,
+            len(plan),
+            len(dataset.blocks),
+            epoch,
+            params.seed,
+            plan.path,
+        )
+        return [plan.batch(b) for b in range(len(plan))]
+
+
+def block_batch_iterator(
+    dataset: ArrowBlocksLMDataset, opts: IteratorOptions, loader: LoaderOptions
+) -> iterators.EpochBatchIterator:
+    """fairseq's ``EpochBatchIterator`` over the planned block batches, with the arguments native fairseq passes."""
+    make_batches = PlannedBlockBatches(opts, loader.cache_dir)
+    batch_sampler = make_batches if loader.rebuild_batches else make_batches(dataset, opts.epoch)
+    return iterators.EpochBatchIterator(
+        dataset=dataset,
+        collate_fn=dataset.collater,
+        batch_sampler=batch_sampler,
+        seed=opts.seed,
+        num_shards=opts.num_shards,
+        shard_id=opts.shard_id,
+        num_workers=opts.num_workers,
+        epoch=opts.epoch,
+        buffer_size=opts.data_buffer_size,
+        skip_remainder_batch=opts.skip_remainder_batch,
+        grouped_shuffling=opts.grouped_shuffling,
+        reuse_dataloader=loader.reuse_dataloader,
+        persistent_workers=loader.persistent_workers,
+    )

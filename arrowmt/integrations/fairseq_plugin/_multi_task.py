@@ -1,0 +1,249 @@
+"""The ``translation_multi_simple_epoch_arrow`` task: fairseq's ``translation_multi_simple_epoch`` reading one
+arrowmt folder of several language pairs (``arrowmt convert fairseq`` on a multilingual data-bin).
+
+Everything but the data is fairseq's own task: the options (``--lang-pairs``,
+``--sampling-method``, ``--sampling-temperature``, ``--sampling-weights``,
+``--encoder-langtok``, ``--decoder-langtok``, ``--lang-dict``/``--langs``, ...),
+the dictionaries (loaded from the folder's ``dict.{lang}.txt`` and given the language
+tokens), models, generation. The data side is arrowmt's:
+
+* each pair's split ``{split}.{src}-{tgt}`` is memory-mapped (or read through a view
+  file, ``--arrow-train-views``) and the pairs form a :class:`~arrowmt.training._mixture.Mixture`
+  whose tags are the language tokens fairseq would prepend;
+* each training epoch's rows are drawn as ``SampledMultiDataset`` draws them (same
+  ratios, same epoch size, same ``RandomState``: fairseq seeds it with 2, not ``--seed``),
+  and the epoch's batches (fairseq's order under ``numpy_seed(seed)``, size filter,
+  ``batch_by_size``) are one memory-mapped plan file shared by every rank;
+* validation splits are the pairs concatenated in length order, as fairseq's
+  ``ConcatDataset``;
+* fairseq's own ``EpochBatchIterator`` (built with the arguments the native task gives
+  it) shuffles, shards, checkpoints and resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fairseq import utils
+from fairseq.data import iterators
+from fairseq.tasks import register_task
+from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
+
+from arrowmt._errors import InvalidParameterError, VocabularyError
+from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.integrations.fairseq_plugin._batches import position_limits
+from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
+from arrowmt.training._collate import FairseqCollater
+from arrowmt.training._dataset import open_dataset
+from arrowmt.training._mixing import temperature_ratios
+from arrowmt.training._mixture import Corpus, Mixture, Sampling, load_mixture_plan
+from arrowmt.training._plan import PlanParams
+from arrowmt.training._tags import Tags
+from arrowmt.training._view_dataset import open_view_dataset
+
+logger = logging.getLogger(__name__)
+
+MULTI_TASK_NAME = "translation_multi_simple_epoch_arrow"
+FAIRSEQ_RESAMPLE_SEED = 2  # SampledMultiDataset's default seed; the native task never passes --seed to it
+MAIN_DATA = "main"  # fairseq's data category of --lang-pairs (keys "main:de-en" of --sampling-weights)
+
+
+@register_task(MULTI_TASK_NAME)
+class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
+    """``translation_multi_simple_epoch`` over an arrowmt folder holding every pair as ``{split}.{src}-{tgt}``."""
+
+    @staticmethod
+    def add_args(parser: Any) -> None:
+        TranslationMultiSimpleEpochTask.add_args(parser)
+        parser.add_argument(
+            "--arrow-plan-cache-dir",
+            default="",
+            help="folder for arrowmt's shared batch-plan files (default: .arrowmt-cache inside the data folder)",
+        )
+        parser.add_argument(
+            "--arrow-train-views",
+            default="",
+            help="read pairs' training split through arrowmt view files: PAIR=VIEW[,PAIR=VIEW...]",
+        )
+
+    def __init__(self, args: Any, langs: list[str], dicts: dict[str, Any], training: bool) -> None:
+        _check_supported(args)
+        super().__init__(args, langs, dicts, training)
+        self.views = _parse_views(args.arrow_train_views)
+
+    # -- data
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
+        """Every pair's ``split`` memory-mapped, as one tagged mixture."""
+        folder = Path(_data_path(self.args))
+        train = split == self.args.train_subset
+        corpora = {pair: self._corpus(folder, split, pair, train) for pair in self.lang_pairs}
+        mixture = Mixture(corpora, [self._tags(pair) for pair in self.lang_pairs])
+        self._check_vocabulary(mixture)
+        collater = FairseqCollater(
+            mixture.special_ids, left_pad_source=self.args.left_pad_source, left_pad_target=self.args.left_pad_target
+        )
+        self.datasets[split] = ArrowMixtureDataset(mixture, split, collater, sampled=self.training and train)
+        logger.info("%s: split %s: %s memory-mapped from %s", MULTI_TASK_NAME, split, mixture, folder)
+
+    def _corpus(self, folder: Path, split: str, pair: str, train: bool) -> Corpus:
+        if train and pair in self.views:
+            return open_view_dataset(self.views[pair], folder)
+        name = f"{split}.{pair}"
+        try:
+            return open_dataset(folder, name)
+        except InvalidParameterError as exc:
+            raise InvalidParameterError(
+                f"lang_pairs: expected split {name!r} in {folder} (convert the multilingual data-bin with "
+                f"'arrowmt convert fairseq'): {exc}"
+            ) from exc
+
+    def _tags(self, pair: str) -> Tags:
+        """The language tokens fairseq prepends to this pair's source and target (``--langtoks`` main)."""
+        src, tgt = pair.split("-")
+        src_spec, tgt_spec = self.args.langtoks[MAIN_DATA]
+        source = self.data_manager.get_encoder_langtok(src, tgt, src_spec)
+        target = self.data_manager.get_decoder_langtok(tgt, tgt_spec)
+        return Tags(() if source is None else (source,), () if target is None else (target,))
+
+    def _check_vocabulary(self, mixture: Mixture) -> None:
+        for column, dictionary in ((SOURCE, self.source_dictionary), (TARGET, self.target_dictionary)):
+            info = mixture.corpora[0].metadata.columns[column]  # type: ignore[attr-defined]
+            ids = mixture.special_ids
+            if (ids.pad, ids.eos) != (dictionary.pad(), dictionary.eos()) or info.vocab_size > len(dictionary):
+                raise VocabularyError(
+                    f"{mixture.path}: column {column!r} was converted with {info.dictionary} of {info.vocab_size} "
+                    f"symbols, pad {ids.pad}, eos {ids.eos}; the task's dictionary has {len(dictionary)} symbols, "
+                    f"pad {dictionary.pad()}, eos {dictionary.eos()}"
+                )
+
+    # -- batches
+
+    def get_batch_iterator(
+        self,
+        dataset: Any,
+        max_tokens: int | None = None,
+        max_sentences: int | None = None,
+        max_positions: Any = None,
+        ignore_invalid_inputs: bool = False,
+        required_batch_size_multiple: int = 1,
+        seed: int = 1,
+        num_shards: int = 1,
+        shard_id: int = 0,
+        num_workers: int = 0,
+        epoch: int = 1,
+        data_buffer_size: int = 0,
+        disable_iterator_cache: bool = False,
+        skip_remainder_batch: bool = False,
+        grouped_shuffling: bool = False,
+        update_epoch_batch_itr: bool = False,
+    ) -> iterators.EpochBatchIterator:
+        """fairseq's iterator over each epoch's arrowmt plan, with the arguments the native task passes."""
+        if not isinstance(dataset, ArrowMixtureDataset):
+            return super().get_batch_iterator(
+                dataset, max_tokens, max_sentences, max_positions, ignore_invalid_inputs,
+                required_batch_size_multiple, seed, num_shards, shard_id, num_workers, epoch, data_buffer_size,
+                disable_iterator_cache, skip_remainder_batch, grouped_shuffling, update_epoch_batch_itr,
+            )  # fmt: skip
+        sampled = dataset.sampled
+        max_source, max_target = position_limits(max_positions)
+        params = PlanParams(
+            max_tokens,
+            max_sentences,
+            required_batch_size_multiple,
+            max_source,
+            max_target,
+            seed if sampled else None,  # SampledMultiDataset shuffles; the validation ConcatDataset does not
+            ignore_invalid_inputs,
+        )
+        ratios = self._sampling_ratios(dataset.mixture) if sampled else None
+        plans = EpochPlans(params, ratios, self.args.virtual_data_size if sampled else None, self._cache_dir())
+        return iterators.EpochBatchIterator(
+            dataset=dataset,
+            collate_fn=dataset.collater,
+            batch_sampler=plans,
+            seed=seed,
+            num_shards=num_shards,
+            shard_id=shard_id,
+            num_workers=num_workers,
+            epoch=epoch,
+        )
+
+    def _sampling_ratios(self, mixture: Mixture) -> np.ndarray | None:
+        """fairseq's ratios: ``--sampling-weights(-from-file)``, else by ``--sampling-method`` (concat: None)."""
+        weights = self.args.sampling_weights
+        if self.args.sampling_weights_from_file:
+            with open(self.args.sampling_weights_from_file, encoding="utf-8") as handle:
+                weights = json.load(handle)
+        if weights:
+            return np.array([weights[f"{MAIN_DATA}:{pair}"] for pair in mixture.names], dtype=np.float64)
+        method = self.args.sampling_method
+        if method == "uniform":
+            return np.ones(len(mixture.names), dtype=np.float64)
+        if method == "temperature":
+            return temperature_ratios(mixture.sizes, float(self.args.sampling_temperature))
+        return None
+
+    def _cache_dir(self) -> str | None:
+        return self.args.arrow_plan_cache_dir or None
+
+
+class EpochPlans:
+    """fairseq's callable ``batch_sampler``: every batch of an epoch's mixture plan (fairseq shuffles and shards)."""
+
+    def __init__(self, params: PlanParams, ratios: np.ndarray | None, epoch_size: int | None, cache_dir: Any) -> None:
+        self.params = params
+        self.ratios = ratios
+        self.epoch_size = epoch_size
+        self.cache_dir = cache_dir
+
+    def __call__(self, dataset: ArrowMixtureDataset, epoch: int) -> list[np.ndarray]:
+        sampling = Sampling(self.ratios, self.epoch_size, FAIRSEQ_RESAMPLE_SEED, int(epoch))
+        plan = load_mixture_plan(dataset.mixture, self.params, sampling, self.cache_dir)
+        logger.info(
+            "%s: split %s epoch %d: %d batches planned by arrowmt, plan %s",
+            MULTI_TASK_NAME,
+            dataset.split,
+            epoch,
+            len(plan),
+            plan.path,
+        )
+        return [plan.batch(b) for b in range(len(plan))]
+
+
+def _data_path(args: Any) -> str:
+    paths = utils.split_paths(args.data) if args.data else []
+    if len(paths) != 1:
+        raise InvalidParameterError(f"data: expected one arrowmt folder, got {args.data!r}")
+    return paths[0]
+
+
+def _parse_views(spec: str) -> dict[str, str]:
+    views = {}
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        pair, sep, path = entry.partition("=")
+        if not sep or not pair or not path:
+            raise InvalidParameterError(f"arrow_train_views: expected PAIR=VIEW entries, got {entry!r}")
+        views[pair] = path
+    return views
+
+
+def _check_supported(args: Any) -> None:
+    """InvalidParameterError for native options arrowmt's data side does not implement."""
+    unsupported = {
+        "virtual_epoch_size": args.virtual_epoch_size is not None,
+        "lang_tok_replacing_bos_eos": args.lang_tok_replacing_bos_eos,
+        "extra_data": bool(args.extra_data),
+        "extra_lang_pairs": bool(args.extra_lang_pairs),
+        "enable_lang_ids": args.enable_lang_ids,
+        "load_alignments": args.load_alignments,
+        "truncate_source": args.truncate_source,
+        "sampling_method": args.sampling_method == "RoundRobin",
+    }
+    for name, used in unsupported.items():
+        if used:
+            raise InvalidParameterError(f"{name}: not supported by {MULTI_TASK_NAME}, got {getattr(args, name)!r}")

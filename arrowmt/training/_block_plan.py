@@ -1,0 +1,330 @@
+"""The block plan of a monolingual split: fairseq's token blocks and their batches, built once and memory-mapped.
+
+Two cached parts, each named by the hash of what it depends on:
+
+* the **block table** (break modes ``none``, ``complete`` and ``complete_doc``): every
+  block's flat token range and how far it starts inside its row (what its shifted
+  source needs), in a file of its own (layout below). Break mode ``eos`` needs no
+  table: block ``i`` is row ``i``;
+* the **batch plan** over blocks (fairseq's ``MonolingualDataset`` order, the
+  ``max_positions`` filter and ``batch_by_size``): an ordinary batch-plan file of
+  :mod:`arrowmt.training._plan_cache`, its "rows" being blocks.
+
+Block table layout (little-endian)::
+
+    header (128 bytes): magic b"ARROWMT-BLOCKS\\0\\0", u32 version, u32 zero, 32-byte SHA-256
+                        of the key, u64 split rows, u64 split tokens, u64 block count, zero padding
+    starts:             int64 [block count], flat position of each block's first token
+    ends:               int64 [block count], one past its last token
+    offsets:            uint8 [block count], how far the block starts inside its row, capped at 2;
+                        zero-padded to a multiple of 8 bytes
+
+Written atomically by one process under the same ``flock`` protocol as batch
+plans; every other process maps it read-only (shared page cache, no private copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from arrowmt._checks import check_integer
+from arrowmt._errors import FormatError
+from arrowmt.format._atomic import atomic_path
+from arrowmt.format._reader import check_indices
+from arrowmt.format._schema import CACHE_DIR_NAME
+from arrowmt.format._split import Split
+from arrowmt.training._blocks import (
+    HEADS,
+    check_break_mode,
+    lm_order,
+    none_bounds,
+    offsets_in_rows,
+    packed_bounds,
+    row_starts,
+)
+from arrowmt.training._bucketing import batch_by_size, check_limit, check_seed, compact_counts, drop_too_long
+from arrowmt.training._plan_cache import BatchPlan, PlanArrays, exclusive_lock, load_or_build_plan, plan_key
+from arrowmt.training._token_stream import TokenStream
+from arrowmt.training._world import release_free_heap
+
+logger = logging.getLogger(__name__)
+
+BLOCKS_MAGIC = b"ARROWMT-BLOCKS\x00\x00"
+BLOCKS_VERSION = 1
+HEADER_BYTES = 128
+_HEADER = struct.Struct("<16sII32sQQQ")
+CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
+
+
+@dataclass(frozen=True)
+class BlockParams:
+    """What the blocks depend on besides the split: fairseq's ``tokens_per_sample``, break mode, separator."""
+
+    tokens_per_sample: int | None
+    break_mode: str = "none"
+    document_sep_len: int = 1
+
+    def __post_init__(self) -> None:
+        mode = check_break_mode(self.break_mode)
+        object.__setattr__(self, "break_mode", mode)
+        if mode != "eos" or self.tokens_per_sample is not None:
+            check_integer("tokens_per_sample", self.tokens_per_sample, 1)
+        check_integer("document_sep_len", self.document_sep_len, 0)
+
+    def key_fields(self) -> dict[str, object]:
+        """The fields the blocks depend on (``eos`` ignores the size; only ``complete_doc`` uses the separator)."""
+        fields: dict[str, object] = {"break_mode": self.break_mode}
+        if self.break_mode != "eos":
+            fields["tokens_per_sample"] = self.tokens_per_sample
+        if self.break_mode == "complete_doc":
+            fields["document_sep_len"] = self.document_sep_len
+        return fields
+
+
+class BlockTable(Protocol):
+    """Where every block lies in the split's flat token sequence."""
+
+    key: str
+
+    def __len__(self) -> int: ...
+
+    def bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def offsets(self, ids: np.ndarray) -> np.ndarray: ...
+
+    def sizes(self) -> np.ndarray: ...
+
+
+class RowBlocks:
+    """Break mode ``eos``: block ``i`` is row ``i``; nothing stored."""
+
+    def __init__(self, key: str, stream: TokenStream) -> None:
+        self.key, self.stream = key, stream
+
+    def __len__(self) -> int:
+        return len(self.stream.split)
+
+    def bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.stream.row_ranges(_checked_ids(ids, len(self)))
+
+    def offsets(self, ids: np.ndarray) -> np.ndarray:
+        return np.zeros(_checked_ids(ids, len(self)).shape, dtype=np.uint8)
+
+    def sizes(self) -> np.ndarray:
+        return compact_counts(self.stream.row_lengths())
+
+
+class MappedBlocks:
+    """Break modes ``none``/``complete``/``complete_doc``: the block table file, mapped read-only; picklable by path."""
+
+    def __init__(self, path: Path, key: str, rows: int, total: int, built: bool = False) -> None:
+        self.path, self.key, self.rows, self.total, self.built = path, key, rows, total, built
+        count, self._map = _open_table(path, key, rows, total)
+        self.starts = np.frombuffer(self._map, dtype="<i8", count=count, offset=HEADER_BYTES)
+        self.ends = np.frombuffer(self._map, dtype="<i8", count=count, offset=HEADER_BYTES + 8 * count)
+        self.row_offsets = np.frombuffer(self._map, dtype=np.uint8, count=count, offset=HEADER_BYTES + 16 * count)
+        _check_table(path, self.starts, self.ends, self.row_offsets, total)
+
+    def __len__(self) -> int:
+        return int(self.starts.shape[0])
+
+    def bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = _checked_ids(ids, len(self))
+        return self.starts[ids], self.ends[ids]
+
+    def offsets(self, ids: np.ndarray) -> np.ndarray:
+        return self.row_offsets[_checked_ids(ids, len(self))]
+
+    def sizes(self) -> np.ndarray:
+        out = np.empty(len(self), dtype=np.int64)
+        for a in range(0, len(self), CHECK_CHUNK):
+            np.subtract(self.ends[a : a + CHECK_CHUNK], self.starts[a : a + CHECK_CHUNK], out=out[a : a + CHECK_CHUNK])
+        return compact_counts(out)
+
+    def __reduce__(self) -> tuple[type[MappedBlocks], tuple[Path, str, int, int]]:
+        return (MappedBlocks, (self.path, self.key, self.rows, self.total))
+
+
+def _checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
+    """``ids`` as int64 block numbers; IndexError naming the first outside ``0..n-1``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    check_indices(ids, n, "blocks")
+    return ids
+
+
+# ---------------------------------------------------------------- the block table file
+
+
+def _open_table(path: Path, key: str, rows: int, total: int) -> tuple[int, mmap.mmap]:
+    """Map ``path`` read-only after checking its header against ``key``, ``rows``, ``total`` and its size."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            raw = handle.read(HEADER_BYTES)
+            if len(raw) < HEADER_BYTES:
+                raise FormatError(f"{path}: block table header: expected {HEADER_BYTES} bytes, found {len(raw)}")
+            magic, version, _, digest, got_rows, got_total, count = _HEADER.unpack_from(raw)
+            expected = (BLOCKS_MAGIC, BLOCKS_VERSION, key, rows, total, table_size(count))
+            found = (magic, version, digest.hex(), got_rows, got_total, size)
+            if found != expected:
+                raise FormatError(
+                    f"{path}: block table (magic, version, key, rows, tokens, bytes): expected {expected}, "
+                    f"found {found} (stale or corrupt)"
+                )
+            return count, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError as exc:
+        raise FormatError(f"{path}: no block table file") from exc
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{path}: unreadable block table: {exc}") from exc
+
+
+def table_size(count: int) -> int:
+    """Bytes of a block table file of ``count`` blocks."""
+    return HEADER_BYTES + 16 * count + -(-count // 8) * 8
+
+
+def _check_table(path: Path, starts: np.ndarray, ends: np.ndarray, offsets: np.ndarray, total: int) -> None:
+    """Blocks are non-empty, in order, non-overlapping, inside ``[0, total]``, offsets <= 2; FormatError naming
+    the first bad one."""
+    previous_end = 0
+    for a in range(0, starts.shape[0], CHECK_CHUNK):
+        s, e = starts[a : a + CHECK_CHUNK], ends[a : a + CHECK_CHUNK]
+        prior = np.concatenate(([previous_end], e[:-1]))
+        bad = (s < prior) | (e <= s) | (e > total) | (offsets[a : a + CHECK_CHUNK] > HEADS)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise FormatError(
+                f"{path}: block {a + k}: range {int(s[k])}..{int(e[k])} (row offset {int(offsets[a + k])}) is not "
+                f"a non-empty range after {int(prior[k])} within {total} tokens, row offset <= {HEADS} (corrupt)"
+            )
+        previous_end = int(e[-1])
+
+
+def write_table(
+    path: Path, key: str, rows: int, total: int, starts: np.ndarray, ends: np.ndarray, offsets: np.ndarray
+) -> None:
+    """Write a block table atomically at ``path``."""
+    count = starts.shape[0]
+    header = _HEADER.pack(BLOCKS_MAGIC, BLOCKS_VERSION, 0, bytes.fromhex(key), rows, total, count)
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        handle.write(header.ljust(HEADER_BYTES, b"\x00"))
+        handle.write(np.ascontiguousarray(starts, dtype="<i8").tobytes())
+        handle.write(np.ascontiguousarray(ends, dtype="<i8").tobytes())
+        handle.write(np.ascontiguousarray(offsets, dtype=np.uint8).tobytes())
+        handle.write(b"\x00" * (table_size(count) - HEADER_BYTES - 16 * count - count))
+
+
+T = TypeVar("T")
+
+
+def load_or_build(path: Path, read: Callable[[], T], build: Callable[[], None]) -> tuple[T, bool]:
+    """``read()`` if the file is valid, else ``build()`` it once under the plan lock and read it: (result, built)."""
+    try:
+        return read(), False
+    except FormatError:
+        pass
+    with exclusive_lock(path.with_name(path.name + ".lock")):
+        try:
+            return read(), False
+        except FormatError as exc:
+            if path.exists():
+                logger.warning("rebuilding block table: %s", exc)
+        build()
+        return read(), True
+
+
+# ---------------------------------------------------------------- loading
+
+
+def cache_folder(split: Split, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """``cache_dir``, or the corpus's own ``.arrowmt-cache`` folder."""
+    return Path(cache_dir) if cache_dir is not None else Path(split.path) / CACHE_DIR_NAME
+
+
+def load_blocks(stream: TokenStream, params: BlockParams, cache_dir: str | os.PathLike[str] | None) -> BlockTable:
+    """The blocks of ``stream``'s split for ``params``: arithmetic, rows, or the cached table (built once)."""
+    split = stream.split
+    key = plan_key({"blocks": split.fingerprint(), "rows": len(split), **params.key_fields()})
+    if params.break_mode == "eos":
+        return RowBlocks(key, stream)
+    path = cache_folder(split, cache_dir) / f"blocks-{key[:32]}.bin"
+
+    def build() -> None:
+        write_table(path, key, len(split), stream.total, *build_table(stream.row_lengths(), params))
+
+    table, built = load_or_build(path, lambda: MappedBlocks(path, key, len(split), stream.total), build)
+    if built:
+        table.built = True
+        release_free_heap()
+    return table
+
+
+def build_table(lengths: np.ndarray, params: BlockParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, row offsets capped at 2) of every block of rows of ``lengths`` (not break mode ``eos``)."""
+    size = int(params.tokens_per_sample or 0)
+    if params.break_mode != "none":  # blocks of whole rows start at row starts
+        sep = params.document_sep_len if params.break_mode == "complete_doc" else None
+        starts, ends = packed_bounds(lengths, size, sep)
+        return starts, ends, np.zeros(starts.shape[0], dtype=np.uint8)
+    row_start = row_starts(lengths)
+    starts, ends = none_bounds(int(row_start[-1]), size)
+    offsets = np.empty(starts.shape[0], dtype=np.uint8)
+    for a in range(0, starts.shape[0], CHECK_CHUNK):
+        part = offsets_in_rows(row_start, starts[a : a + CHECK_CHUNK])
+        np.minimum(part, HEADS, out=part)
+        offsets[a : a + CHECK_CHUNK] = part
+    return starts, ends, offsets
+
+
+@dataclass(frozen=True)
+class BlockBatchParams:
+    """Everything the batches of blocks depend on besides the blocks (``seed`` None: no shuffle)."""
+
+    max_tokens: int | None
+    max_sentences: int | None
+    required_batch_size_multiple: int
+    max_positions: int | None
+    seed: int | None
+    skip_invalid_size_inputs: bool
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_sentences", "required_batch_size_multiple", "max_positions"):
+            check_limit(name, getattr(self, name))
+        if self.seed is not None:
+            check_seed("seed", self.seed)
+
+
+def build_block_plan(table: BlockTable, params: BlockBatchParams) -> PlanArrays:
+    """fairseq's batches of blocks: ``MonolingualDataset`` order, ``max_positions`` filter, ``batch_by_size``."""
+    sizes = table.sizes()
+    order = lm_order(sizes, params.seed)
+    skip = params.skip_invalid_size_inputs
+    kept, kept_sizes, dropped = drop_too_long(order, sizes[order], "max_positions", params.max_positions, skip)
+    del order, sizes
+    kept, kept_sizes, over = drop_too_long(kept, kept_sizes, "max_tokens", params.max_tokens, skip)
+    flat, offsets = batch_by_size(
+        kept, kept_sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple
+    )
+    return PlanArrays(flat, offsets, dropped + over)
+
+
+def load_block_plan(
+    table: BlockTable, params: BlockBatchParams, folder: str | os.PathLike[str], where: str
+) -> BatchPlan:
+    """The batch plan over ``table``'s blocks for ``params``: mapped from ``folder``, else built once."""
+    key = plan_key({"block_table": table.key, "block_count": len(table), **asdict(params)})
+    plan = load_or_build_plan(folder, key, len(table), lambda: build_block_plan(table, params))
+    if plan.built:
+        release_free_heap()
+    if plan.dropped:
+        logger.warning("%s: %d blocks exceed max_positions/max_tokens and are skipped", where, plan.dropped)
+    return plan

@@ -1,0 +1,52 @@
+"""``BlockBatchSampler``: fairseq's language-model batches of token blocks, resumable, elastic and distributed."""
+
+from __future__ import annotations
+
+import os
+
+from arrowmt.training._block_dataset import BlockDataset
+from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_block_plan
+from arrowmt.training._bucketing import check_seed
+from arrowmt.training._sampler import PlanSampler
+from arrowmt.training._world import resolve_world
+
+
+class BlockBatchSampler(PlanSampler):
+    """Batches of blocks of a :class:`BlockDataset`, as fairseq's ``language_modeling`` task builds them.
+
+    The plan (``MonolingualDataset``'s order: by block size, ties in a ``seed``
+    permutation; blocks longer than ``max_positions`` or ``max_tokens`` dropped, or an
+    error unless ``skip_invalid_size_inputs``; ``batch_by_size``) is computed once per
+    (blocks, parameters) and shared as a memory-mapped file in ``cache_dir`` (default:
+    the dataset's). Epochs, ranks, ``state_dict`` and elastic resume are
+    :class:`~arrowmt.training._sampler.PlanSampler`'s, as for ``TokenBatchSampler``.
+    """
+
+    def __init__(
+        self,
+        dataset: BlockDataset,
+        max_tokens: int | None = 4096,
+        max_sentences: int | None = None,
+        required_batch_size_multiple: int = 1,
+        max_positions: int | None = None,
+        seed: int = 1,
+        shuffle: bool = True,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        skip_invalid_size_inputs: bool = False,
+    ) -> None:
+        check_seed("seed", seed)
+        num_replicas, rank = resolve_world(num_replicas, rank)  # before the (possibly long) plan build
+        params = BlockBatchParams(
+            max_tokens,
+            max_sentences,
+            required_batch_size_multiple,
+            max_positions,
+            seed if shuffle else None,
+            skip_invalid_size_inputs,
+        )
+        split = dataset.split
+        folder = cache_folder(split, cache_dir if cache_dir is not None else dataset.cache_dir)
+        plan = load_block_plan(dataset.table, params, folder, f"{split.path} split {split.split!r}")
+        super().__init__(plan, seed, shuffle, num_replicas, rank)

@@ -1,0 +1,503 @@
+"""Mixtures: several corpora (splits or views) trained as one, each keeping its identity.
+
+:class:`Mixture` lays its corpora end to end: corpus ``k`` holds the global ids
+``offsets[k]`` to ``offsets[k + 1] - 1``, so a batch id says which corpus a row
+comes from (for tags and per-corpus counts). It is a torch dataset whose
+``__getitems__`` gathers a batch from all its corpora at once.
+
+:class:`MixtureBatchSampler` draws each epoch's rows with per-corpus weights or a
+temperature over the sizes (:mod:`arrowmt.training._mixing`: fairseq's
+``translation_multi_simple_epoch`` arithmetic, deterministic in (seed, epoch)),
+plans fairseq's token-budget batches over them (:func:`arrowmt.training._plan.build_plan`,
+tags counted) and stores the plan as a memory-mapped file shared by every rank
+(:mod:`arrowmt.training._plan_cache`). The plan of an epoch is named by its
+content (corpora, batching, ratios, epoch size, seed, epoch), so weights may
+change from one epoch to the next (a schedule) and nothing is reconverted. Each
+mixture keeps its last ``keep_plans`` epoch plans in ``<cache>/mixture-<id>/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from arrowmt._checks import check_integer
+from arrowmt._errors import InvalidParameterError, VocabularyError
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._metadata import SpecialIds
+from arrowmt.format._reader import check_indices
+from arrowmt.format._schema import CACHE_DIR_NAME
+from arrowmt.format._spans import Spans
+from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._bucketing import check_seed, compact_counts
+from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.training._mixing import (
+    as_sizes,
+    check_temperature,
+    check_weights,
+    corpus_of,
+    offsets_of,
+    resample,
+    resample_counts,
+    temperature_ratios,
+)
+from arrowmt.training._mixture_gather import MixtureGather
+from arrowmt.training._plan import PlanParams, build_plan, key_fields
+from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.training._sampler import PlanSampler
+from arrowmt.training._tags import TagCollater, Tags
+from arrowmt.training._view_dataset import open_view_dataset
+from arrowmt.training._world import release_free_heap, resolve_world
+
+logger = logging.getLogger(__name__)
+
+PLAN_FOLDER_PREFIX = "mixture-"
+PLAN_GLOB = "plan-*.bin"
+Weights = Sequence[float] | Mapping[str, float] | np.ndarray
+WeightSchedule = Weights | Callable[[int], Weights]
+
+
+class Corpus(Protocol):
+    """What a mixture needs of a corpus: a split, a view, or their torch datasets."""
+
+    path: Path
+    columns: tuple[str, ...]
+    special_ids: SpecialIds
+
+    def __len__(self) -> int: ...
+
+    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: Any = np.int64) -> np.ndarray: ...
+
+    def column_spans(self, column: str, indices: np.ndarray) -> Spans: ...
+
+    def row_array(self, column: str, index: int) -> np.ndarray: ...
+
+    def fingerprint(self) -> str: ...
+
+
+CorpusSource = str | os.PathLike[str] | tuple[str | os.PathLike[str], str] | Corpus
+
+
+class Mixture(Dataset):
+    """Corpora (``name -> split or view``) as one torch dataset; corpus ``k`` holds ids ``offsets[k]..offsets[k+1]-1``.
+
+    All corpora must have the same columns, special ids and dictionaries (one model
+    reads them all). ``tags`` gives corpora tokens prepended at read time
+    (:mod:`arrowmt.training._tags`); the batch plans count them.
+    """
+
+    def __init__(self, corpora: Mapping[str, Corpus], tags: Mapping[str, Tags] | Sequence[Tags] | None = None) -> None:
+        if not corpora:
+            raise InvalidParameterError("corpora: expected at least one corpus, got none")
+        self.names = [str(name) for name in corpora]
+        self.corpora = list(corpora.values())
+        self.columns = tuple(self.corpora[0].columns)
+        self.special_ids = self.corpora[0].special_ids
+        _check_compatible(self.names, self.corpora)
+        self.sizes = np.array([len(c) for c in self.corpora], dtype=np.int64)
+        self.offsets = offsets_of(self.sizes)
+        self.tags = _tags_per_corpus(self.names, tags)
+        self._gather: MixtureGather | bool | None = None  # False: the corpora's readers do every batch
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the corpora (by path) without the gather tables; each process builds its own."""
+        return {**self.__dict__, "_gather": None}
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}: {s}" for n, s in zip(self.names, self.sizes.tolist(), strict=True))
+        return f"Mixture({parts})"
+
+    @property
+    def path(self) -> Path:
+        """The first corpus's folder: mixture plans are cached in its ``.arrowmt-cache`` unless told otherwise."""
+        return Path(self.corpora[0].path)
+
+    def corpus_of(self, ids: np.ndarray) -> np.ndarray:
+        """The corpus number of each global id."""
+        return corpus_of(self.offsets, _checked_ids(ids, len(self)))
+
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(corpus number, row within that corpus) of each global id."""
+        corpus = self.corpus_of(ids)
+        return corpus, np.asarray(ids, dtype=np.int64) - self.offsets[corpus]
+
+    def lengths(self, column: str, dtype: Any = np.int64) -> np.ndarray:
+        """Token counts of every global row of ``column``, each corpus's tags included."""
+        parts = [c.lengths(column, dtype=dtype) + t.extra(column) for c, t in zip(self.corpora, self.tags, strict=True)]
+        return np.concatenate(parts).astype(dtype, copy=False)
+
+    def fingerprint(self) -> str:
+        """Identity of the mixture's content: names, corpora fingerprints and sizes, tags."""
+        digest = hashlib.sha256()
+        for name, corpus, tags in zip(self.names, self.corpora, self.tags, strict=True):
+            digest.update(f"{name}\0{corpus.fingerprint()}\0{len(corpus)}\0{tags.source}\0{tags.target};".encode())
+        return digest.hexdigest()
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor | int]:
+        corpus, local = self.locate(np.array([index]))
+        k, row = int(corpus[0]), int(local[0])
+        item: dict[str, torch.Tensor | int] = {"id": int(index)}
+        for column in self.columns:
+            item[column] = torch.from_numpy(self.corpora[k].row_array(column, row))
+        return item
+
+    def __getitems__(self, indices: Sequence[int]) -> GatheredBatch:
+        """The rows of global ids ``indices`` per column (ids kept), for a collater.
+
+        One vectorized gather over every corpus (:class:`MixtureGather`), whatever the
+        number of corpora; the corpora's own readers when that does not apply.
+        """
+        ids = _checked_ids(np.asarray(indices, dtype=np.int64).reshape(-1), len(self))
+        spans = self._fast_spans(ids)
+        if spans is None:
+            corpus, local = self.locate(ids)
+            spans = {c: self._column_spans(c, corpus, local) for c in self.columns}
+        return GatheredBatch(ids, spans)
+
+    def _fast_spans(self, ids: np.ndarray) -> dict[str, Spans] | None:
+        if self._gather is None:
+            try:
+                self._gather = MixtureGather(self.corpora, self.offsets, self.columns)
+            except TypeError:
+                self._gather = False
+        return self._gather.spans(ids) if self._gather else None
+
+    def _column_spans(self, column: str, corpus: np.ndarray, local: np.ndarray) -> Spans:
+        present = np.unique(corpus)
+        if present.size == 1:
+            return self.corpora[int(present[0])].column_spans(column, local)
+        if present.size == 0:
+            return Spans.empty()
+        order = np.argsort(corpus, kind="stable")
+        parts = []
+        for k in present.tolist():
+            spans = self.corpora[k].column_spans(column, local[order[corpus[order] == k]])
+            parts.append((spans.words, spans.starts, spans.lengths))
+        return Spans.concat_compact(parts).select(np.argsort(order, kind="stable"))
+
+    def tag_collater(self, collater: Callable[[GatheredBatch], Any]) -> Callable[[Any], Any]:
+        """``collater`` behind this mixture's tags (``collater`` itself when no corpus has tags)."""
+        if not any(t.source or t.target for t in self.tags):
+            return collater
+        return TagCollater(collater, self.tags, self.offsets)
+
+
+def _checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
+    """``ids`` as int64, IndexError naming the first outside ``0 <= id < n``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    check_indices(ids, n, "mixture")
+    return ids
+
+
+def _check_compatible(names: list[str], corpora: list[Corpus]) -> None:
+    """Same columns, special ids and per-column dictionaries in every corpus."""
+    first = corpora[0]
+    for name, corpus in zip(names[1:], corpora[1:], strict=True):
+        if tuple(corpus.columns) != tuple(first.columns) or corpus.special_ids != first.special_ids:
+            raise InvalidParameterError(
+                f"corpora[{name!r}]: expected columns {list(first.columns)} and {first.special_ids} as in "
+                f"corpora[{names[0]!r}], got {list(corpus.columns)} and {corpus.special_ids}"
+            )
+        for column in first.columns:
+            mine, theirs = _dictionary(corpus, column), _dictionary(first, column)
+            if mine[1] != theirs[1]:
+                raise VocabularyError(
+                    f"corpora[{name!r}]: column {column!r} uses dictionary {mine[0]} (sha256 {mine[1][:12]}), "
+                    f"corpora[{names[0]!r}] uses {theirs[0]} (sha256 {theirs[1][:12]}); a mixture needs one "
+                    "dictionary per column (convert with shared dictionaries)"
+                )
+
+
+def _dictionary(corpus: Corpus, column: str) -> tuple[str, str]:
+    info = corpus.metadata.columns[column]  # type: ignore[attr-defined]
+    return info.dictionary, info.dictionary_sha256
+
+
+def _tags_per_corpus(names: list[str], tags: Mapping[str, Tags] | Sequence[Tags] | None) -> list[Tags]:
+    if tags is None:
+        return [Tags() for _ in names]
+    if isinstance(tags, Mapping):
+        unknown = sorted(set(tags) - set(names))
+        if unknown:
+            raise InvalidParameterError(f"tags: expected corpus names among {names}, got {unknown}")
+        return [tags.get(name, Tags()) for name in names]
+    if len(tags) != len(names):
+        raise InvalidParameterError(f"tags: expected {len(names)} (one per corpus), got {len(tags)}")
+    return list(tags)
+
+
+def open_corpus(source: CorpusSource, split: str = "train", manifests: dict[Path, Manifest] | None = None) -> Corpus:
+    """A mixture corpus: a dataset object as is, ``(folder, split)``, a view file, or a folder's ``split``.
+
+    ``manifests`` caches each folder's manifest, so many splits of one folder load it once.
+    """
+    if hasattr(source, "column_spans"):
+        return source  # type: ignore[return-value]
+    if isinstance(source, tuple):
+        folder, split = Path(source[0]), source[1]
+    else:
+        folder = Path(source)  # type: ignore[arg-type]
+        if folder.is_file():
+            return open_view_dataset(folder)
+    cache = {} if manifests is None else manifests
+    if folder not in cache:
+        cache[folder] = Manifest.load(folder)
+    return ArrowMTDataset(folder, split, cache[folder])
+
+
+def open_mixture(
+    corpora: Mapping[str, CorpusSource],
+    split: str = "train",
+    tags: Mapping[str, Tags] | Sequence[Tags] | None = None,
+) -> Mixture:
+    """Open every corpus (see :func:`open_corpus`; folders give their ``split``) as one :class:`Mixture`."""
+    manifests: dict[Path, Manifest] = {}
+    return Mixture({name: open_corpus(source, split, manifests) for name, source in corpora.items()}, tags)
+
+
+# ---------------------------------------------------------------- epoch plans
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How an epoch's rows are drawn: ``ratios`` None is plain concatenation (every row once, no draw)."""
+
+    ratios: np.ndarray | None
+    epoch_size: int | None
+    seed: int
+    epoch: int
+
+    def key_fields(self) -> dict[str, object]:
+        if self.ratios is None:
+            return {"ratios": None}
+        return {"ratios": self.ratios.tolist(), "epoch_size": self.epoch_size, "resample": [self.seed, self.epoch]}
+
+
+@dataclass(frozen=True)
+class _SampledRows:
+    """The lengths of an epoch's drawn rows, shaped as ``build_plan`` reads a split."""
+
+    columns: tuple[str, ...]
+    drawn: dict[str, np.ndarray]
+    path: Path
+    split: str = "mixture"
+
+    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: Any = np.int64) -> np.ndarray:
+        return self.drawn[column]
+
+
+def build_mixture_plan(mixture: Mixture, params: PlanParams, sampling: Sampling) -> PlanArrays:
+    """fairseq's batches over the epoch's drawn rows, as global ids of ``mixture``."""
+    rows = None
+    if sampling.ratios is not None:
+        rows, _ = resample(mixture.sizes, sampling.ratios, sampling.epoch_size, sampling.seed, sampling.epoch)
+    drawn = {}
+    for column in mixture.columns:
+        lengths = compact_counts(mixture.lengths(column, dtype=np.int32))
+        drawn[column] = lengths if rows is None else lengths[rows]
+        del lengths
+    plan = build_plan(_SampledRows(mixture.columns, drawn, mixture.path), params)  # type: ignore[arg-type]
+    if rows is None:
+        return plan
+    return PlanArrays(rows[plan.indices], plan.offsets, plan.dropped)
+
+
+def plan_folder(mixture: Mixture, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """Where the epoch plans of ``mixture`` with ``params`` live: ``<cache>/mixture-<id>``."""
+    family = plan_key({"mixture": mixture.fingerprint(), "rows": len(mixture), **key_fields(params)})
+    base = Path(cache_dir) if cache_dir is not None else mixture.path / CACHE_DIR_NAME
+    return base / f"{PLAN_FOLDER_PREFIX}{family[:16]}"
+
+
+def load_mixture_plan(
+    mixture: Mixture,
+    params: PlanParams,
+    sampling: Sampling,
+    cache_dir: str | os.PathLike[str] | None = None,
+    keep_plans: int = 2,
+) -> BatchPlan:
+    """The batch plan of one epoch of ``mixture``: mapped from the cache, else built once under a lock.
+
+    Afterwards only the ``keep_plans`` most recently used plans of this mixture stay in its folder.
+    """
+    folder = plan_folder(mixture, params, cache_dir)
+    key = plan_key({"folder": folder.name, **sampling.key_fields()})
+    plan = load_or_build_plan(folder, key, len(mixture), lambda: build_mixture_plan(mixture, params, sampling))
+    if plan.built:
+        release_free_heap()
+    _keep_recent(folder, plan.path, keep_plans)
+    if plan.dropped:
+        logger.warning("mixture %s: %d drawn samples exceed the length limits and are skipped", folder, plan.dropped)
+    return plan
+
+
+def _keep_recent(folder: Path, current: Path, keep: int) -> None:
+    """Mark ``current`` as just used and remove all but the ``keep`` most recently used plans (and their locks)."""
+    os.utime(current)
+    plans = sorted(folder.glob(PLAN_GLOB), key=lambda p: p.stat().st_mtime_ns if p.exists() else 0, reverse=True)
+    for old in plans[keep:]:
+        if old != current:
+            old.unlink(missing_ok=True)
+            old.with_name(old.name + ".lock").unlink(missing_ok=True)
+
+
+class MixtureBatchSampler(PlanSampler):
+    """fairseq's token-budget batches over each epoch's draw from a :class:`Mixture`; distributed, resumable.
+
+    Sampling: ``weights`` (one per corpus, a ``name -> weight`` mapping, or a function
+    of the epoch giving either: a schedule), or ``temperature`` T (corpus ``i``
+    drawn in proportion to ``n_i ** (1 / T)``), or neither: every row once per epoch.
+    With weights or a temperature, each epoch draws ``epoch_size`` rows (default: as
+    many as draw the largest corpus once, at most 1.5 times all rows), corpus ``i``
+    about ``epoch_size * p_i`` of them: fewer than it has (down-sampled, without
+    replacement) or more (up-sampled, with replacement). The draw is a pure function
+    of (``resample_seed``, default ``seed``; epoch), the same in every process.
+
+    Batches, ranks, epochs and resume are :class:`~arrowmt.training._sampler.PlanSampler`'s;
+    the state also records the epoch's ratios, so a resumed epoch draws the same rows
+    even if the schedule changed since. :meth:`epoch_counts` reports how many rows each
+    corpus contributes to the current epoch.
+    """
+
+    def __init__(
+        self,
+        mixture: Mixture,
+        max_tokens: int | None = 4096,
+        max_sentences: int | None = None,
+        required_batch_size_multiple: int = 1,
+        max_source_positions: int | None = None,
+        max_target_positions: int | None = None,
+        seed: int = 1,
+        shuffle: bool = True,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        skip_invalid_size_inputs: bool = False,
+        *,
+        weights: WeightSchedule | None = None,
+        temperature: float | None = None,
+        epoch_size: int | None = None,
+        resample_seed: int | None = None,
+        keep_plans: int = 2,
+    ) -> None:
+        check_seed("seed", seed)
+        num_replicas, rank = resolve_world(num_replicas, rank)
+        if weights is not None and temperature is not None:
+            raise InvalidParameterError(f"temperature: expected None when weights are given, got {temperature!r}")
+        self.mixture = mixture
+        self.params = PlanParams(
+            max_tokens,
+            max_sentences,
+            required_batch_size_multiple,
+            max_source_positions,
+            max_target_positions,
+            seed if shuffle else None,
+            skip_invalid_size_inputs,
+        )
+        self.temperature = None if temperature is None else check_temperature(temperature)
+        self.epoch_size = None if epoch_size is None else check_integer("epoch_size", epoch_size, 1)
+        self.resample_seed = seed if resample_seed is None else int(resample_seed)
+        check_seed("resample_seed", self.resample_seed)
+        self.cache_dir = cache_dir
+        self.keep_plans = check_integer("keep_plans", keep_plans, 1)
+        self._weights: WeightSchedule | None = None
+        self._pinned: dict[int, np.ndarray | None] = {}  # epoch -> ratios fixed by a loaded state or set_weights
+        self._current: tuple[int, BatchPlan] | None = None
+        self.set_weights(weights)
+        super().__init__(None, seed, shuffle, num_replicas, rank)  # type: ignore[arg-type]
+
+    # -- the plan of the current epoch, loaded when first needed
+
+    @property
+    def plan(self) -> BatchPlan:  # type: ignore[override]
+        if self._current is None or self._current[0] != self.epoch:
+            self._current = (self.epoch, self.epoch_plan(self.epoch))
+            self._order = None
+        return self._current[1]
+
+    @plan.setter
+    def plan(self, value: object) -> None:  # PlanSampler.__init__ assigns it; plans are per epoch here
+        self._current = None
+
+    def epoch_plan(self, epoch: int) -> BatchPlan:
+        """Epoch ``epoch``'s batch plan (built once, then mapped from the cache)."""
+        sampling = Sampling(self.epoch_ratios(epoch), self.epoch_size, self.resample_seed, int(epoch))
+        plan = load_mixture_plan(self.mixture, self.params, sampling, self.cache_dir, self.keep_plans)
+        logger.info("mixture epoch %d: %d batches; rows per corpus %s", epoch, len(plan), self.epoch_counts(epoch))
+        return plan
+
+    # -- sampling
+
+    def set_weights(self, weights: WeightSchedule | None) -> None:
+        """New weights (or schedule) for the epochs after the current one; the current epoch keeps its draw."""
+        if weights is not None and not callable(weights):
+            self._as_ratios(weights)  # check now
+        if weights is not None and self.temperature is not None:
+            raise InvalidParameterError("weights: expected None while a temperature is set")
+        if self._current is not None:
+            self._pinned[self._current[0]] = self.epoch_ratios(self._current[0])
+        self._weights = weights
+
+    def epoch_ratios(self, epoch: int) -> np.ndarray | None:
+        """The sampling ratios of epoch ``epoch`` (not normalized), or None for plain concatenation."""
+        if epoch in self._pinned:
+            return self._pinned[epoch]
+        if self.temperature is not None:
+            return temperature_ratios(self.mixture.sizes, self.temperature)
+        if self._weights is None:
+            return None
+        weights = self._weights(epoch) if callable(self._weights) else self._weights
+        return self._as_ratios(weights)
+
+    def _as_ratios(self, weights: Weights) -> np.ndarray:
+        if isinstance(weights, Mapping):
+            unknown = sorted(set(weights) - set(self.mixture.names))
+            if unknown:
+                raise InvalidParameterError(f"weights: expected corpus names among {self.mixture.names}, got {unknown}")
+            weights = [float(weights.get(name, 0.0)) for name in self.mixture.names]
+        return check_weights(weights, as_sizes(self.mixture.sizes))
+
+    def epoch_counts(self, epoch: int | None = None) -> dict[str, int]:
+        """Rows each corpus contributes to epoch ``epoch`` (default: the current one), before length limits."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        ratios = self.epoch_ratios(epoch)
+        if ratios is None:
+            counts = self.mixture.sizes
+        else:
+            counts = resample_counts(self.mixture.sizes, ratios, self.epoch_size, self.resample_seed, epoch)
+        return dict(zip(self.mixture.names, counts.tolist(), strict=True))
+
+    # -- resume
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`PlanSampler.state_dict` plus the current epoch's ``ratios`` (None: concatenation)."""
+        ratios = self.epoch_ratios(self.epoch)
+        return {**super().state_dict(), "ratios": None if ratios is None else ratios.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the saved epoch with the ratios it was drawn with (see :meth:`PlanSampler.load_state_dict`)."""
+        epoch = check_integer("state_dict['epoch']", state.get("epoch"), 0, 2**32, high_name="2**32")
+        if "ratios" in state:
+            ratios = state["ratios"]
+            self._pinned[epoch] = None if ratios is None else self._as_ratios(ratios)
+            if self._current is not None and self._current[0] == epoch:
+                self._current = None  # drawn with other ratios
+        previous = self.epoch
+        self.epoch = epoch  # so that the checks compare with that epoch's plan
+        try:
+            super().load_state_dict(state)
+        finally:
+            if not self._resume:
+                self.epoch = previous

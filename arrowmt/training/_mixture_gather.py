@@ -1,0 +1,137 @@
+"""A batch drawn from many corpora in one vectorized gather: every map seen through one address range.
+
+Each shard file (and each view's row list) is already memory-mapped and validated by its
+reader. :class:`AddressSpace` lays one numpy array over the address range that spans
+all those maps (no new mapping, nothing copied), so a batch's rows, whatever corpus and
+shard they come from, are located with a fixed number of numpy operations instead of a
+loop over corpora. Only positions the readers validated are ever read: a row's offsets
+come from its record batch's offsets buffer (checked inside the map when the file was
+opened) and its tokens lie between offsets checked against that record batch's value
+count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them. The rows'
+tokens are then copied into one compact array, so no window of a later padding step
+ever reads outside a row's own file. Anything unexpected (a corpus of another kind,
+offsets that fail the check) falls back to the corpora's own readers, which raise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import numpy as np
+
+from arrowmt.format._spans import Spans, exclusive_cumsum
+from arrowmt.format._split import Split
+from arrowmt.format._view import View
+from arrowmt.training._mixing import corpus_of
+
+
+class AddressSpace:
+    """int32 / uint32 / uint64 views over the address range spanning ``arrays`` (views of memory maps).
+
+    ``offset(a)`` is where array ``a`` starts in elements of its own dtype. The arrays
+    are kept referenced, so their maps stay open while this object lives.
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        self._arrays = [a for a in arrays if a.size]
+        low = min((a.ctypes.data for a in self._arrays), default=0)
+        high = max((a.ctypes.data + a.nbytes for a in self._arrays), default=0)
+        self.base = low - low % 8
+        size = max(high - self.base, 8)
+        raw = (ctypes.c_char * size).from_address(self.base) if self._arrays else bytearray(8)
+        self.int32 = np.frombuffer(raw, dtype=np.int32, count=size // 4)
+        self.int32.flags.writeable = False
+        self.uint32 = self.int32.view(np.uint32)
+        self.uint64 = np.frombuffer(raw, dtype=np.uint64, count=size // 8)
+        self.uint64.flags.writeable = False
+
+    def offset(self, array: np.ndarray) -> int:
+        """Element index of ``array[0]`` in the space's array of ``array``'s item size."""
+        delta = array.ctypes.data - self.base if array.size else 0
+        return delta // array.itemsize
+
+
+class MixtureGather:
+    """Locates a mixture batch's rows with a fixed number of numpy steps (see the module docstring).
+
+    Built from the mixture's corpora (splits or views of splits) and their global offsets;
+    :meth:`spans` returns None when the corpora's own readers must handle the batch.
+    """
+
+    def __init__(self, corpora: Sequence[object], offsets: np.ndarray, columns: tuple[str, ...]) -> None:
+        splits = [c.corpus if isinstance(c, View) else c for c in corpora]
+        if not all(isinstance(s, Split) for s in splits):
+            raise TypeError("every corpus must be a split or a view of one")
+        self.offsets = offsets
+        self.columns = columns
+        self.views = [c.rows if isinstance(c, View) else None for c in corpora]
+        maps = [shard.words for s in splits for shard in s.shards] + [v for v in self.views if v is not None]
+        self.space = AddressSpace(maps)
+        self._tables(splits)
+
+    def _tables(self, splits: list[Split]) -> None:
+        """Per shard and per record batch, everything :meth:`spans` indexes, as flat arrays."""
+        rows = np.array([len(s) for s in splits], dtype=np.int64)
+        self.key_base = exclusive_cumsum(rows)
+        shard_start, rows_per_batch, batch_base = [], [], []
+        places: dict[str, list[list[np.ndarray]]] = {c: [[], [], []] for c in self.columns}
+        batches = 0
+        for k, split in enumerate(splits):
+            for j, shard in enumerate(split.shards):
+                shard_start.append(int(self.key_base[k] + split.cumulative[j]))
+                rows_per_batch.append(shard.rows_per_batch)
+                batch_base.append(batches)
+                base = self.space.offset(shard.words)
+                for column in self.columns:
+                    layout = shard.layouts[column]
+                    places[column][0].append(layout.offsets_pos + base)
+                    places[column][1].append(layout.values_pos + base)
+                    places[column][2].append(layout.values_len)
+                batches += shard.layouts[self.columns[0]].offsets_pos.shape[0]
+        self.shard_start = np.array(shard_start, dtype=np.int64)
+        self.rows_per_batch = np.array(rows_per_batch, dtype=np.int64)
+        self.batch_base = np.array(batch_base, dtype=np.int64)
+        self.places = {c: tuple(np.concatenate(p).astype(np.int64) for p in parts) for c, parts in places.items()}
+        self.is_view = np.array([v is not None for v in self.views])
+        self.view_base = np.array([0 if v is None else self.space.offset(v) for v in self.views], dtype=np.int64)
+        self.view_wide = np.array([v is not None and v.itemsize == 8 for v in self.views])
+
+    def spans(self, ids: np.ndarray) -> dict[str, Spans] | None:
+        """Each column's rows of global ids ``ids`` (checked in range), gathered compact; None: use the readers."""
+        corpus = corpus_of(self.offsets, ids)
+        rows = ids - self.offsets[corpus]
+        if self.is_view.any():
+            self._through_views(corpus, rows)
+        key = self.key_base[corpus] + rows
+        shard = np.searchsorted(self.shard_start, key, side="right") - 1
+        local = key - self.shard_start[shard]
+        batch, within = np.divmod(local, self.rows_per_batch[shard])
+        table = self.batch_base[shard] + batch
+        starts, lengths = [], []
+        for column in self.columns:
+            offsets_pos, values_pos, values_len = self.places[column]
+            at = offsets_pos[table] + within
+            start, end = self.space.int32[at], self.space.int32[at + 1]
+            if ((start.view(np.uint32) > end.view(np.uint32)) | (end.view(np.uint32) > values_len[table])).any():
+                return None  # the readers name the corrupt row
+            starts.append(values_pos[table] + start)
+            lengths.append(np.subtract(end, start, dtype=np.int64))
+        every = np.concatenate(lengths)
+        first = exclusive_cumsum(every)
+        positions = np.repeat(np.concatenate(starts) - first, every)  # as flat_positions, reusing ``first``
+        positions += np.arange(positions.shape[0])
+        words = self.space.int32[positions]  # one gather for all columns
+        out, n = {}, ids.shape[0]
+        for k, column in enumerate(self.columns):
+            row_starts = first[k * n : (k + 1) * n]
+            begin = int(row_starts[0]) if n else 0
+            out[column] = Spans(words[begin : begin + int(lengths[k].sum())], row_starts - begin, lengths[k])
+        return out
+
+    def _through_views(self, corpus: np.ndarray, rows: np.ndarray) -> None:
+        """Replace view rows by the split rows they stand for (in place)."""
+        for wide, table in ((False, self.space.uint32), (True, self.space.uint64)):
+            mask = self.is_view[corpus] & (self.view_wide[corpus] == wide)
+            if mask.any():
+                rows[mask] = table[self.view_base[corpus[mask]] + rows[mask]].astype(np.int64)

@@ -1,0 +1,130 @@
+"""Running converter tasks: in this process, in a local process pool, or on any ``concurrent.futures.Executor``
+(a Dask cluster through ``distributed.Client(...).get_executor()``), in order, with a bounded number in flight."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
+from typing import Any, TypeVar
+
+from arrowmt._errors import ArrowMTError, InvalidParameterError
+from arrowmt._optional import require
+
+IN_FLIGHT_PER_WORKER = 2
+FALLBACK_PARALLELISM = 4
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class TaskRunner:
+    """Maps a function over tasks in order on an executor (or inline), keeping few tasks in flight."""
+
+    def __init__(self, executor: Executor | None, parallelism: int) -> None:
+        self.executor = executor
+        self.parallelism = parallelism
+
+    def map(self, fn: Callable[[T], R], tasks: Iterable[T]) -> Iterator[R]:
+        """Results of ``fn`` over ``tasks``, in order; at most ``2 x parallelism`` tasks are submitted ahead.
+
+        Tasks are drawn from ``tasks`` lazily, so a generator that reads input as it goes stays bounded.
+        If a task fails (or the caller stops early), the tasks not yet started are cancelled.
+        """
+        if self.executor is None:
+            yield from map(fn, tasks)
+            return
+        window = max(1, IN_FLIGHT_PER_WORKER * self.parallelism)
+        pending: deque[Future[R]] = deque()
+        source = iter(tasks)
+        try:
+            for task in source:
+                pending.append(self.executor.submit(fn, task))
+                if len(pending) >= window:
+                    yield _result(pending.popleft())
+            while pending:
+                yield _result(pending.popleft())
+        finally:
+            for future in pending:
+                future.cancel()
+            _wait_quietly(pending)
+
+
+def _result(future: Future[R]) -> R:
+    try:
+        return future.result()
+    except BrokenExecutor as exc:
+        raise WorkerLostError(
+            f"a worker process ended abruptly ({exc}); if it ran out of memory, use fewer workers or a smaller "
+            "chunk size (chunk_bytes, --chunk-size)"
+        ) from None
+
+
+class WorkerLostError(ArrowMTError):
+    """A worker process died (killed, out of memory) while running a task."""
+
+
+def _wait_quietly(futures: Iterable[Future[Any]]) -> None:
+    """Let tasks already running finish (they may write files the caller removes next); ignore their errors."""
+    for future in futures:
+        if not future.cancelled():
+            with contextlib.suppress(BaseException):
+                future.exception()
+
+
+@contextlib.contextmanager
+def open_runner(executor: Executor | None = None, workers: int = 1) -> Iterator[TaskRunner]:
+    """A TaskRunner on ``executor``; without one, ``workers`` local processes (1: this process).
+
+    With ``executor``, ``workers`` > 1 says how many tasks it runs at once (to size the
+    in-flight window); otherwise that is read from the executor where it can be.
+    Local worker processes are spawned (not forked), so a calling script needs the usual
+    ``if __name__ == "__main__":`` guard.
+    """
+    if workers < 1:
+        raise InvalidParameterError(f"workers: expected >= 1, got {workers}")
+    if executor is not None:
+        yield TaskRunner(executor, workers if workers > 1 else executor_parallelism(executor))
+        return
+    if workers == 1:
+        yield TaskRunner(None, 1)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        try:
+            yield TaskRunner(pool, workers)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def executor_parallelism(executor: Executor) -> int:
+    """How many tasks ``executor`` runs at once: a pool's size, a Dask cluster's threads, else a guess."""
+    size = getattr(executor, "_max_workers", None)
+    if isinstance(size, int) and size > 0:
+        return size
+    client = getattr(executor, "_client", None)
+    if client is not None:
+        with contextlib.suppress(Exception):
+            return max(1, sum(client.nthreads().values()))
+    return FALLBACK_PARALLELISM
+
+
+@contextlib.contextmanager
+def dask_executor(scheduler: str) -> Iterator[tuple[Executor, int]]:
+    """An executor on the Dask cluster whose scheduler listens at ``scheduler`` (``tcp://host:8786``),
+    and the number of worker threads it has; the client is closed on exit."""
+    distributed = require("distributed", "dask", "conversion on a Dask cluster")
+    try:
+        client = distributed.Client(scheduler)
+    except OSError as exc:
+        raise InvalidParameterError(
+            f"dask_scheduler: expected a reachable Dask scheduler, got {scheduler!r} ({exc})"
+        ) from None
+    try:
+        threads = max(1, sum(client.nthreads().values()))
+        yield client.get_executor(), threads
+    finally:
+        client.close()

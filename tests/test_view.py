@@ -1,0 +1,297 @@
+"""Views: filtered row lists over a split, built vectorized, mapped, read like the split itself."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from arrowmt._cli import main
+from arrowmt._errors import FormatError, InvalidParameterError, OutputExistsError
+from arrowmt.format import _view
+from arrowmt.format._manifest import Manifest, file_entry, split_path
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format._split import Split
+from arrowmt.format._view import HEADER_BYTES, build_view, open_view
+from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.training._collate import FairseqCollater
+from arrowmt.training._dataset import open_dataset
+from arrowmt.training._sampler import TokenBatchSampler
+from arrowmt.training._view_dataset import open_view_dataset
+from tests.builders import lengths_dataset, multi30k_dataset
+
+VOCAB = 50
+
+
+def write_rows(folder: Path, name: str, rows: dict[str, list[list[int]]], rows_per_batch: int = 3) -> Path:
+    """Split file ``name`` with exactly these rows (several small record batches) and a manifest listing it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    columns = {
+        column: ColumnData(Ragged.from_rows(values), None, "dict.txt", "0" * 64, VOCAB, f"test {column}")
+        for column, values in rows.items()
+    }
+    path = split_path(folder, name)
+    meta = write_split(path, name, columns, rows_per_batch=rows_per_batch)
+    try:
+        manifest = Manifest.load(folder)
+    except FormatError:
+        manifest = Manifest(languages=dict.fromkeys(rows), dictionaries={"": "dict.txt"}, source_format="test")
+    manifest.files[name] = file_entry(path, meta.rows)
+    manifest.save(folder)
+    return folder
+
+
+def random_pairs(seed: int, n: int, repeat: float = 0.3) -> dict[str, list[list[int]]]:
+    """Pairs of short random rows where about ``repeat`` of them copy an earlier pair or one of its sides."""
+    rng = np.random.default_rng(seed)
+    src: list[list[int]] = []
+    tgt: list[list[int]] = []
+    for _ in range(n):
+        if src and rng.random() < repeat:
+            k = int(rng.integers(len(src)))
+            choice = rng.integers(3)  # same pair, same source only, same target only
+            src.append(list(src[k]) if choice != 2 else rng.integers(4, 9, rng.integers(0, 4)).tolist())
+            tgt.append(list(tgt[k]) if choice != 1 else rng.integers(4, 9, rng.integers(0, 4)).tolist())
+        else:
+            src.append(rng.integers(4, 9, rng.integers(0, 4)).tolist())
+            tgt.append(rng.integers(4, 9, rng.integers(0, 4)).tolist())
+    return {SOURCE: src, TARGET: tgt}
+
+
+def first_occurrences(rows: dict[str, list[list[int]]], candidates: list[int]) -> list[int]:
+    """Reference dedup: the candidates whose pair did not occur earlier among the candidates."""
+    seen: set[tuple] = set()
+    kept = []
+    for i in candidates:
+        key = tuple(tuple(rows[c][i]) for c in rows)
+        if key not in seen:
+            seen.add(key)
+            kept.append(i)
+    return kept
+
+
+# ---------------------------------------------------------------- filters, exact values
+
+
+def test_length_and_ratio_filters_keep_exactly_the_expected_rows(tmp_path: Path) -> None:
+    src = [1, 5, 10, 3, 250, 251, 4, 0, 6, 2]
+    tgt = [1, 5, 16, 6, 250, 10, 6, 0, 9, 3]
+    corpus = lengths_dataset(tmp_path / "c", src, tgt)
+    report = build_view(corpus, tmp_path / "v.view", max_len=250, min_len=1, max_len_ratio=1.5)
+    # dropped by length: 251 (row 5), 0 (row 7); by ratio: 10/16, 3/6 (rows 2, 3)
+    assert report.dropped == {"not_listed": 0, "length": 2, "ratio": 2, "duplicate": 0}
+    view = open_view(tmp_path / "v.view", corpus)
+    assert view.rows.tolist() == [0, 1, 4, 6, 8, 9]
+    assert report.kept == len(view) == 6
+    assert view.lengths(SOURCE).tolist() == [1, 5, 250, 4, 6, 2]
+    assert view.lengths(TARGET, np.array([2, 5])).tolist() == [250, 3]
+
+
+def test_ratio_of_empty_rows_and_row_lists(tmp_path: Path) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [0, 0, 2, 3, 3], [0, 1, 3, 3, 5])
+    report = build_view(corpus, tmp_path / "v.view", max_len_ratio=1.5, rows=np.array([4, 1, 0, 1, 2]))
+    assert report.dropped == {"not_listed": 1, "length": 0, "ratio": 2, "duplicate": 0}  # row 3; rows 1, 4
+    assert open_view(tmp_path / "v.view", corpus).rows.tolist() == [0, 2]
+
+
+def test_dedup_matches_a_reference_on_multi_batch_multi_shard_splits(tmp_path: Path) -> None:
+    first, second = random_pairs(1, 40), random_pairs(2, 25)
+    second[SOURCE][:5], second[TARGET][:5] = first[SOURCE][:5], first[TARGET][:5]  # repeats across shards
+    write_rows(tmp_path / "c", "train", first)
+    write_rows(tmp_path / "c", "train1", second, rows_per_batch=4)
+    joined = {c: first[c] + second[c] for c in first}
+    report = build_view(tmp_path / "c", tmp_path / "c" / "dedup.view", dedup=True)
+    view = open_view(tmp_path / "c" / "dedup.view")  # the corpus is the folder holding the view
+    expected = first_occurrences(joined, list(range(65)))
+    assert view.rows.tolist() == expected
+    assert report.dropped["duplicate"] == 65 - len(expected) > 10
+
+
+def test_dedup_after_other_filters_and_monolingual(tmp_path: Path) -> None:
+    rows = random_pairs(3, 50)
+    write_rows(tmp_path / "c", "train", rows)
+    build_view(tmp_path / "c", tmp_path / "v.view", dedup=True, max_len=2, rows=np.arange(5, 50))
+    candidates = [i for i in range(5, 50) if len(rows[SOURCE][i]) <= 2 and len(rows[TARGET][i]) <= 2]
+    assert open_view(tmp_path / "v.view", tmp_path / "c").rows.tolist() == first_occurrences(rows, candidates)
+    mono = {"tokens": rows[SOURCE]}
+    write_rows(tmp_path / "m", "train", mono)
+    build_view(tmp_path / "m", tmp_path / "m.view", dedup=True)
+    assert open_view(tmp_path / "m.view", tmp_path / "m").rows.tolist() == first_occurrences(mono, list(range(50)))
+
+
+def test_dedup_is_exact_even_when_every_hash_collides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = random_pairs(4, 60, repeat=0.5)
+    write_rows(tmp_path / "c", "train", rows)
+
+    def colliding(source: Split, column: str, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(len(source), dtype=np.uint32) if out is None else out
+        out[...] = 7
+        return out
+
+    monkeypatch.setattr(_view, "column_hashes", colliding)
+    build_view(tmp_path / "c", tmp_path / "v.view", dedup=True)
+    kept = open_view(tmp_path / "v.view", tmp_path / "c").rows.tolist()
+    # colliding different pairs are never dropped; duplicates of the first row of each key group are
+    reference = set(first_occurrences(rows, list(range(60))))
+    assert reference <= set(kept) and 0 in kept
+
+
+def test_column_hashes_equal_for_equal_rows_anywhere(tmp_path: Path) -> None:
+    rows = {"tokens": [[5, 6, 7], [9], [5, 6, 7], [], [7, 6, 5], [], [5, 6, 7, 0], [9]]}
+    write_rows(tmp_path / "c", "train", rows, rows_per_batch=3)
+    hashes = _view.column_hashes(Split(tmp_path / "c"), "tokens").tolist()
+    assert hashes[0] == hashes[2] and hashes[1] == hashes[7] and hashes[3] == hashes[5] == 0
+    assert len({hashes[0], hashes[1], hashes[4]}) == 3
+
+
+# ---------------------------------------------------------------- file format and reading
+
+
+def test_file_costs_four_bytes_per_kept_row_and_is_checked(tmp_path: Path) -> None:
+    corpus = lengths_dataset(tmp_path / "c", list(range(1, 101)), list(range(1, 101)))
+    path = tmp_path / "v.view"
+    report = build_view(corpus, path, max_len=90)
+    size = path.stat().st_size
+    description = size - HEADER_BYTES - 4 * report.kept
+    assert report.kept == 90 and 0 < description <= 512 and description % 8 == 0
+    with pytest.raises(OutputExistsError):
+        build_view(corpus, path, max_len=10)
+    assert open_view(path, corpus).rows.shape == (90,)  # the refused rewrite left it intact
+    raw = path.read_bytes()
+    broken = tmp_path / "broken.view"
+    for data, match in (
+        (raw[:-4], "view size"),
+        (b"X" + raw[1:], "magic"),
+        (raw[: size - 8] + np.array([7, 3], dtype="<u4").tobytes(), "strictly increasing"),
+        (raw[: size - 4] + np.array([100], dtype="<u4").tobytes(), "expected < 100"),
+    ):
+        broken.write_bytes(data)
+        with pytest.raises(FormatError, match=match):
+            open_view(broken, corpus)
+
+
+def test_view_refuses_another_corpus_and_needs_one(tmp_path: Path) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [1, 2, 3], [1, 2, 3])
+    other = lengths_dataset(tmp_path / "other", [1, 2, 4], [1, 2, 3])
+    build_view(corpus, tmp_path / "views" / "v.view", max_len=2)
+    with pytest.raises(FormatError, match="rebuild the view"):
+        open_view(tmp_path / "views" / "v.view", other)
+    with pytest.raises(InvalidParameterError, match="corpus"):
+        open_view(tmp_path / "views" / "v.view")
+    build_view(corpus, corpus / "views" / "v.view", max_len=2)
+    assert len(open_view(corpus / "views" / "v.view")) == 2  # a folder inside the corpus
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"max_len": 0}, "max_len"),
+        ({"min_len": 5, "max_len": 4}, "min_len"),
+        ({"max_len_ratio": 0.5}, "max_len_ratio"),
+        ({"rows": np.array([0, 9])}, "out of range"),
+        ({"rows": np.array([0.5])}, "rows"),
+    ],
+)
+def test_bad_filters(tmp_path: Path, options: dict, match: str) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [1, 2, 3], [1, 2, 3])
+    with pytest.raises((InvalidParameterError, IndexError), match=match):
+        build_view(corpus, tmp_path / "v.view", **options)
+    assert not (tmp_path / "v.view").exists()
+
+
+def test_ratio_needs_a_parallel_split(tmp_path: Path) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [1, 2, 3])
+    with pytest.raises(InvalidParameterError, match="parallel"):
+        build_view(corpus, tmp_path / "v.view", max_len_ratio=2)
+
+
+def test_view_dataset_reads_the_kept_rows_like_the_corpus(tmp_path: Path) -> None:
+    corpus = multi30k_dataset(tmp_path / "c", "valid")
+    build_view(corpus, corpus / "short.view", split="valid", max_len=12, max_len_ratio=1.3)
+    ds, full = open_view_dataset(corpus / "short.view"), open_dataset(corpus, "valid")
+    rows = ds.rows.astype(np.int64)
+    assert 100 < len(ds) < len(full)
+    assert ds[3]["id"] == 3 and torch.equal(ds[3][SOURCE], full[int(rows[3])][SOURCE])
+    assert np.array_equal(ds.num_tokens(), full.num_tokens(rows))
+    picked = [5, 0, len(ds) - 1]
+    collate = FairseqCollater(ds.special_ids)
+    via_view, via_corpus = collate(ds.__getitems__(picked)), collate(full.__getitems__(rows[picked].tolist()))
+    assert torch.equal(via_view["net_input"]["src_tokens"], via_corpus["net_input"]["src_tokens"])
+    assert torch.equal(via_view["target"], via_corpus["target"])
+    clone = pickle.loads(pickle.dumps(ds))
+    assert len(clone) == len(ds) and torch.equal(clone[7][TARGET], ds[7][TARGET])
+    ds.check_unchanged()
+    with pytest.raises(IndexError, match="view"):
+        ds[len(ds)]
+
+
+def test_sampler_over_a_view_batches_only_kept_rows(tmp_path: Path) -> None:
+    corpus = multi30k_dataset(tmp_path / "c", "valid")
+    build_view(corpus, corpus / "v.view", split="valid", max_len=14)
+    ds = open_view_dataset(corpus / "v.view")
+    sampler = TokenBatchSampler(ds, max_tokens=256, seed=3)
+    seen = np.sort(np.concatenate([np.asarray(b) for b in sampler]))
+    assert np.array_equal(seen, np.arange(len(ds)))
+    assert ds.num_tokens().max() <= 14
+    plain = TokenBatchSampler(open_dataset(corpus, "valid"), max_tokens=256, seed=3)
+    assert plain.plan_key != sampler.plan_key  # the view has its own plan
+
+
+def test_pickled_view_detects_a_replaced_view_file(tmp_path: Path) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [1, 2, 3, 4], [1, 2, 3, 4])
+    build_view(corpus, tmp_path / "v.view", max_len=3)
+    state = pickle.dumps(open_view(tmp_path / "v.view", corpus))
+    build_view(corpus, tmp_path / "v.view", max_len=2, overwrite=True)
+    with pytest.raises(FormatError, match="changed"):
+        pickle.loads(state)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def test_cli_filter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [1, 2, 3, 40, 2], [1, 2, 9, 40, 2])
+    out = tmp_path / "clean.view"
+    assert main(["filter", str(corpus), str(out), "--max-len", "30", "--max-len-ratio", "1.5", "--dedup"]) == 0
+    printed = capsys.readouterr().out
+    assert "kept 2 of 5 rows" in printed and "length 1, ratio 1, duplicate 1" in printed
+    assert open_view(out, corpus).rows.tolist() == [0, 1]
+    assert main(["filter", str(corpus), str(out), "--max-len", "30"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    rows = tmp_path / "rows.txt"
+    rows.write_text("4\n0\n")
+    assert main(["filter", str(corpus), str(out), "--rows", str(rows), "--overwrite", "--quiet"]) == 0
+    assert open_view(out, corpus).rows.tolist() == [0, 4]
+
+
+# ---------------------------------------------------------------- the fairseq plugin
+
+
+def test_translation_arrow_trains_on_a_view(tmp_path: Path) -> None:
+    import warnings
+
+    from arrowmt.converters._fairseq_folder import convert_fairseq
+
+    from tests.conftest import FAIRSEQ_FIXTURE, import_fairseq
+
+    import_fairseq()
+    corpus = tmp_path / "c"
+    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", corpus, progress=False)
+    view = build_view(corpus, corpus / "short.view", max_len=10).path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import arrowmt.integrations.fairseq_plugin as plugin
+
+        resolved = {"train_subset": "train", "required_seq_len_multiple": 1, "dataset_impl": None}
+        cfg = plugin.TranslationArrowConfig(data=str(corpus), arrow_train_view=str(view), **resolved)
+        task = plugin.TranslationArrowTask.setup_task(cfg)
+        task.load_dataset("train")
+        itr = task.get_batch_iterator(task.dataset("train"), max_tokens=512, seed=1, epoch=1)
+        ids = np.concatenate([b["id"].numpy() for b in itr.next_epoch_itr(shuffle=True)])
+    kept = open_view(view)
+    assert 0 < len(kept) < 29000 and np.array_equal(np.sort(ids), np.arange(len(kept)))
+    assert task.dataset("train").arrow.lengths(SOURCE).max() <= 10

@@ -295,9 +295,7 @@ def test_export_refuses_non_empty_folder_unless_overwrite(sharded: Path, corpus:
     assert result.files == (out / "data-00000-of-00001.arrow",)
 
 
-def test_export_overwrite_removes_only_earlier_listed_files(
-    sharded: Path, corpus: Path, tmp_path: Path
-) -> None:
+def test_export_overwrite_removes_only_earlier_listed_files(sharded: Path, corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     hf.export_for_load_from_disk(sharded, "train", out)
     earlier = sorted(p.name for p in out.glob("data-*.arrow"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,10 +119,16 @@ class PlannedBatches:
 
 
 def batch_iterator(
-    dataset: ArrowPairDataset, opts: IteratorOptions, loader: LoaderOptions
+    dataset: Any,
+    opts: IteratorOptions,
+    loader: LoaderOptions,
+    make_batches: Callable[[Any, int], list[np.ndarray]] | None = None,
 ) -> iterators.EpochBatchIterator:
-    """fairseq's ``EpochBatchIterator`` over the planned batches, with the arguments native fairseq passes."""
-    make_batches = PlannedBatches(opts, loader.cache_dir)
+    """fairseq's ``EpochBatchIterator`` over the planned batches, with the arguments native fairseq passes.
+
+    ``make_batches(dataset, epoch)`` plans an epoch's batches (default: :class:`PlannedBatches`).
+    """
+    make_batches = make_batches or PlannedBatches(opts, loader.cache_dir)
     batch_sampler = make_batches if loader.rebuild_batches else make_batches(dataset, opts.epoch)
     return iterators.EpochBatchIterator(
         dataset=dataset,

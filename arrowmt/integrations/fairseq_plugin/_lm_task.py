@@ -25,7 +25,12 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._split import Split
-from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, LoaderOptions, position_limits
+from arrowmt.integrations.fairseq_plugin._batches import (
+    IteratorOptions,
+    LoaderOptions,
+    batch_iterator,
+    position_limits,
+)
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
 from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
 from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths
@@ -120,7 +125,7 @@ class LanguageModelingArrowTask(LanguageModelingTask):
             rebuild_batches=getattr(self.args, "rebuild_batches", False),
             cache_dir=self._cache_dir(),
         )
-        itr = block_batch_iterator(dataset, opts, loader)
+        itr = batch_iterator(dataset, opts, loader, PlannedBlockBatches(opts, loader.cache_dir))
         if reuse:
             self.dataset_to_epoch_iter[dataset] = itr
         return itr
@@ -157,26 +162,3 @@ class PlannedBlockBatches:
             plan.path,
         )
         return [plan.batch(b) for b in range(len(plan))]
-
-
-def block_batch_iterator(
-    dataset: ArrowBlocksLMDataset, opts: IteratorOptions, loader: LoaderOptions
-) -> iterators.EpochBatchIterator:
-    """fairseq's ``EpochBatchIterator`` over the planned block batches, with the arguments native fairseq passes."""
-    make_batches = PlannedBlockBatches(opts, loader.cache_dir)
-    batch_sampler = make_batches if loader.rebuild_batches else make_batches(dataset, opts.epoch)
-    return iterators.EpochBatchIterator(
-        dataset=dataset,
-        collate_fn=dataset.collater,
-        batch_sampler=batch_sampler,
-        seed=opts.seed,
-        num_shards=opts.num_shards,
-        shard_id=opts.shard_id,
-        num_workers=opts.num_workers,
-        epoch=opts.epoch,
-        buffer_size=opts.data_buffer_size,
-        skip_remainder_batch=opts.skip_remainder_batch,
-        grouped_shuffling=opts.grouped_shuffling,
-        reuse_dataloader=loader.reuse_dataloader,
-        persistent_workers=loader.persistent_workers,
-    )

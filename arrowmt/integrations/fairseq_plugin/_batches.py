@@ -65,6 +65,31 @@ class LoaderOptions:
     cache_dir: str | os.PathLike[str] | None = None
 
 
+def loader_options(cfg: Any) -> LoaderOptions:
+    """The :class:`LoaderOptions` of a task's config (fairseq's defaults where the config has none)."""
+    return LoaderOptions(
+        reuse_dataloader=getattr(cfg, "reuse_dataloader", True),
+        persistent_workers=getattr(cfg, "persistent_workers", True),
+        rebuild_batches=getattr(cfg, "rebuild_batches", False),
+        cache_dir=cfg.arrow_plan_cache_dir or None,
+    )
+
+
+def cached_iterator(
+    task: Any, dataset: Any, opts: IteratorOptions, build: Callable[[], iterators.EpochBatchIterator]
+) -> iterators.EpochBatchIterator:
+    """``build()``, kept per dataset in ``task`` exactly when fairseq's ``FairseqTask.get_batch_iterator`` keeps it."""
+    reuse = not opts.disable_iterator_cache and not opts.update_epoch_batch_itr
+    reuse = reuse and task.can_reuse_epoch_itr(dataset)
+    if reuse and dataset in task.dataset_to_epoch_iter:
+        return task.dataset_to_epoch_iter[dataset]
+    dataset.set_epoch(opts.epoch)
+    itr = build()
+    if reuse:
+        task.dataset_to_epoch_iter[dataset] = itr
+    return itr
+
+
 def _limit(value: Any) -> int | None:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None

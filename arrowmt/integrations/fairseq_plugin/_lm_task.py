@@ -27,8 +27,9 @@ from arrowmt.format._schema import TOKENS
 from arrowmt.format._split import Split
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
-    LoaderOptions,
     batch_iterator,
+    cached_iterator,
+    loader_options,
     position_limits,
 )
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
@@ -103,8 +104,8 @@ class LanguageModelingArrowTask(LanguageModelingTask):
         )
         return dataset
 
-    def _cache_dir(self) -> str | None:
-        return self.args.arrow_plan_cache_dir or None
+    def _cache_dir(self) -> str | os.PathLike[str] | None:
+        return loader_options(self.args).cache_dir
 
     def get_batch_iterator(self, dataset: Any, *args: Any, **kwargs: Any) -> iterators.EpochBatchIterator:
         """fairseq's iterator over arrowmt's block batch plans (other datasets: fairseq's own).
@@ -114,21 +115,9 @@ class LanguageModelingArrowTask(LanguageModelingTask):
         if not isinstance(dataset, ArrowBlocksLMDataset):
             return super().get_batch_iterator(dataset, *args, **kwargs)
         opts = IteratorOptions(*args, **kwargs)
-        reuse = not opts.disable_iterator_cache and not opts.update_epoch_batch_itr
-        reuse = reuse and self.can_reuse_epoch_itr(dataset)
-        if reuse and dataset in self.dataset_to_epoch_iter:
-            return self.dataset_to_epoch_iter[dataset]
-        dataset.set_epoch(opts.epoch)
-        loader = LoaderOptions(
-            reuse_dataloader=getattr(self.args, "reuse_dataloader", True),
-            persistent_workers=getattr(self.args, "persistent_workers", True),
-            rebuild_batches=getattr(self.args, "rebuild_batches", False),
-            cache_dir=self._cache_dir(),
-        )
-        itr = batch_iterator(dataset, opts, loader, PlannedBlockBatches(opts, loader.cache_dir))
-        if reuse:
-            self.dataset_to_epoch_iter[dataset] = itr
-        return itr
+        loader = loader_options(self.args)
+        make_batches = PlannedBlockBatches(opts, loader.cache_dir)
+        return cached_iterator(self, dataset, opts, lambda: batch_iterator(dataset, opts, loader, make_batches))
 
 
 class PlannedBlockBatches:

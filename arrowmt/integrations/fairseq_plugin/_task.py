@@ -24,7 +24,12 @@ from fairseq.tasks.translation import TranslationTask
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, LoaderOptions, batch_iterator
+from arrowmt.integrations.fairseq_plugin._batches import (
+    IteratorOptions,
+    batch_iterator,
+    cached_iterator,
+    loader_options,
+)
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.training._collate import FairseqCollater
@@ -119,23 +124,8 @@ class TranslationArrowTask(TranslationTask):
         if not isinstance(dataset, ArrowPairDataset):
             return super().get_batch_iterator(dataset, *args, **kwargs)
         opts = IteratorOptions(*args, **kwargs)
-        reuse = not opts.disable_iterator_cache and not opts.update_epoch_batch_itr
-        reuse = reuse and self.can_reuse_epoch_itr(dataset)
-        if reuse and dataset in self.dataset_to_epoch_iter:
-            return self.dataset_to_epoch_iter[dataset]
-        dataset.set_epoch(opts.epoch)
-        itr = batch_iterator(dataset, opts, self._loader_options())
-        if reuse:
-            self.dataset_to_epoch_iter[dataset] = itr
-        return itr
-
-    def _loader_options(self) -> LoaderOptions:
-        return LoaderOptions(
-            reuse_dataloader=getattr(self.cfg, "reuse_dataloader", True),
-            persistent_workers=getattr(self.cfg, "persistent_workers", True),
-            rebuild_batches=getattr(self.cfg, "rebuild_batches", False),
-            cache_dir=self.cfg.arrow_plan_cache_dir or None,
-        )
+        loader = loader_options(self.cfg)
+        return cached_iterator(self, dataset, opts, lambda: batch_iterator(dataset, opts, loader))
 
 
 def _data_paths(cfg: TranslationArrowConfig) -> list[str]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 FAIRSEQ_FIXTURE = SHARED_DATA / "fairseq-multi30k-de-en"
+PLUGIN_DIR = ROOT / "arrowmt" / "integrations" / "fairseq_plugin"  # the fairseq --user-dir
+TINY_TRANSFORMER = [
+    "--arch", "transformer",
+    "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+]  # fmt: skip
 MULTI30K = SHARED_DATA / "multi30k"
 
 
@@ -72,3 +83,11 @@ def fairseq_rows(prefix: Path, impl: str) -> list:
         warnings.simplefilter("ignore")
         ds = data_utils.load_indexed_dataset(str(prefix), None, dataset_impl=impl)
         return [ds[i].numpy() for i in range(len(ds))]
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """fairseq (and torch under it) emit deprecation and pin-memory warnings; pytest makes warnings errors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

@@ -23,11 +23,9 @@ import pytest
 import torch
 
 from arrowmt._errors import InvalidParameterError
-from tests.conftest import import_fairseq
+from tests.conftest import PLUGIN_DIR, import_fairseq
 from tests.lm_data import fairseq_mono
 
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN_DIR = ROOT / "arrowmt" / "integrations" / "fairseq_plugin"
 TOKENS_PER_SAMPLE = 64
 TINY_LM = [
     "--arch", "transformer_lm", "--decoder-layers", "1", "--decoder-embed-dim", "32",

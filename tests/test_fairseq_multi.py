@@ -14,9 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +25,14 @@ from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._view import build_view
 from arrowmt.training._mixing import resample_counts, temperature_ratios
-from tests.conftest import MULTI30K, import_fairseq
+from tests.conftest import MULTI30K, PLUGIN_DIR, TINY_TRANSFORMER, import_fairseq, quiet
 
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN_DIR = ROOT / "arrowmt" / "integrations" / "fairseq_plugin"
 TASK = "translation_multi_simple_epoch_arrow"
 SIZES = {"de": 1000, "fr": 500, "cs": 200}
 VALID = 60
 LANG_PAIRS = "de-en,fr-en,cs-en"
 MAX_TOKENS = 1024
-TINY_MODEL = [
-    "--arch", "transformer",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-]  # fmt: skip
+TINY_MODEL = TINY_TRANSFORMER
 TRAINING = [
     "--max-tokens", str(MAX_TOKENS),
     "--optimizer", "adam", "--lr", "5e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4",
@@ -58,13 +47,6 @@ from fairseq_cli.preprocess import main
 for argv in [line.split() for line in sys.stdin.read().splitlines()]:
     main(options.get_preprocessing_parser().parse_args(argv))
 """
-
-
-@contextmanager
-def quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -29,21 +29,12 @@ from typing import Any
 import pytest
 from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from tests.conftest import FAIRSEQ_FIXTURE, import_fairseq
+from tests.conftest import FAIRSEQ_FIXTURE, PLUGIN_DIR, TINY_TRANSFORMER, import_fairseq
 
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN_DIR = ROOT / "arrowmt" / "integrations" / "fairseq_plugin"
 MAX_TOKENS = 1100  # 19 training batches per epoch: odd, so a second rank gets an empty batch
 EPOCH_UPDATES = 19
 VALID_SUBSET = "test"  # fairseq logs validation statistics under the subset's name
-TINY_MODEL = [
-    "--arch", "transformer",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--dropout", "0",
-]  # fmt: skip
+TINY_MODEL = [*TINY_TRANSFORMER, "--dropout", "0"]
 TRAINING = [
     "--train-subset", "valid", "--valid-subset", VALID_SUBSET,
     "--max-tokens", str(MAX_TOKENS),

@@ -10,9 +10,6 @@ yield the same collated batches, epoch after epoch, on every rank. Real
 from __future__ import annotations
 
 import shutil
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -27,18 +24,10 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt.training._dataset import open_dataset
 from arrowmt.training._plan import PlanParams, load_plan
 from arrowmt.training._plan_cache import plan_key
-from tests.conftest import FAIRSEQ_FIXTURE, import_fairseq
+from tests.conftest import FAIRSEQ_FIXTURE, import_fairseq, quiet
 
 MAX_TOKENS = 1024
 Batch = tuple[list[int], list[list[int]], list[list[int]], list[list[int]]] | None
-
-
-@contextmanager
-def quiet() -> Iterator[None]:
-    """fairseq (and torch under it) emit deprecation and pin-memory warnings; pytest makes warnings errors."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,7 @@ import numpy as np
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._atomic import atomic_output
+from arrowmt.format._header import unpack_header
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
@@ -394,13 +395,8 @@ class ViewHeader:
 
 def read_view_header(path: Path, raw: bytes, size: int) -> ViewHeader:
     """Parse and check the header of the view file ``path`` (``size`` bytes long)."""
-    if len(raw) < HEADER_BYTES:
-        raise FormatError(f"{path}: view header: expected {HEADER_BYTES} bytes, found {len(raw)} (not a view file?)")
-    magic, version, itemsize, fingerprint, digest, corpus_rows, kept, text = _HEADER.unpack_from(raw)
-    if magic != VIEW_MAGIC or version != VIEW_VERSION:
-        raise FormatError(
-            f"{path}: view magic/version: expected {VIEW_MAGIC!r} v{VIEW_VERSION}, found {magic!r} v{version}"
-        )
+    fields = unpack_header(path, raw, HEADER_BYTES, _HEADER, VIEW_MAGIC, VIEW_VERSION, "view")
+    _, _, itemsize, fingerprint, digest, corpus_rows, kept, text = fields
     if itemsize not in (4, 8) or kept > corpus_rows or text > MAX_DESCRIPTION_BYTES:
         raise FormatError(
             f"{path}: view header: expected row itemsize 4 or 8, kept <= corpus rows and a description of at "

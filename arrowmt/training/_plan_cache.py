@@ -47,6 +47,7 @@ import numpy as np
 
 from arrowmt._errors import ArrowMTError, FormatError, InvalidParameterError
 from arrowmt.format._atomic import atomic_path
+from arrowmt.format._header import unpack_header
 
 logger = logging.getLogger(__name__)
 
@@ -206,13 +207,8 @@ def _check_checksum(path: Path, header: PlanHeader, mapped: mmap.mmap) -> None:
 
 
 def _parse_header(path: Path, raw: bytes) -> PlanHeader:
-    if len(raw) < HEADER_BYTES:
-        raise FormatError(f"{path}: plan header: expected {HEADER_BYTES} bytes, found {len(raw)} (truncated)")
-    magic, version, itemsize, digest, rows, n_indices, n_batches, dropped = _FIELDS.unpack_from(raw)
-    if magic != PLAN_MAGIC or version != PLAN_VERSION:
-        raise FormatError(
-            f"{path}: plan magic/version: expected {PLAN_MAGIC!r} v{PLAN_VERSION}, found {magic!r} v{version}"
-        )
+    fields = unpack_header(path, raw, HEADER_BYTES, _FIELDS, PLAN_MAGIC, PLAN_VERSION, "plan")
+    _, _, itemsize, digest, rows, n_indices, n_batches, dropped = fields
     if itemsize not in (4, 8):
         raise FormatError(f"{path}: plan index itemsize: expected 4 or 8, found {itemsize}")
     (checksum,) = _CHECKSUM.unpack_from(raw, _FIELDS.size)

@@ -234,19 +234,25 @@ def _add_convert_fairseq(kinds: argparse._SubParsersAction) -> None:
 
 
 def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
-    cmd = kinds.add_parser("text", help="raw parallel text ({pref}.{lang}, plain or .gz)")
+    cmd = kinds.add_parser("text", help="raw parallel text ({pref}.{lang}, plain or .gz), one pair or several")
     cmd.add_argument("out", help="output arrowmt folder")
+    cmd.add_argument("--src-lang", "--source-lang", dest="src_lang", help="source language: reads {pref}.{src-lang}")
+    cmd.add_argument("--tgt-lang", "--target-lang", dest="tgt_lang", help="target language: reads {pref}.{tgt-lang}")
     cmd.add_argument(
-        "--src-lang", "--source-lang", dest="src_lang", required=True, help="source language: reads {pref}.{src-lang}"
-    )
-    cmd.add_argument(
-        "--tgt-lang", "--target-lang", dest="tgt_lang", required=True, help="target language: reads {pref}.{tgt-lang}"
+        "--lang-pairs",
+        default=None,
+        help="instead of -s/-t: several pairs into one folder, e.g. de-en,fr-en (splits {split}.{src}-{tgt}, one "
+        "dictionary for every language); a pair reads {pref}.{src}-{tgt}.{lang}, else {pref}.{lang}",
     )
     for split in ("train", "valid", "test"):
         cmd.add_argument(f"--{split}pref", default=None, help=f"{split} prefix(es), comma separated for shards")
-    cmd.add_argument("--srcdict", default=None, help="existing fairseq dict.txt for the source")
+    cmd.add_argument(
+        "--srcdict", default=None, help="existing fairseq dict.txt for the source (for every language when joined)"
+    )
     cmd.add_argument("--tgtdict", default=None, help="existing fairseq dict.txt for the target")
-    cmd.add_argument("--joined-dictionary", action="store_true", help="one dictionary for both languages")
+    cmd.add_argument(
+        "--joined-dictionary", action="store_true", help="one dictionary for both languages (always with --lang-pairs)"
+    )
     cmd.add_argument("--thresholdsrc", type=int, default=0, help="drop source words seen fewer times")
     cmd.add_argument("--thresholdtgt", type=int, default=0, help="drop target words seen fewer times")
     cmd.add_argument("--nwordssrc", type=int, default=-1, help="source vocabulary size cap")
@@ -286,6 +292,7 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
             args.out,
             src_lang=args.src_lang,
             tgt_lang=args.tgt_lang,
+            lang_pairs=args.lang_pairs,
             validpref=args.validpref,
             testpref=args.testpref,
             srcdict=args.srcdict,

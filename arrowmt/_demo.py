@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from arrowmt._info import format_summary, summarize
-from arrowmt.converters._parallel_text import TextConversion, convert_with_options
+from arrowmt.converters._parallel_text import convert_with_options
+from arrowmt.converters._text_inputs import TextConversion
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._collate import FairseqCollater

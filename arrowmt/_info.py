@@ -121,17 +121,20 @@ def summary_dict(path: str | os.PathLike[str], summaries: list[SplitSummary]) ->
 def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary]) -> str:
     """Human-readable report of :func:`summarize` output: header, provenance, one table row per column."""
     manifest = Manifest.load(Path(path))
-    langs = ", ".join(f"{k}={v}" for k, v in manifest.languages.items() if v) or "monolingual"
-    lines = [f"{path}: {langs}; from {manifest.source_format}"]
+    langs = ", ".join(f"{k}={v}" for k, v in manifest.languages.items() if v)
+    if manifest.language_pairs:
+        langs = f"{len(manifest.language_pairs)} language pairs ({', '.join(manifest.language_pairs)})"
+    lines = [f"{path}: {langs or 'monolingual'}; from {manifest.source_format}"]
     lines += [f"  {key}: {_compact(value)}" for key, value in sorted(manifest.provenance.items())]
-    header = f"{'split':<10} {'column':<8} {'lang':<5} {'rows':>10} {'tokens':>12} {'vocab':>7} "
+    width = max([10, *(len(s.split) for s in summaries)])
+    header = f"{'split':<{width}} {'column':<8} {'lang':<5} {'rows':>10} {'tokens':>12} {'vocab':>7} "
     header += f"{'mean':>6} {'p50':>5} {'p90':>5} {'p99':>5} {'max':>5} {'unk%':>6}"
     lines.append(header)
     for s in summaries:
         for c in s.columns:
             p = c.percentiles
             lines.append(
-                f"{s.split:<10} {c.column:<8} {c.lang or '-':<5} {s.rows:>10} {c.tokens:>12} {c.vocab_size:>7} "
+                f"{s.split:<{width}} {c.column:<8} {c.lang or '-':<5} {s.rows:>10} {c.tokens:>12} {c.vocab_size:>7} "
                 f"{c.mean:>6.1f} {p[50]:>5} {p[90]:>5} {p[99]:>5} {c.max:>5} {100 * c.unk_rate:>6.2f}"
             )
     return "\n".join(lines)

@@ -115,12 +115,13 @@ class TreePeaks:
         return [self.peaks[pid] for pid in sorted(self.peaks)]
 
 
-def run_once(system: str, workers: int, prefix: Path, out: Path, cpus: list[int] | None) -> dict:
+def run_once(argv: list[str], out: Path, cpus: list[int] | None) -> dict:
+    """Run ``argv`` (writing ``out``, removed first) as a fresh process tree: wall, CPU and peak memory."""
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     start = time.perf_counter()
-    proc = subprocess.Popen(command(system, workers, prefix, out), env=env, cwd=ROOT, preexec_fn=pin,
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, preexec_fn=pin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     peaks = TreePeaks(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -128,7 +129,7 @@ def run_once(system: str, workers: int, prefix: Path, out: Path, cpus: list[int]
     per_process = peaks.stop()
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{system} --workers {workers} failed:\n{stderr[-4000:]}")
+        raise RuntimeError(f"{' '.join(argv)[:300]} failed:\n{stderr[-4000:]}")
     return {
         "wall_s": round(wall, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
@@ -145,11 +146,19 @@ def check_same(fairseq_out: Path, arrowmt_out: Path) -> dict:
         (fairseq_out / f"dict.{lang}.txt").read_bytes() == (arrowmt_out / f"dict.{lang}.txt").read_bytes()
         for lang in LANGS
     )
+    return {
+        "dictionaries_identical": same_dicts,
+        **same_rows(fairseq_out / "train.de-en", arrowmt_out / "train.arrow", LANGS),
+    }
+
+
+def same_rows(fairseq_prefix: Path, arrow_file: Path, langs: tuple[str, str]) -> dict:
+    """Every row's length and ids of ``arrow_file`` (source, target) against ``{fairseq_prefix}.{lang}``."""
     rows = 0
-    theirs = {lang: read_indexed(fairseq_out / f"train.de-en.{lang}") for lang in LANGS}
-    with pa.memory_map(str(arrowmt_out / "train.arrow")) as source:
+    theirs = {lang: read_indexed(Path(f"{fairseq_prefix}.{lang}")) for lang in langs}
+    with pa.memory_map(str(arrow_file)) as source:
         for batch in ipc.open_stream(source):
-            for column, lang in zip(("source", "target"), LANGS, strict=True):
+            for column, lang in zip(("source", "target"), langs, strict=True):
                 ours = batch.column(column)
                 ragged = theirs[lang]
                 offsets = ragged.offsets[rows : rows + batch.num_rows + 1]
@@ -158,10 +167,9 @@ def check_same(fairseq_out: Path, arrowmt_out: Path) -> dict:
                     np.array_equal(np.diff(ours.offsets.to_numpy()), np.diff(offsets))
                     and np.array_equal(ours.values.to_numpy(), expected)
                 ):
-                    return {"dictionaries_identical": same_dicts, "rows_identical": False, "first_bad_batch_row": rows}
+                    return {"rows_identical": False, "first_bad_batch_row": rows}
             rows += batch.num_rows
-    complete = all(len(r) == rows for r in theirs.values())
-    return {"dictionaries_identical": same_dicts, "rows_identical": complete, "rows_compared": rows}
+    return {"rows_identical": all(len(r) == rows for r in theirs.values()), "rows_compared": rows}
 
 
 def machine() -> dict:
@@ -238,7 +246,8 @@ def main() -> None:
         for system in args.systems:
             for workers in args.workers:
                 key, out = f"{system}-{workers}", data / f"out-{system}-{workers}"
-                runs = [run_once(system, workers, data / "train", out, args.cpus) for _ in range(args.repeat)]
+                argv = command(system, workers, data / "train", out)
+                runs = [run_once(argv, out, args.cpus) for _ in range(args.repeat)]
                 if runs:  # --repeat 0: only compare the outputs already there
                     results["runs"][key] = runs
                     print(key, json.dumps(runs), flush=True)

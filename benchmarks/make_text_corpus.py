@@ -36,6 +36,7 @@ MEDIAN_WORDS = 22
 SIGMA = 0.55
 MAX_WORDS = 250
 LANGS = ("de", "en")
+WORD_SEEDS = ("de", "en", "fr", "cs", "ru", "zh", "ja", "es")
 LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
 
 
@@ -79,26 +80,43 @@ def chunk_text(rng: np.random.Generator, lengths: np.ndarray, words: pa.Array, c
     return ("\n".join(lines.to_pylist()) + "\n").encode("ascii")
 
 
-def generate(rows: int, out: Path, vocab: dict[str, int]) -> dict:
+def generate(
+    rows: int,
+    out: Path,
+    vocab: dict[str, int],
+    *,
+    langs: tuple[str, str] = LANGS,
+    prefix: str = "train",
+    seed: int = SEED,
+) -> dict:
+    """``{prefix}.{src}`` and ``{prefix}.{tgt}`` of ``rows`` lines in ``out`` (and ``corpus.json`` for the
+    default prefix). A language's words are the same in every corpus (seeded by the language); the sentences
+    follow ``seed``."""
     out.mkdir(parents=True, exist_ok=True)
-    words = {lang: make_words(vocab[lang], SEED + k) for k, lang in enumerate(LANGS)}
-    cdfs = {lang: zipf_cdf(vocab[lang]) for lang in LANGS}
-    handles = {lang: (out / f"train.{lang}").open("wb") for lang in LANGS}
-    tokens = dict.fromkeys(LANGS, 0)
+    words = {lang: make_words(vocab[lang], SEED + word_seed(lang)) for lang in langs}
+    cdfs = {lang: zipf_cdf(vocab[lang]) for lang in langs}
+    handles = {lang: (out / f"{prefix}.{lang}").open("wb") for lang in langs}
+    tokens = dict.fromkeys(langs, 0)
     try:
         for k, start in enumerate(range(0, rows, CHUNK_ROWS)):
-            rng = np.random.default_rng([SEED, k])
+            rng = np.random.default_rng([seed, k])
             n = min(CHUNK_ROWS, rows - start)
-            for lang, lengths in zip(LANGS, chunk_lengths(rng, n), strict=True):
+            for lang, lengths in zip(langs, chunk_lengths(rng, n), strict=True):
                 handles[lang].write(chunk_text(rng, lengths, words[lang], cdfs[lang]))
                 tokens[lang] += int(lengths.sum())
     finally:
         for handle in handles.values():
             handle.close()
-    sizes = {lang: (out / f"train.{lang}").stat().st_size for lang in LANGS}
-    info = {"rows": rows, "vocab": vocab, "words": tokens, "bytes": sizes, "seed": SEED}
-    (out / "corpus.json").write_text(json.dumps(info, indent=2) + "\n")
+    sizes = {lang: (out / f"{prefix}.{lang}").stat().st_size for lang in langs}
+    info = {"rows": rows, "vocab": vocab, "words": tokens, "bytes": sizes, "seed": seed}
+    if prefix == "train":
+        (out / "corpus.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
+
+
+def word_seed(lang: str) -> int:
+    """de 0 and en 1 (the corpora of the bilingual benchmarks), other languages after them."""
+    return WORD_SEEDS.index(lang) if lang in WORD_SEEDS else len(WORD_SEEDS) + sum(lang.encode())
 
 
 def main() -> None:

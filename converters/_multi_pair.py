@@ -5,7 +5,7 @@ per pair into one folder: ``{split}.{src}-{tgt}.{lang}.{idx,bin}`` for every pai
 ``dict.{lang}.txt`` copies of the shared dictionary. Each pair's split becomes the
 arrowmt split ``{split}.{src}-{tgt}`` (fairseq's shard ``train1`` becomes
 ``train.{src}-{tgt}1``, a shard of ``train.{src}-{tgt}``), every ``dict.{lang}.txt``
-is copied, and the manifest lists the pairs under ``provenance["pairs"]``; its
+is copied, and the manifest lists the pairs (``Manifest.language_pairs``); its
 ``languages`` are None because they differ from split to split (each split's
 metadata names its own). ``translation_multi_simple_epoch_arrow`` and
 :func:`arrowmt.open_mixture` read such a folder.
@@ -66,7 +66,7 @@ def convert_multi_pair(data_bin: Path, out: Path, found: Discovered, overwrite: 
     with OutputFolder.prepare(out, {SOURCE: None, TARGET: None}, f"fairseq-{fmt}", overwrite, progress) as folder:
         for lang, (path, dictionary) in dicts.items():
             folder.add_dictionary(lang, dictionary, source=path)
-        folder.manifest.provenance["pairs"] = [f"{s}-{t}" for s, t in pairs]
+        folder.manifest.language_pairs = [f"{s}-{t}" for s, t in pairs]
         for split, columns in inputs.items():
             folder.write(split, columns, special_ids_of(dicts[first_src][1]))
         return folder.finish()

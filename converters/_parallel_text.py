@@ -42,100 +42,30 @@ from arrowmt.converters._text_chunks import (
     tokenize_chunk,
     write_file,
 )
+from arrowmt.converters._text_inputs import PrefixFiles, TextConversion, prefix_files, split_lang_pairs
 from tqdm import tqdm
 
-from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt._errors import InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.format._atomic import TEMP_PREFIX
-from arrowmt.format._manifest import Manifest
+from arrowmt.format._manifest import PAIRS_KEY, Manifest
 from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import Dictionary
 
-SPLITS = ("train", "valid", "test")
 SOURCE_FORMAT = "text"
 UNKNOWN_WARNING_RATE = 0.05  # above this share of <unk> per column, the CLI warns loudly
 MERGE_ROWS = 1 << 20  # merge buffered per-chunk counts once they hold this many entries
-
-
-@dataclass(frozen=True)
-class TextConversion:
-    """What to convert and how (the fairseq-preprocess options that matter for the data, and how to run)."""
-
-    src_lang: str
-    tgt_lang: str
-    prefixes: dict[str, str | None]
-    srcdict: str | None = None
-    tgtdict: str | None = None
-    joined_dictionary: bool = False
-    thresholds: tuple[int, int] = (0, 0)
-    nwords: tuple[int, int] = (-1, -1)
-    spm_model: str | None = None
-    workers: int = 1
-    padding_factor: int = 8
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    shard_rows: int | None = None
-    executor: Executor | None = field(default=None, compare=False, repr=False)
-    shards: dict[str, list[str]] = field(init=False, default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.src_lang == self.tgt_lang:
-            raise InvalidParameterError(f"tgt_lang: expected a language other than src_lang, got {self.tgt_lang!r}")
-        if not self.prefixes.get("train") and not (self.srcdict and self.tgtdict):
-            raise InvalidParameterError(
-                "trainpref: expected a training prefix (dictionaries are built from it) unless both "
-                "srcdict and tgtdict are given, got none"
-            )
-        for name, value, minimum in (("workers", self.workers, 1), ("chunk_bytes", self.chunk_bytes, 1)):
-            if value < minimum:
-                raise InvalidParameterError(f"{name}: expected >= {minimum}, got {value}")
-        if self.shard_rows is not None and self.shard_rows < 1:
-            raise InvalidParameterError(
-                f"shard_rows: expected >= 1 (or None: one file per prefix), got {self.shard_rows}"
-            )
-        for split, value in self.prefixes.items():
-            if value:
-                self.shards[split] = [p for p in value.split(",") if p]
-
-    def data_options(self) -> dict[str, object]:
-        """Every option that decides the output (how it is run, e.g. workers or chunk size, does not)."""
-        return {
-            "source_lang": self.src_lang,
-            "target_lang": self.tgt_lang,
-            "trainpref": self.prefixes.get("train"),
-            "validpref": self.prefixes.get("valid"),
-            "testpref": self.prefixes.get("test"),
-            "srcdict": self.srcdict,
-            "tgtdict": self.tgtdict,
-            "joined_dictionary": self.joined_dictionary,
-            "thresholdsrc": self.thresholds[0],
-            "thresholdtgt": self.thresholds[1],
-            "nwordssrc": self.nwords[0],
-            "nwordstgt": self.nwords[1],
-            "padding_factor": self.padding_factor,
-            "spm_model": self.spm_model,
-            "shard_rows": self.shard_rows,
-        }
-
-
-def text_file(prefix: str, lang: str) -> Path:
-    """``{prefix}.{lang}`` if it exists, else ``{prefix}.{lang}.gz``."""
-    plain = Path(f"{prefix}.{lang}")
-    gz = Path(f"{prefix}.{lang}.gz")
-    if plain.is_file():
-        return plain
-    if gz.is_file():
-        return gz
-    raise InputDataError(f"{plain}: text file missing (also looked for {gz.name})")
 
 
 def convert_text(
     trainpref: str | None,
     out: str | Path,
     *,
-    src_lang: str,
-    tgt_lang: str,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    lang_pairs: str | list[str] | tuple[str, ...] | None = None,
     validpref: str | None = None,
     testpref: str | None = None,
     srcdict: str | None = None,
@@ -159,6 +89,12 @@ def convert_text(
     (``train``, ``train1``, ...). Memory stays bounded whatever the corpus size: text is read
     in chunks of ``chunk_bytes`` (each tokenized once, in a worker).
 
+    * ``src_lang``/``tgt_lang``: one pair; splits ``train``, ``valid``, ``test``.
+    * ``lang_pairs`` (instead): several pairs, ``"de-en,fr-en"`` or a list, into one folder
+      laid out like fairseq's multilingual data-bin: split ``{split}.{src}-{tgt}`` per pair,
+      one dictionary for every language (built over every train file as
+      ``--joined-dictionary`` builds it, or ``srcdict``) saved as ``dict.{lang}.txt``. A pair
+      reads ``{pref}.{src}-{tgt}.{lang}`` if it exists, else ``{pref}.{lang}``.
     * ``workers``: local worker processes (1: all in this process); with ``executor``, how
       many tasks it runs at once (read from the executor when not given).
     * ``executor``: any ``concurrent.futures.Executor`` to run the chunks on, e.g.
@@ -172,9 +108,10 @@ def convert_text(
     model's SHA-256 and the share of tokens that became ``<unk>`` per split and column.
     """
     options = TextConversion(
+        prefixes={"train": trainpref, "valid": validpref, "test": testpref},
         src_lang=src_lang,
         tgt_lang=tgt_lang,
-        prefixes={"train": trainpref, "valid": validpref, "test": testpref},
+        lang_pairs=split_lang_pairs(lang_pairs),
         srcdict=srcdict,
         tgtdict=tgtdict,
         joined_dictionary=joined_dictionary,
@@ -189,16 +126,7 @@ def convert_text(
     return convert_with_options(options, out, overwrite=overwrite, progress=progress)
 
 
-# ----- inputs -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrefixFiles:
-    """One prefix of a split: its file-level name (``train``, ``train1``, ...) and text file per language."""
-
-    split: str
-    name: str
-    files: dict[str, Path]
+# ----- pass bookkeeping -------------------------------------------------------------------------
 
 
 @dataclass
@@ -215,9 +143,10 @@ class ChunkRef:
 
 @dataclass
 class SpilledFile:
-    """A text file after pass 1: its chunks, in order."""
+    """A text file after pass 1: its language and chunks, in order."""
 
     path: Path
+    lang: str
     chunks: list[ChunkRef] = field(default_factory=list)
 
     @property
@@ -225,13 +154,22 @@ class SpilledFile:
         return sum(chunk.rows for chunk in self.chunks)
 
 
-def _prefix_files(options: TextConversion) -> list[PrefixFiles]:
-    langs = (options.src_lang, options.tgt_lang)
-    named = []
-    for split in SPLITS:
-        for k, prefix in enumerate(options.shards.get(split, [])):
-            named.append(PrefixFiles(split, f"{split}{k or ''}", {lang: text_file(prefix, lang) for lang in langs}))
-    return named
+class Spilled(dict[tuple[Path, str], SpilledFile]):
+    """Every text file to read, once per dictionary that encodes it: a file several pairs read is read once
+    (and counted once: fairseq-preprocess counts a joined dictionary's files as a set of paths)."""
+
+    def __init__(self, options: TextConversion, prefixes: list[PrefixFiles]) -> None:
+        super().__init__()
+        self._dictionary_key = options.dictionary_key
+        for p in prefixes:
+            for lang, path in p.files.items():
+                self.setdefault(self.key(p, lang), SpilledFile(path, lang))
+
+    def key(self, prefix: PrefixFiles, lang: str) -> tuple[Path, str]:
+        return prefix.files[lang], self._dictionary_key(lang)
+
+    def file(self, prefix: PrefixFiles, lang: str) -> SpilledFile:
+        return self[self.key(prefix, lang)]
 
 
 # ----- the conversion ---------------------------------------------------------------------------
@@ -241,20 +179,20 @@ def convert_with_options(
     options: TextConversion, out: str | Path, overwrite: bool = False, progress: bool = True
 ) -> Manifest:
     """Encode every split's text with fairseq-compatible dictionaries and write an arrowmt folder."""
-    langs = (options.src_lang, options.tgt_lang)
-    prefixes = _prefix_files(options)
+    prefixes = prefix_files(options)
     spm = SentencePieceModel.load(options.spm_model) if options.spm_model else None
-    paths = {options.src_lang: options.srcdict, options.tgt_lang: options.tgtdict}
-    given = {lang: Dictionary.load(path) for lang, path in paths.items() if path}
-    with OutputFolder.prepare(out, {SOURCE: langs[0], TARGET: langs[1]}, SOURCE_FORMAT, overwrite, progress) as folder:
-        plan = _TokenizePlan(_counted_dictionaries(options, given), _Spills(folder.path), options.chunk_bytes, spm)
+    given = {key: Dictionary.load(path) for key, path in options.given_dictionaries().items()}
+    with OutputFolder.prepare(out, options.column_languages(), SOURCE_FORMAT, overwrite, progress) as folder:
+        counted = {lang: options.dictionary_key(lang) for lang in options.languages}
+        counted = {lang: key for lang, key in counted.items() if key not in given}
+        plan = _TokenizePlan(counted, _Spills(folder.path), options.chunk_bytes, spm)
         try:
             with open_runner(options.executor, options.workers) as runner:
-                spilled, counts = _tokenize_all(runner, prefixes, plan, progress)
-                _check_line_counts(prefixes, spilled, langs)
+                spilled, counts = _tokenize_all(runner, Spilled(options, prefixes), prefixes, plan, progress)
+                _check_line_counts(prefixes, spilled)
                 dicts = _dictionaries(options, given, counts)
-                names = {lang: folder.add_dictionary(lang, dicts[lang]) for lang in langs}
-                saved = {lang: (str(folder.path / names[lang]), dicts[lang].sha256()) for lang in langs}
+                names = {lang: folder.add_dictionary(lang, dicts[lang]) for lang in options.languages}
+                saved = {lang: (str(folder.path / names[lang]), dicts[lang].sha256()) for lang in options.languages}
                 _encode_all(runner, spilled, saved, plan.spills, progress)
                 tasks = _write_tasks(options, folder, prefixes, spilled, dicts, names)
                 written = _write_all(runner, tasks, progress)
@@ -266,27 +204,13 @@ def convert_with_options(
         return folder.finish()
 
 
-def _counted_dictionaries(options: TextConversion, given: dict[str, Dictionary]) -> dict[str, str]:
-    """Which languages' train text is counted, and into which dictionary (``joined`` or the language)."""
-    langs = (options.src_lang, options.tgt_lang)
-    if options.joined_dictionary and len(given) < 2:
-        return dict.fromkeys(langs, "joined")
-    return {lang: lang for lang in langs if lang not in given}
-
-
 def _dictionaries(
     options: TextConversion, given: dict[str, Dictionary], counts: dict[str, TokenCounts]
 ) -> dict[str, Dictionary]:
-    langs = (options.src_lang, options.tgt_lang)
-    if options.joined_dictionary and len(given) < 2:
-        joined = counts["joined"].dictionary(options.thresholds[0], options.nwords[0], options.padding_factor)
-        return dict.fromkeys(langs, joined)
-    built = {
-        lang: counts[lang].dictionary(options.thresholds[k], options.nwords[k], options.padding_factor)
-        for k, lang in enumerate(langs)
-        if lang not in given
-    }
-    return {lang: given.get(lang) or built[lang] for lang in langs}
+    """Each language's dictionary: given, or built from its counts like fairseq-preprocess (one per key)."""
+    built = {key: counted.dictionary(*options.limits(key), options.padding_factor) for key, counted in counts.items()}
+    dictionaries = {**built, **given}
+    return {lang: dictionaries[options.dictionary_key(lang)] for lang in options.languages}
 
 
 class TokenCounts:
@@ -366,25 +290,26 @@ class _TokenizePlan:
 
 def _tokenize_all(
     runner: TaskRunner,
+    spilled: Spilled,
     prefixes: list[PrefixFiles],
     plan: _TokenizePlan,
     progress: bool,
-) -> tuple[dict[tuple[str, str], SpilledFile], dict[str, TokenCounts]]:
-    """Pass 1 over every chunk of every file, in order: spill files per file, merged counts per dictionary."""
-    spilled = {(p.name, lang): SpilledFile(path) for p in prefixes for lang, path in p.files.items()}
+) -> tuple[Spilled, dict[str, TokenCounts]]:
+    """Pass 1 over every chunk of every distinct file, in order: spill files per file, merged counts per
+    dictionary (each train file counted once, however many pairs read it)."""
+    train = {spilled.key(p, lang) for p in prefixes if p.kind == "train" for lang in p.files}
     counts = {key: TokenCounts() for key in set(plan.counted.values())}
-    planned: deque[tuple[tuple[str, str], TextChunk, str]] = deque()
-    total = sum(path.stat().st_size for p in prefixes for path in p.files.values())
+    planned: deque[tuple[SpilledFile, TextChunk, str]] = deque()
+    total = sum(target.path.stat().st_size for target in spilled.values())
 
     def tasks(read_bar: tqdm) -> Iterator[TokenizeTask]:
-        for p in prefixes:
-            for lang, path in p.files.items():
-                count = p.split == "train" and lang in plan.counted
-                for chunk in text_chunks(path, plan.chunk_bytes):
-                    spill = plan.spills.new()
-                    planned.append(((p.name, lang), chunk, spill))
-                    read_bar.update(chunk.disk_bytes)
-                    yield TokenizeTask(chunk, spill, count, plan.spm)
+        for key, target in spilled.items():
+            count = key in train and target.lang in plan.counted
+            for chunk in text_chunks(target.path, plan.chunk_bytes):
+                spill = plan.spills.new()
+                planned.append((target, chunk, spill))
+                read_bar.update(chunk.disk_bytes)
+                yield TokenizeTask(chunk, spill, count, plan.spm)
 
     with (
         progress_bar(total, "read", "B", progress) as read_bar,
@@ -392,22 +317,19 @@ def _tokenize_all(
         contextlib.closing(runner.map(tokenize_chunk, tasks(read_bar))) as results,
     ):
         for result in results:
-            key, chunk, spill = planned.popleft()
-            target = spilled[key]
+            target, chunk, spill = planned.popleft()
             if result.bad is not None:
                 raise result.bad.error(chunk.path, first_line=target.rows, first_byte=chunk.start)
             target.chunks.append(ChunkRef(spill, result.rows, chunk.disk_bytes))
             if result.vocabulary is not None:
-                counts[plan.counted[key[1]]].add(result)
+                counts[plan.counted[target.lang]].add(result)
             count_bar.update(chunk.disk_bytes)
     return spilled, counts
 
 
-def _check_line_counts(
-    prefixes: list[PrefixFiles], spilled: dict[tuple[str, str], SpilledFile], langs: tuple[str, str]
-) -> None:
+def _check_line_counts(prefixes: list[PrefixFiles], spilled: Spilled) -> None:
     for p in prefixes:
-        src, tgt = (spilled[(p.name, lang)] for lang in langs)
+        src, tgt = (spilled.file(p, lang) for lang in p.langs)
         check_same_line_count(src.path, src.rows, tgt.path, tgt.rows)
 
 
@@ -416,14 +338,14 @@ def _check_line_counts(
 
 def _encode_all(
     runner: TaskRunner,
-    spilled: dict[tuple[str, str], SpilledFile],
+    spilled: Spilled,
     saved: dict[str, tuple[str, str]],
     spills: _Spills,
     progress: bool,
 ) -> None:
     """Every chunk's ids through its language's saved dictionary ``saved[lang]`` (file, SHA-256); each spill
     is replaced by its encoded chunk as soon as that is written."""
-    refs = [(chunk, saved[lang]) for (_, lang), spilled_file in spilled.items() for chunk in spilled_file.chunks]
+    refs = [(chunk, saved[target.lang]) for target in spilled.values() for chunk in target.chunks]
     tasks = [EncodeTask(chunk.path, spills.new(), *dictionary) for chunk, dictionary in refs]
     total = sum(chunk.disk_bytes for chunk, _ in refs)
     with (
@@ -445,20 +367,26 @@ class _Stream:
 
     split: str
     names: list[str]  # file-level names of the prefixes it joins (the first names the files)
-    files: dict[str, list[SpilledFile]]  # per language, in order
+    files: dict[str, list[SpilledFile]]  # per language (source first), in order
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        src, tgt = self.files
+        return src, tgt
 
 
-def _streams(options: TextConversion, prefixes: list[PrefixFiles], spilled: dict) -> list[_Stream]:
-    langs = (options.src_lang, options.tgt_lang)
-    if options.shard_rows is None:
-        return [_Stream(p.split, [p.name], {lang: [spilled[(p.name, lang)]] for lang in langs}) for p in prefixes]
-    streams = []
-    for split in SPLITS:
-        members = [p for p in prefixes if p.split == split]
-        if members:
-            files = {lang: [spilled[(p.name, lang)] for p in members] for lang in langs}
-            streams.append(_Stream(split, [p.name for p in members], files))
-    return streams
+def _streams(options: TextConversion, prefixes: list[PrefixFiles], spilled: Spilled) -> list[_Stream]:
+    groups: dict[str, list[PrefixFiles]] = {}
+    for p in prefixes:
+        groups.setdefault(p.name if options.shard_rows is None else p.split, []).append(p)
+    return [
+        _Stream(
+            members[0].split,
+            [p.name for p in members],
+            {lang: [spilled.file(p, lang) for p in members] for lang in members[0].langs},
+        )
+        for members in groups.values()
+    ]
 
 
 def _file_ranges(stream: _Stream, rows: int, shard_rows: int | None) -> list[tuple[str, int, int]]:
@@ -484,20 +412,19 @@ def _write_tasks(
     options: TextConversion,
     folder: OutputFolder,
     prefixes: list[PrefixFiles],
-    spilled: dict[tuple[str, str], SpilledFile],
+    spilled: Spilled,
     dicts: dict[str, Dictionary],
     names: dict[str, str],
 ) -> list[tuple[WriteTask, int]]:
     """One task per output file, with the on-disk bytes of text it stands for (progress)."""
-    langs = (options.src_lang, options.tgt_lang)
-    infos = {
-        lang: ColumnInfo(role, lang, names[lang], dicts[lang].sha256(), len(dicts[lang]), 0)
-        for role, lang in zip((SOURCE, TARGET), langs, strict=True)
-    }
-    specials = special_ids_of(dicts[langs[0]])
+    specials = special_ids_of(dicts[options.languages[0]])
     tasks = []
     for stream in _streams(options, prefixes, spilled):
-        rows = sum(f.rows for f in stream.files[langs[0]])
+        infos = {
+            lang: ColumnInfo(role, lang, names[lang], dicts[lang].sha256(), len(dicts[lang]), 0)
+            for role, lang in zip((SOURCE, TARGET), stream.langs, strict=True)
+        }
+        rows = sum(f.rows for f in stream.files[stream.langs[0]])
         for name, start, stop in _file_ranges(stream, rows, options.shard_rows):
             columns = {
                 infos[lang].role: ColumnPlan(
@@ -505,16 +432,16 @@ def _write_tasks(
                     ",".join(str(f.path) for f in stream.files[lang]),
                     _slices(stream.files[lang], start, stop),
                 )
-                for lang in langs
+                for lang in stream.langs
             }
             task = WriteTask(str(folder.split_file(name)), name, stop - start, columns, specials, SOURCE_FORMAT)
-            tasks.append((task, _disk_share(stream, langs, start, stop, rows)))
+            tasks.append((task, _disk_share(stream, start, stop, rows)))
     return tasks
 
 
-def _disk_share(stream: _Stream, langs: tuple[str, str], start: int, stop: int, rows: int) -> int:
+def _disk_share(stream: _Stream, start: int, stop: int, rows: int) -> int:
     """The text bytes on disk that rows ``start:stop`` stand for (their share of the stream's files)."""
-    disk = sum(chunk.disk_bytes for lang in langs for f in stream.files[lang] for chunk in f.chunks)
+    disk = sum(chunk.disk_bytes for files in stream.files.values() for f in files for chunk in f.chunks)
     return disk * (stop - start) // rows if rows else disk
 
 
@@ -538,37 +465,37 @@ def _provenance(
     options: TextConversion,
     spm: SentencePieceModel | None,
     prefixes: list[PrefixFiles],
-    spilled: dict[tuple[str, str], SpilledFile],
+    spilled: Spilled,
 ) -> dict[str, object]:
-    """How the corpus was made: converter, version, options, inputs, sentencepiece model, unknown tokens."""
+    """How the corpus was made: converter, version, options, inputs, sentencepiece model, unknown tokens
+    (and with several pairs, the pairs, as the multilingual data-bin conversion records them)."""
     inputs: dict[str, list[dict[str, object]]] = {}
     for p in prefixes:
         entry: dict[str, object] = {lang: str(path) for lang, path in p.files.items()}
-        entry["lines"] = spilled[(p.name, options.src_lang)].rows
+        entry["lines"] = spilled.file(p, p.langs[0]).rows
         inputs.setdefault(p.split, []).append(entry)
-    return {
+    provenance: dict[str, object] = {
         "converter": "arrowmt.convert_text",
         "arrowmt_version": __version__,
         "options": options.data_options(),
         "sentencepiece_sha256": spm.sha256 if spm else None,
         "inputs": inputs,
-        "unknown_tokens": unknown_report(options, prefixes, spilled),
+        "unknown_tokens": unknown_report(prefixes, spilled),
     }
+    if options.multi:
+        provenance[PAIRS_KEY] = list(options.lang_pairs)
+    return provenance
 
 
-def unknown_report(
-    options: TextConversion, prefixes: list[PrefixFiles], spilled: dict[tuple[str, str], SpilledFile]
-) -> dict[str, dict[str, dict[str, object]]]:
+def unknown_report(prefixes: list[PrefixFiles], spilled: Spilled) -> dict[str, dict[str, dict[str, object]]]:
     """Per split and column: ids written (``</s>`` included, as fairseq counts tokens), how many became
     ``<unk>`` (fairseq's "replaced") and that share in percent."""
     report: dict[str, dict[str, dict[str, object]]] = {}
-    for split in SPLITS:
+    for split in dict.fromkeys(p.split for p in prefixes):
         members = [p for p in prefixes if p.split == split]
-        if not members:
-            continue
         report[split] = {}
-        for role, lang in ((SOURCE, options.src_lang), (TARGET, options.tgt_lang)):
-            chunks = [chunk for p in members for chunk in spilled[(p.name, lang)].chunks]
+        for role, lang in zip((SOURCE, TARGET), members[0].langs, strict=True):
+            chunks = [chunk for p in members for chunk in spilled.file(p, lang).chunks]
             tokens, unknown = sum(c.tokens for c in chunks), sum(c.unknown for c in chunks)
             percent = round(100.0 * unknown / tokens, 3) if tokens else 0.0
             report[split][role] = {"lang": lang, "tokens": tokens, "unknown": unknown, "percent": percent}
@@ -579,6 +506,8 @@ def unknown_lines(manifest: Manifest) -> tuple[list[str], list[str]]:
     """Lines reporting each split's and column's ``<unk>`` share (as fairseq-preprocess prints "% replaced"),
     and a warning for every share above :data:`UNKNOWN_WARNING_RATE` (a wrong dictionary, usually)."""
     report = manifest.provenance.get("unknown_tokens")
+    options = manifest.provenance.get("options")
+    joined = isinstance(options, dict) and bool(options.get("joined_dictionary"))
     lines: list[str] = []
     warnings: list[str] = []
     if not isinstance(report, dict):
@@ -589,7 +518,7 @@ def unknown_lines(manifest: Manifest) -> tuple[list[str], list[str]]:
             share = unknown / tokens if tokens else 0.0
             lines.append(f"[{lang}] {split} {role}: {tokens} tokens, {100 * share:.2f}% replaced by <unk>")
             if share > UNKNOWN_WARNING_RATE:
-                option = "--srcdict" if role == SOURCE else "--tgtdict"
+                option = "--srcdict" if role == SOURCE or joined else "--tgtdict"
                 warnings.append(
                     f"{100 * share:.1f}% of the {role} ({lang}) tokens of {split} became <unk> "
                     f"(more than {100 * UNKNOWN_WARNING_RATE:.0f}%): check that the dictionary ({option}) "

@@ -148,7 +148,7 @@ def test_unreadable_manifest(
 
 def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     done = run("convert", "text", str(tmp_path / "x"), "--src-lang", "de")
-    assert_one_line_error(done, "arrowmt convert text: the following arguments are required: --tgt-lang")
+    assert_one_line_error(done, "--src-lang, --tgt-lang: expected both languages (or --lang-pairs), got 'de', None")
     assert_one_line_error(run("info"), "arrowmt info: the following arguments are required: path")
     assert_one_line_error(run("nonsense"), "invalid choice: 'nonsense'")
 

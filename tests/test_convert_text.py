@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arrowmt.converters._parallel_text import TextConversion, convert_with_options
+from arrowmt.converters._parallel_text import convert_with_options
+from arrowmt.converters._text_inputs import TextConversion
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._vocab import Dictionary
@@ -144,6 +145,32 @@ def test_chunked_conversion_equals_real_fairseq_preprocess(tmp_path: Path) -> No
     manifest = convert_with_options(opts, tmp_path / "ours", progress=False)
     _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train", "test": "test"})
     assert manifest.provenance["options"]["thresholdsrc"] == 2  # type: ignore[index]
+
+
+def test_joined_dictionary_with_srcdict_equals_real_fairseq_preprocess(tmp_path: Path) -> None:
+    """``--joined-dictionary --srcdict D``: fairseq encodes both sides with D (it builds nothing)."""
+    train = _plain_copy(tmp_path / "text", "val")
+    given = str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt")
+    common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--joined-dictionary"]
+    _fairseq_preprocess([*common, "--srcdict", given, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
+    opts = _options(prefixes={"train": train}, joined_dictionary=True, srcdict=given, workers=2, chunk_bytes=7000)
+    convert_with_options(opts, tmp_path / "ours", progress=False)
+    assert (tmp_path / "ours" / "dict.de.txt").read_bytes() == Path(given).read_bytes()
+    _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train"})
+
+
+def test_one_file_read_as_both_languages_is_encoded_with_each_dictionary(tmp_path: Path) -> None:
+    """``val.en`` a link to ``val.de`` (a copy task): each column through its own dictionary."""
+    train = _plain_copy(tmp_path / "text", "val")
+    (tmp_path / "text" / "val.en").unlink()
+    (tmp_path / "text" / "val.en").symlink_to(tmp_path / "text" / "val.de")
+    convert_with_options(_options(prefixes={"train": train}, thresholds=(0, 3)), tmp_path / "out", progress=False)
+    de, en = (Dictionary.load(tmp_path / "out" / f"dict.{lang}.txt") for lang in ("de", "en"))
+    assert len(en) < len(de) and min(_real_counts(tmp_path / "out" / "dict.en.txt")) == 3
+    words = _lines(MULTI30K / "val.de.gz")[0].split()
+    ds = open_dataset(tmp_path / "out", "train")
+    assert ds.row("source", 0).tolist() == [de.index(w) for w in words] + [de.eos]
+    assert ds.row("target", 0).tolist() == [en.index(w) for w in words] + [en.eos]
 
 
 @pytest.fixture(scope="module")

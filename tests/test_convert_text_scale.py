@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from arrowmt.converters._parallel_text import (
     UNKNOWN_WARNING_RATE,
-    TextConversion,
     convert_with_options,
     parse_byte_size,
     unknown_lines,
 )
+from arrowmt.converters._text_inputs import TextConversion
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
@@ -194,6 +194,10 @@ def test_unknown_report_warns_above_threshold() -> None:
     ]
     assert len(warned) == 1 and warned[0].startswith("85.6% of the source (de) tokens of train became <unk>")
     assert "--srcdict" in warned[0]
+    manifest.provenance["unknown_tokens"] = {"train": {"source": low, "target": high}}
+    assert "(--tgtdict)" in unknown_lines(manifest)[1][0]
+    manifest.provenance["options"] = {"joined_dictionary": True}  # one dictionary: given as --srcdict
+    assert "(--srcdict)" in unknown_lines(manifest)[1][0]
 
 
 def test_cli_reports_unknowns_and_warns_loudly(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ DICTIONARY_SUFFIX = ".txt"
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 REQUIRED_KEYS = frozenset({"format", "format_version", "languages", "dictionaries", "source_format", "files"})
 OPTIONAL_KEYS = frozenset({"provenance"})
+PAIRS_KEY = "pairs"  # provenance key: the language pairs of a folder holding several (``["de-en", "fr-en"]``)
 ENTRY_KEYS = ("file", "rows", "size", "sha256")
 SHOWN_CHARS = 80
 FILE_KINDS = (
@@ -60,6 +61,16 @@ class Manifest:
     provenance: dict[str, object] = field(default_factory=dict)  # how the corpus was made (converter options)
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
+
+    @property
+    def language_pairs(self) -> list[str]:
+        """The pairs of a folder holding several (split ``{split}.{src}-{tgt}`` each); empty otherwise."""
+        pairs = self.provenance.get(PAIRS_KEY)
+        return [str(pair) for pair in pairs] if isinstance(pairs, list) else []
+
+    @language_pairs.setter
+    def language_pairs(self, pairs: list[str]) -> None:
+        self.provenance[PAIRS_KEY] = list(pairs)
 
     def to_json(self) -> bytes:
         return (json.dumps(asdict(self), sort_keys=True, indent=2) + "\n").encode("utf-8")

@@ -98,8 +98,8 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
             return open_dataset(folder, name)
         except InvalidParameterError as exc:
             raise InvalidParameterError(
-                f"lang_pairs: expected split {name!r} in {folder} (convert the multilingual data-bin with "
-                f"'arrowmt convert fairseq'): {exc}"
+                f"lang_pairs: expected split {name!r} in {folder} (convert a multilingual data-bin with "
+                f"'arrowmt convert fairseq', or text with 'arrowmt convert text --lang-pairs'): {exc}"
             ) from exc
 
     def _tags(self, pair: str) -> Tags:

@@ -1,0 +1,265 @@
+"""What a raw-text conversion reads: its options (fairseq-preprocess's), language pairs and input files.
+
+One pair (``src_lang``/``tgt_lang``) reads ``{pref}.{lang}`` and names its splits ``train``,
+``valid``, ``test`` as fairseq-preprocess does. Several pairs (``lang_pairs``, fairseq's
+``--lang-pairs de-en,fr-en``) go into one folder as fairseq's multilingual recipe lays them
+out: split ``{split}.{src}-{tgt}`` per pair, one dictionary shared by every language (built
+over every train file, as ``--joined-dictionary`` builds it, or given) and saved as
+``dict.{lang}.txt`` per language. A pair reads ``{pref}.{src}-{tgt}.{lang}`` (the recipe's
+per-pair files) or, when those do not exist, ``{pref}.{lang}`` (a corpus aligned across
+all its languages, like Multi30k); a file shared by several pairs is read once.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arrowmt.converters._multi_pair import pair_split
+from arrowmt.converters._output import OutputFolder
+from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
+
+from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt.format._schema import SOURCE, TARGET
+
+SPLITS = ("train", "valid", "test")
+JOINED = "joined"  # the dictionary key of a joined dictionary (one for every language)
+TEXT_SUFFIXES = ("", ".gz")
+
+
+@dataclass(frozen=True)
+class TextConversion:
+    """What to convert and how (the fairseq-preprocess options that matter for the data, and how to run).
+
+    Either ``src_lang`` and ``tgt_lang`` (one pair) or ``lang_pairs`` (``("de-en", "fr-en")``:
+    several pairs, one shared dictionary) name the languages.
+    """
+
+    prefixes: dict[str, str | None]
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    lang_pairs: tuple[str, ...] = ()
+    srcdict: str | None = None
+    tgtdict: str | None = None
+    joined_dictionary: bool = False
+    thresholds: tuple[int, int] = (0, 0)
+    nwords: tuple[int, int] = (-1, -1)
+    spm_model: str | None = None
+    workers: int = 1
+    padding_factor: int = 8
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    shard_rows: int | None = None
+    executor: Executor | None = field(default=None, compare=False, repr=False)
+    pairs: tuple[tuple[str, str], ...] = field(init=False)
+    shards: dict[str, list[str]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pairs", self._resolve_pairs())
+        self._check_dictionary_options()
+        for name, value, minimum in (("workers", self.workers, 1), ("chunk_bytes", self.chunk_bytes, 1)):
+            if value < minimum:
+                raise InvalidParameterError(f"{name}: expected >= {minimum}, got {value}")
+        if self.shard_rows is not None and self.shard_rows < 1:
+            raise InvalidParameterError(
+                f"shard_rows: expected >= 1 (or None: one file per prefix), got {self.shard_rows}"
+            )
+        for split, value in self.prefixes.items():
+            if value:
+                self.shards[split] = [p for p in value.split(",") if p]
+
+    @property
+    def multi(self) -> bool:
+        """Several pairs in one folder (``lang_pairs``): pair-qualified split names, one dictionary."""
+        return bool(self.lang_pairs)
+
+    @property
+    def joined(self) -> bool:
+        """One dictionary for every language (``joined_dictionary``, always with ``lang_pairs``)."""
+        return self.joined_dictionary or self.multi
+
+    @property
+    def languages(self) -> list[str]:
+        """Every language, each once, in order of first appearance."""
+        return list(dict.fromkeys(lang for pair in self.pairs for lang in pair))
+
+    def column_languages(self) -> dict[str, str | None]:
+        """The manifest's languages per column: the pair's, or None with several pairs (each split names its own)."""
+        if self.multi:
+            return {SOURCE: None, TARGET: None}
+        return {SOURCE: self.pairs[0][0], TARGET: self.pairs[0][1]}
+
+    def dictionary_key(self, lang: str) -> str:
+        """Which dictionary encodes ``lang``: :data:`JOINED` or the language itself."""
+        return JOINED if self.joined else lang
+
+    def given_dictionaries(self) -> dict[str, str]:
+        """Dictionary key -> existing dict.txt to use (fairseq: a joined dictionary is srcdict, else tgtdict)."""
+        if self.joined:
+            given = self.srcdict or self.tgtdict
+            return {JOINED: given} if given else {}
+        paths = {self.pairs[0][0]: self.srcdict, self.pairs[0][1]: self.tgtdict}
+        return {lang: path for lang, path in paths.items() if path}
+
+    def limits(self, key: str) -> tuple[int, int]:
+        """(threshold, nwords) of the dictionary ``key`` builds; a joined one uses the source values (fairseq)."""
+        side = 1 if key == self.tgt_lang and not self.joined else 0
+        return self.thresholds[side], self.nwords[side]
+
+    def _resolve_pairs(self) -> tuple[tuple[str, str], ...]:
+        if self.lang_pairs:
+            for name, value in (("src_lang", self.src_lang), ("tgt_lang", self.tgt_lang)):
+                if value is not None:
+                    raise InvalidParameterError(
+                        f"{name}: expected None with lang_pairs (each pair names its languages), got {value!r}"
+                    )
+            pairs = tuple(parse_pair(text) for text in self.lang_pairs)
+            repeated = sorted({text for text in self.lang_pairs if self.lang_pairs.count(text) > 1})
+            if repeated:
+                raise InvalidParameterError(f"lang_pairs: expected each pair once, got {repeated} more than once")
+            return pairs
+        if not self.src_lang or not self.tgt_lang:
+            raise InvalidParameterError(
+                f"src_lang, tgt_lang: expected both languages (or lang_pairs), got {self.src_lang!r}, {self.tgt_lang!r}"
+            )
+        if self.src_lang == self.tgt_lang:
+            raise InvalidParameterError(f"tgt_lang: expected a language other than src_lang, got {self.tgt_lang!r}")
+        for name, lang in (("src_lang", self.src_lang), ("tgt_lang", self.tgt_lang)):
+            check_language(name, lang)
+        return ((self.src_lang, self.tgt_lang),)
+
+    def _check_dictionary_options(self) -> None:
+        if self.joined and self.srcdict and self.tgtdict:
+            raise InvalidParameterError(
+                "tgtdict: expected None with a joined dictionary (one dictionary for every language: give it as "
+                f"srcdict, as fairseq-preprocess requires), got srcdict={self.srcdict!r}, tgtdict={self.tgtdict!r}"
+            )
+        if self.joined and (self.thresholds[1], self.nwords[1]) != (self.thresholds[0], self.nwords[0]):
+            raise InvalidParameterError(
+                "thresholdtgt, nwordstgt: a joined dictionary is built with thresholdsrc and nwordssrc (as "
+                f"fairseq-preprocess builds it); expected them equal or unset, got thresholds {self.thresholds} "
+                f"and nwords {self.nwords}"
+            )
+        needed = {self.dictionary_key(lang) for lang in self.languages}
+        if not self.prefixes.get("train") and not needed <= set(self.given_dictionaries()):
+            raise InvalidParameterError(
+                "trainpref: expected a training prefix (dictionaries are built from it) unless every dictionary "
+                "is given (srcdict and tgtdict; srcdict alone for a joined one), got none"
+            )
+
+    def data_options(self) -> dict[str, object]:
+        """Every option that decides the output (how it is run, e.g. workers or chunk size, does not)."""
+        return {
+            "source_lang": self.src_lang,
+            "target_lang": self.tgt_lang,
+            "lang_pairs": list(self.lang_pairs) or None,
+            "trainpref": self.prefixes.get("train"),
+            "validpref": self.prefixes.get("valid"),
+            "testpref": self.prefixes.get("test"),
+            "srcdict": self.srcdict,
+            "tgtdict": self.tgtdict,
+            "joined_dictionary": self.joined,
+            "thresholdsrc": self.thresholds[0],
+            "thresholdtgt": self.thresholds[1],
+            "nwordssrc": self.nwords[0],
+            "nwordstgt": self.nwords[1],
+            "padding_factor": self.padding_factor,
+            "spm_model": self.spm_model,
+            "shard_rows": self.shard_rows,
+        }
+
+
+def split_lang_pairs(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``"de-en,fr-en"`` or ``["de-en", "fr-en"]`` -> ``("de-en", "fr-en")``; None -> ``()``."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    pairs = tuple(item.strip() for item in items)
+    if not pairs or not all(pairs):
+        raise InvalidParameterError(f"lang_pairs: expected pairs like 'de-en,fr-en', got {value!r}")
+    return pairs
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """``"de-en"`` -> ``("de", "en")``: two different language codes joined by one ``-``."""
+    parts = text.split("-")
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise InvalidParameterError(
+            f"lang_pairs: expected 'src-tgt' with two different language codes (no '-' inside a code), got {text!r}"
+        )
+    for lang in parts:
+        check_language("lang_pairs", lang)
+    return parts[0], parts[1]
+
+
+def check_language(name: str, lang: str) -> None:
+    """``lang`` must name files: ``{pref}.{lang}`` to read and ``dict.{lang}.txt`` to write."""
+    try:
+        OutputFolder.dictionary_name(lang)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"{name}: language {lang!r} cannot name a dictionary file: {exc}") from None
+
+
+# ----- input files ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefixFiles:
+    """One prefix of one pair's split, and its text file per language (source first).
+
+    ``kind`` is train, valid or test; ``split`` the arrowmt split it belongs to (``train``,
+    or ``train.de-en`` with several pairs); ``name`` its file-level name (``train1``,
+    ``train.de-en1``: a shard of the split).
+    """
+
+    kind: str
+    split: str
+    name: str
+    files: dict[str, Path]
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        src, tgt = self.files
+        return src, tgt
+
+
+def prefix_files(options: TextConversion) -> list[PrefixFiles]:
+    """Every prefix of every pair and split, its files found (plain or .gz); missing files raise at once."""
+    named = []
+    for src, tgt in options.pairs:
+        for kind in SPLITS:
+            split = pair_split(kind, src, tgt) if options.multi else kind
+            for k, prefix in enumerate(options.shards.get(kind, [])):
+                files = pair_files(prefix, src, tgt) if options.multi else single_files(prefix, src, tgt)
+                named.append(PrefixFiles(kind, split, f"{split}{k or ''}", files))
+    return named
+
+
+def text_file(prefixes: list[str], lang: str) -> Path:
+    """The first of ``{prefix}.{lang}``, ``{prefix}.{lang}.gz`` (for each prefix in turn) that exists."""
+    candidates = [Path(f"{prefix}.{lang}{suffix}") for prefix in prefixes for suffix in TEXT_SUFFIXES]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    others = ", ".join(str(c) if c.parent != candidates[0].parent else c.name for c in candidates[1:])
+    raise InputDataError(f"{candidates[0]}: text file missing (also looked for {others})")
+
+
+def single_files(prefix: str, src: str, tgt: str) -> dict[str, Path]:
+    """One pair's files: ``{prefix}.{lang}``, as fairseq-preprocess reads them."""
+    return {lang: text_file([prefix], lang) for lang in (src, tgt)}
+
+
+def pair_files(prefix: str, src: str, tgt: str) -> dict[str, Path]:
+    """A pair's files among several: ``{prefix}.{src}-{tgt}.{lang}`` if the pair has such files, else
+    ``{prefix}.{lang}``; both languages must be found the same way."""
+    own = f"{prefix}.{src}-{tgt}"
+    files = {lang: text_file([own, prefix], lang) for lang in (src, tgt)}
+    per_pair = {lang: path.name.startswith(Path(own).name + ".") for lang, path in files.items()}
+    if per_pair[src] != per_pair[tgt]:
+        first, second = (files[src], files[tgt]) if per_pair[src] else (files[tgt], files[src])
+        raise InputDataError(
+            f"{second}: pair {src}-{tgt} reads {first} (a per-pair file, {own}.<lang>) but found no per-pair "
+            f"file for the other language; name both {own}.{src} and {own}.{tgt}, or neither"
+        )
+    return files

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from arrowmt.converters._fairseq_binary import MMAP_MAGIC
+from arrowmt.converters._multi_pair import fairseq_split_name
 
 from arrowmt._errors import FormatError
 from arrowmt.format._atomic import StagedOutput, atomic_path, write_bytes_atomic
@@ -19,6 +20,7 @@ from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._schema import SOURCE, TARGET, TOKENS
 from arrowmt.format._split import open_shard
+from arrowmt.format._vocab import id_outside
 
 logger = logging.getLogger(__name__)
 
@@ -93,23 +95,31 @@ def _record_bytes(names: list[str]) -> bytes:
     return (json.dumps({"format": EXPORT_FORMAT, "files": names}, indent=2) + "\n").encode("utf-8")
 
 
-def _prefix(dest: Path, split: str, column: str, manifest: Manifest) -> Path:
-    langs = manifest.languages
+def _prefix(dest: Path, name: str, column: str, shard: SplitFile, manifest: Manifest) -> Path:
+    """fairseq's name for one column of split file ``name``: ``{split}.{src}-{tgt}.{lang}`` (with several
+    pairs, arrowmt's ``train.de-en1`` is fairseq's ``train1.de-en``), or ``{split}`` for a token column."""
     if column == TOKENS:
-        return dest / split
-    return dest / f"{split}.{langs[SOURCE]}-{langs[TARGET]}.{langs[column]}"
+        return dest / name
+    langs = shard.metadata.languages
+    src, tgt = langs[SOURCE], langs[TARGET]
+    split = fairseq_split_name(name, src, tgt) if manifest.language_pairs else name
+    return dest / f"{split}.{src}-{tgt}.{langs[column]}"
 
 
-def _export_column(shard: SplitFile, split: str, column: str, dest: Path, manifest: Manifest, progress: bool) -> Path:
-    dtype = index_dtype(shard.metadata.columns[column].vocab_size)
-    prefix = _prefix(dest, split, column, manifest)
+def _export_column(shard: SplitFile, name: str, column: str, dest: Path, manifest: Manifest, progress: bool) -> Path:
+    vocab_size = shard.metadata.columns[column].vocab_size
+    dtype = index_dtype(vocab_size)
+    prefix = _prefix(dest, name, column, shard, manifest)
     lengths = shard.lengths(column)  # checks every offset, so each batch's values below are its rows
     with atomic_path(f"{prefix}.bin") as tmp, open(tmp, "wb") as handle:
         bar = progress_bar(len(shard), f"export {prefix.name}", "rows", progress)
         with bar:
             for batch in shard.batch_offsets(column):
                 begin, end = batch.values_pos + int(batch.offsets[0]), batch.values_pos + int(batch.offsets[-1])
-                handle.write(shard.words[begin:end].astype(dtype).tobytes())
+                values = shard.words[begin:end]
+                if bad := id_outside(values, batch.offsets, vocab_size):  # narrowing would wrap it silently
+                    raise FormatError(f"{shard.path}: row {batch.first_row + bad[0]} ({column}): {bad[1]}")
+                handle.write(values.astype(dtype).tobytes())
                 bar.update(batch.offsets.shape[0] - 1)
     with atomic_path(f"{prefix}.idx") as tmp:
         tmp.write_bytes(mmap_index_bytes(lengths, dtype))

@@ -21,6 +21,7 @@ from arrowmt.converters._fairseq_binary import detect_index_format
 from arrowmt.converters._fairseq_folder import Discovered, _load_dict, _read_splits, _Side
 from arrowmt.converters._output import OutputFolder, special_ids_of
 
+from arrowmt._errors import FormatError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._writer import ColumnData
@@ -45,6 +46,17 @@ def arrow_split_names(splits: list[str], src: str, tgt: str) -> dict[str, str]:
         else:
             names[split] = pair_split(split, src, tgt)
     return names
+
+
+def fairseq_split_name(name: str, src: str | None, tgt: str | None) -> str:
+    """The inverse of :func:`arrow_split_names`: ``train.de-en`` -> ``train``, ``train.de-en1`` -> ``train1``."""
+    m = re.fullmatch(rf"(?P<base>.+)\.{re.escape(f'{src}-{tgt}')}(?P<k>[1-9][0-9]*)?", name)
+    if m is None:
+        raise FormatError(
+            f"split {name!r}: expected a name like 'train.{src}-{tgt}' or its shard 'train.{src}-{tgt}1' "
+            f"(its columns are {src}-{tgt})"
+        )
+    return f"{m['base']}{m['k'] or ''}"
 
 
 def convert_multi_pair(data_bin: Path, out: Path, found: Discovered, overwrite: bool, progress: bool) -> Manifest:

@@ -183,7 +183,7 @@ def test_bad_token_mid_write_leaves_nothing(tmp_path: Path) -> None:
     values = np.array(column.ragged.values)
     values[-1] = VOCAB + 7
     bad = ColumnData(Ragged(column.ragged.offsets, values), None, "dict.txt", "0" * 64, VOCAB, "bad input")
-    with pytest.raises(InputDataError, match=f"token id {VOCAB + 7} is outside the dictionary"):
+    with pytest.raises(InputDataError, match=f"token id {VOCAB + 7} outside the dictionary"):
         write_split(tmp_path / "train.arrow", "train", {"tokens": bad}, rows_per_batch=16)
     assert list(tmp_path.iterdir()) == []
 

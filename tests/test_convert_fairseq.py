@@ -18,9 +18,10 @@ from arrowmt.converters._fairseq_export import export_fairseq
 from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 
 from arrowmt._cli import INTERRUPTED_MESSAGE
-from arrowmt._errors import ArrowMTError, InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt._errors import ArrowMTError, FormatError, InputDataError, InvalidParameterError, OutputExistsError
 from arrowmt.format._atomic import STAGING_MARK, TEMP_PREFIX, StagedOutput
 from arrowmt.format._manifest import Manifest
+from arrowmt.format._reader import SplitFile
 from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._vocab import Dictionary
@@ -97,6 +98,21 @@ def test_export_back_to_fairseq_reads_identically(fairseq_mmap_dir: Path, tmp_pa
             assert all(np.array_equal(x, y) for x, y in zip(fairseq_back, original, strict=True))
 
 
+def test_export_refuses_an_id_that_narrowing_would_wrap(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
+    """A corrupt id (70000) in a uint16 export is named, not silently written as 70000 - 65536."""
+    out = tmp_path / "out"
+    convert_fairseq(fairseq_mmap_dir, out, progress=False)
+    split = SplitFile(out / "valid.arrow")
+    word = int(split.spans("target", np.array([5]))[0][0]) + 1
+    del split
+    with open(out / "valid.arrow", "r+b") as handle:
+        handle.seek(word * 4)
+        handle.write(np.array([70000], dtype="<i4").tobytes())
+    with pytest.raises(FormatError, match=r"valid\.arrow: row 5 \(target\): token id 70000 outside the dictionary"):
+        export_fairseq(out, tmp_path / "back", progress=False)
+    assert not (tmp_path / "back").exists()
+
+
 def test_monolingual_data_bin(fairseq_mmap_dir: Path, tmp_path: Path) -> None:
     mono = tmp_path / "mono"
     mono.mkdir()
@@ -148,7 +164,7 @@ def test_id_outside_dictionary_names_row(fairseq_mmap_dir: Path, tmp_path: Path)
     en = fairseq_mmap_dir / "dict.en.txt"
     lines = en.read_text(encoding="utf-8").splitlines(keepends=True)
     en.write_text("".join(lines[:100]), encoding="utf-8")
-    with pytest.raises(InputDataError, match=r"row \d+ \(target\): token id \d+ is outside the dictionary"):
+    with pytest.raises(InputDataError, match=r"row \d+ \(target\): token id \d+ outside the dictionary"):
         convert_fairseq(fairseq_mmap_dir, tmp_path / "out", progress=False)
 
 

@@ -135,8 +135,8 @@ def test_polars_dataframe_through_the_arrow_stream_interface(corpus: Path, tmp_p
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ([[4, 2], [4, 99999, 2]], r"table 'train': row 1 \(source\): token id 99999 is outside the dictionary"),
-        ([[4, 2], [-1, 2]], r"row 1 \(source\): token id -1 is outside the dictionary"),
+        ([[4, 2], [4, 99999, 2]], r"table 'train': row 1 \(source\): token id 99999 outside the dictionary"),
+        ([[4, 2], [-1, 2]], r"row 1 \(source\): token id -1 outside the dictionary"),
         ([[4, 2], None], r"table 'train' column 'source': row 1 is null"),
         ([[4, 2], [4, None, 2]], r"table 'train' column 'source': row 1 holds a null id"),
     ],

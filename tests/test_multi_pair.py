@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from arrowmt.converters._fairseq_export import export_fairseq
 from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._multi_pair import arrow_split_names
+from arrowmt.converters._multi_pair import arrow_split_names, fairseq_split_name
 
 from arrowmt._cli import main
+from arrowmt._errors import FormatError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._dataset import open_dataset
@@ -80,3 +82,21 @@ def test_pair_still_picks_one(multilingual_bin: Path, tmp_path: Path) -> None:
 def test_cli_converts_every_pair(multilingual_bin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["convert", "fairseq", str(multilingual_bin), str(tmp_path / "out"), "--quiet"]) == 0
     assert "5 split file(s)" in capsys.readouterr().out
+
+
+def test_export_gives_back_the_multilingual_data_bin(multilingual_bin: Path, tmp_path: Path) -> None:
+    """Every pair's split (and fairseq's shard ``train1``) is written back under fairseq's own names, byte for byte."""
+    convert_fairseq(multilingual_bin, tmp_path / "out", progress=False)
+    export_fairseq(tmp_path / "out", tmp_path / "back", progress=False)
+    originals = sorted(p.name for p in multilingual_bin.iterdir() if p.suffix in (".idx", ".bin"))
+    assert sorted(p.name for p in (tmp_path / "back").iterdir() if p.suffix in (".idx", ".bin")) == originals
+    for name in originals:
+        assert (tmp_path / "back" / name).read_bytes() == (multilingual_bin / name).read_bytes(), name
+
+
+def test_fairseq_split_names_invert_arrowmt_names() -> None:
+    splits = ["test2016", "train", "train1", "train2", "valid", "valid10"]
+    for fairseq_name, arrow_name in arrow_split_names(splits, "de", "en").items():
+        assert fairseq_split_name(arrow_name, "de", "en") == fairseq_name
+    with pytest.raises(FormatError, match=r"split 'train\.fr-en': expected a name like 'train\.de-en'"):
+        fairseq_split_name("train.fr-en", "de", "en")

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 from tqdm import tqdm
@@ -28,7 +27,7 @@ from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._schema import MANIFEST_NAME
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format._vocab import Dictionary, id_outside
 
 VocabSizes = dict[str, tuple[int, str] | None]
 """Dictionary file name listed by the manifest -> (number of symbols, content SHA-256), None if unreadable."""
@@ -159,30 +158,9 @@ def _check_column(split: SplitFile, name: str, vocab_size: int, tokens: int, tic
     for batch in split.batch_offsets(name):
         split.batch_lengths(name, batch)
         values = split.words[batch.values_pos : batch.values_pos + batch.values_len]
-        _check_ids(_BatchPlace(split.path, name, batch.first_row), batch.offsets, values, vocab_size)
+        if bad := id_outside(values, batch.offsets, vocab_size):
+            raise FormatError(f"{split.path}: row {batch.first_row + bad[0]} ({name}): {bad[1]}")
         total += batch.values_len
         tick(1)
     if total != tokens:
         raise FormatError(f"{split.path}: column {name!r}: expected {tokens} tokens (metadata), got {total}")
-
-
-@dataclass(frozen=True)
-class _BatchPlace:
-    """Where a record batch of one column sits, for error messages."""
-
-    path: Path
-    column: str
-    first_row: int
-
-    def row_error(self, local: int, detail: str) -> FormatError:
-        return FormatError(f"{self.path}: row {self.first_row + local} ({self.column}): {detail}")
-
-
-def _check_ids(where: _BatchPlace, offsets: np.ndarray, values: np.ndarray, vocab_size: int) -> None:
-    bad = values.view(np.uint32) >= vocab_size  # as uint32 a negative id wraps past any vocabulary size
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        local = int(np.searchsorted(offsets, at, side="right") - 1)
-        raise where.row_error(
-            local, f"token id {int(values[at])} outside the dictionary (expected 0..{vocab_size - 1})"
-        )

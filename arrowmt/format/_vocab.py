@@ -215,6 +215,18 @@ class Dictionary:
         return self._lookup_cache
 
 
+def id_outside(
+    values: np.ndarray, offsets: np.ndarray, vocab_size: int, dictionary: str = "the dictionary"
+) -> tuple[int, str] | None:
+    """The first id of ``values`` outside ``0..vocab_size-1``: (its row, by ``offsets``, and what is wrong),
+    or None when every id indexes the dictionary."""
+    if values.size == 0 or (values.min() >= 0 and values.max() < vocab_size):
+        return None
+    at = int(np.flatnonzero((values < 0) | (values >= vocab_size))[0])
+    row = int(np.searchsorted(offsets, offsets[0] + at, side="right") - 1)
+    return row, f"token id {int(values[at])} outside {dictionary} (expected 0..{vocab_size - 1})"
+
+
 def _check_specials(symbols: list[str]) -> None:
     if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
         raise InvalidParameterError(f"symbols: expected to start with {list(SPECIALS)}, got {symbols[: len(SPECIALS)]}")

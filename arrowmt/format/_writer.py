@@ -28,6 +28,7 @@ from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import DEFAULT_ROWS_PER_BATCH, MAX_LIST_VALUES, token_schema
+from arrowmt.format._vocab import id_outside
 
 PIECE_ROWS = 1 << 18  # rows read at a time from a RowSource
 
@@ -321,15 +322,9 @@ class SplitWriter:
     def _check_ids(self, name: str, raw: np.ndarray, offsets: np.ndarray) -> None:
         """Every id must index the column's dictionary; name the first offending row if not."""
         info = self._meta.columns[name]
-        if raw.size == 0 or (raw.min() >= 0 and raw.max() < info.vocab_size):
-            return
-        bad = int(np.flatnonzero((raw < 0) | (raw >= info.vocab_size))[0])
-        row = self._written + int(np.searchsorted(offsets, bad, side="right") - 1)
-        origin = self._origins.get(name, self._meta.split)
-        raise InputDataError(
-            f"{origin}: row {row} ({name}): token id {int(raw[bad])} is outside the dictionary "
-            f"{info.dictionary} (expected 0..{info.vocab_size - 1})"
-        )
+        if bad := id_outside(raw, offsets, info.vocab_size, f"the dictionary {info.dictionary}"):
+            origin = self._origins.get(name, self._meta.split)
+            raise InputDataError(f"{origin}: row {self._written + bad[0]} ({name}): {bad[1]}")
 
 
 class _PendingRows:

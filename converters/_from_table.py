@@ -133,6 +133,8 @@ def as_table(data: Any, name: str = "data") -> pa.Table:
 def read_table_file(path: str | os.PathLike[str]) -> pa.Table:
     """A Parquet file, or an Arrow IPC file or stream (memory-mapped, fully validated), as a table."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a FIFO or device would block or never end
+        raise InputDataError(f"{path}: expected a regular file (Parquet or Arrow), got {_file_kind(path)}")
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(IPC_FILE_MAGIC))
@@ -146,6 +148,11 @@ def read_table_file(path: str | os.PathLike[str]) -> pa.Table:
     except pa.ArrowException as exc:
         raise InputDataError(f"{path}: expected a Parquet file or an Arrow IPC file or stream: {exc}") from exc
     return table
+
+
+def _file_kind(path: Path) -> str:
+    kinds = ((path.is_dir, "a folder"), (path.is_fifo, "a named pipe (FIFO)"), (path.is_socket, "a socket"))
+    return next((name for test, name in kinds if test()), "a device or other special file")
 
 
 def _vocabularies(

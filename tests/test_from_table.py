@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -217,6 +218,11 @@ def test_read_table_file_parquet_ipc_file_and_stream(corpus: Path, tmp_path: Pat
         read_table_file(tmp_path / "junk.parquet")
     with pytest.raises(InputDataError, match=r"missing\.parquet: cannot read"):
         read_table_file(tmp_path / "missing.parquet")
+    os.mkfifo(tmp_path / "pipe.arrow")  # opening it would block until a writer came
+    with pytest.raises(InputDataError, match=r"pipe\.arrow: expected a regular file .*, got a named pipe"):
+        read_table_file(tmp_path / "pipe.arrow")
+    with pytest.raises(InputDataError, match=r"expected a regular file \(Parquet or Arrow\), got a folder"):
+        read_table_file(tmp_path)
 
 
 def test_read_table_file_refuses_a_corrupt_ipc_stream(corpus: Path, tmp_path: Path) -> None:

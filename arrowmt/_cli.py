@@ -27,8 +27,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -36,8 +38,34 @@ from arrowmt._errors import ArrowMTError, InvalidParameterError
 from arrowmt._version import __version__
 
 EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
-INTERRUPTED_MESSAGE = "arrowmt: interrupted; no partially written file was left"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (Ctrl-C)
+EXIT_TERMINATED = 143  # 128 + SIGTERM (kill, a job scheduler's stop)
+STOPPED = "arrowmt: {}; no partially written file was left"
+INTERRUPTED_MESSAGE = STOPPED.format("interrupted")
+TERMINATED_MESSAGE = STOPPED.format("terminated")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the same clean-up runs (staging folders removed, OUT unchanged)."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the command runs (in the main thread), SIGTERM raises :class:`Terminated`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> NoReturn:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 CONVERT_HINT = "make one with 'arrowmt convert fairseq DATA_BIN OUT' or 'arrowmt convert text OUT ...'"
 
 
@@ -53,14 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with _sigterm_raises():
+            return int(args.func(args) or 0)
     except ArrowMTError as exc:
         message = cli_message(str(exc), _flags(parser, args), isinstance(exc, InvalidParameterError))
     except OSError as exc:  # a path the user named that the OS refuses; ArrowMTError covers what arrowmt checks
         message = _os_error_message(exc)
-    except KeyboardInterrupt:
-        print(INTERRUPTED_MESSAGE, file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(TERMINATED_MESSAGE if terminated else INTERRUPTED_MESSAGE, file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     hint = _dataset_hint(args)
     print(f"arrowmt: error: {message}{f'; {hint}' if hint else ''}", file=sys.stderr)
     return EXIT_ERROR

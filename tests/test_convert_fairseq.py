@@ -17,7 +17,7 @@ import pytest
 from arrowmt.converters._fairseq_export import export_fairseq
 from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 
-from arrowmt._cli import INTERRUPTED_MESSAGE
+from arrowmt._cli import INTERRUPTED_MESSAGE, TERMINATED_MESSAGE
 from arrowmt._errors import ArrowMTError, FormatError, InputDataError, InvalidParameterError, OutputExistsError
 from arrowmt.format._atomic import STAGING_MARK, TEMP_PREFIX, StagedOutput
 from arrowmt.format._manifest import Manifest
@@ -421,16 +421,23 @@ def test_sigkill_mid_conversion(fairseq_mmap_dir: Path, tmp_path: Path, existing
 
 
 @pytest.mark.parametrize("existing", [True, False], ids=["overwrite", "fresh"])
-def test_ctrl_c_mid_conversion(fairseq_mmap_dir: Path, tmp_path: Path, existing: bool) -> None:
+@pytest.mark.parametrize(
+    ("stop", "status", "message"),
+    [(signal.SIGINT, 130, INTERRUPTED_MESSAGE), (signal.SIGTERM, 143, TERMINATED_MESSAGE)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_ctrl_c_or_sigterm_mid_conversion(
+    fairseq_mmap_dir: Path, tmp_path: Path, existing: bool, stop: int, status: int, message: str
+) -> None:
     out = tmp_path / "out"
     if existing:
         convert_fairseq(fairseq_mmap_dir, out, progress=False)
     before = snapshot(out) if existing else None
     proc = start_slow_conversion(fairseq_mmap_dir, out)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    assert stderr.strip().splitlines() == [INTERRUPTED_MESSAGE]
+    assert proc.returncode == status, stderr
+    assert stderr.strip().splitlines() == [message]
     assert leftovers(tmp_path) == []
     assert (snapshot(out) == before and verify_dataset(out).ok) if existing else not out.exists()
 

@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from arrowmt._errors import ArrowMTError, InvalidParameterError
 from arrowmt._version import __version__
@@ -283,10 +283,14 @@ def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
     cmd.add_argument(
         "--joined-dictionary", action="store_true", help="one dictionary for both languages (always with --lang-pairs)"
     )
-    cmd.add_argument("--thresholdsrc", type=int, default=0, help="drop source words seen fewer times")
-    cmd.add_argument("--thresholdtgt", type=int, default=0, help="drop target words seen fewer times")
-    cmd.add_argument("--nwordssrc", type=int, default=-1, help="source vocabulary size cap")
-    cmd.add_argument("--nwordstgt", type=int, default=-1, help="target vocabulary size cap")
+    limits = (
+        ("--thresholdsrc", "drop source words seen fewer times (default: keep all)"),
+        ("--thresholdtgt", "drop target words seen fewer times (default: keep all)"),
+        ("--nwordssrc", "source vocabulary size cap (default: none)"),
+        ("--nwordstgt", "target vocabulary size cap (default: none)"),
+    )
+    for flag, help_text in limits:
+        cmd.add_argument(flag, type=int, default=None, help=help_text)
     cmd.add_argument("--spm-model", default=None, help="sentencepiece model applied before encoding")
     cmd.add_argument("--workers", type=int, default=1, help="worker processes (text files are cut into chunks)")
     cmd.add_argument("--chunk-size", default="32M", help="text read per task, bytes (suffix K, M or G; default 32M)")
@@ -328,10 +332,7 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
             srcdict=args.srcdict,
             tgtdict=args.tgtdict,
             joined_dictionary=args.joined_dictionary,
-            thresholdsrc=args.thresholdsrc,
-            thresholdtgt=args.thresholdtgt,
-            nwordssrc=args.nwordssrc,
-            nwordstgt=args.nwordstgt,
+            **_given(args, "thresholdsrc", "thresholdtgt", "nwordssrc", "nwordstgt"),
             spm_model=args.spm_model,
             workers=workers,
             chunk_bytes=parse_byte_size(args.chunk_size, "--chunk-size"),
@@ -347,6 +348,11 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
         print(f"arrowmt: WARNING: {line}", file=sys.stderr)
     _report_converted(args.out, manifest.files)
     return 0
+
+
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options among ``names`` given on the command line (the API's defaults hold for the others)."""
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def _report_converted(out: str, files: dict) -> None:

@@ -123,7 +123,8 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary]) 
     manifest = Manifest.load(Path(path))
     langs = ", ".join(f"{k}={v}" for k, v in manifest.languages.items() if v)
     if manifest.language_pairs:
-        langs = f"{len(manifest.language_pairs)} language pairs ({', '.join(manifest.language_pairs)})"
+        pairs = manifest.language_pairs
+        langs = f"{len(pairs)} language pair{'s' if len(pairs) > 1 else ''} ({', '.join(pairs)})"
     lines = [f"{path}: {langs or 'monolingual'}; from {manifest.source_format}"]
     lines += [f"  {key}: {_compact(value)}" for key, value in sorted(manifest.provenance.items())]
     width = max([10, *(len(s.split) for s in summaries)])

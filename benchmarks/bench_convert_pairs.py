@@ -1,6 +1,6 @@
-"""Raw text of several language pairs, one joined dictionary: fairseq's multilingual recipe vs ``arrowmt``.
+"""Raw text of several language pairs, one joined dictionary: fairseq vs ``arrowmt convert text --lang-pairs``.
 
-fairseq's recipe is its own ``TranslationTask.build_dictionary`` over every pair's train files
+fairseq's way is its own ``TranslationTask.build_dictionary`` over every pair's train files
 (what ``fairseq-preprocess`` calls to build a dictionary) and then one ``fairseq-preprocess
 --srcdict D --tgtdict D`` per pair into one data-bin; arrowmt's is one ``arrowmt convert text
 --lang-pairs``. Both run with ``--workers`` as one process tree each, measured like

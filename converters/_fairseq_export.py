@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from arrowmt.converters._fairseq_binary import MMAP_MAGIC
-from arrowmt.converters._multi_pair import fairseq_split_name
+from arrowmt.converters._pairs import fairseq_split_name
 
 from arrowmt._errors import FormatError
 from arrowmt.format._atomic import StagedOutput, atomic_path, write_bytes_atomic

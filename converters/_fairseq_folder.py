@@ -10,6 +10,7 @@ from pathlib import Path
 
 from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
+from arrowmt.converters._pairs import parse_pair
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
@@ -100,7 +101,7 @@ def _choose_pair(data_bin: Path, found: Discovered, pair: str | None) -> tuple[s
         if len(names) > 1:
             raise InvalidParameterError(f"pair: {data_bin} holds several language pairs {names}; choose one")
         return next(iter(found.pairs))
-    src, _, tgt = pair.partition("-")
+    src, tgt = parse_pair(pair, "pair")
     if (src, tgt) not in found.pairs:
         raise InvalidParameterError(f"pair: expected one of {names} found in {data_bin}, got {pair!r}")
     return src, tgt

@@ -14,49 +14,18 @@ metadata names its own). ``translation_multi_simple_epoch_arrow`` and
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 from arrowmt.converters._fairseq_binary import detect_index_format
 from arrowmt.converters._fairseq_folder import Discovered, _load_dict, _read_splits, _Side
 from arrowmt.converters._output import OutputFolder, special_ids_of
+from arrowmt.converters._pairs import arrow_split_names
 
-from arrowmt._errors import FormatError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._writer import ColumnData
 
 logger = logging.getLogger(__name__)
-
-SHARD = re.compile(r"(?P<base>.*?)(?P<k>[1-9][0-9]*)")
-
-
-def pair_split(split: str, src: str, tgt: str) -> str:
-    """The arrowmt name of one pair's split: ``{split}.{src}-{tgt}`` (no shard number)."""
-    return f"{split}.{src}-{tgt}"
-
-
-def arrow_split_names(splits: list[str], src: str, tgt: str) -> dict[str, str]:
-    """fairseq split name -> arrowmt split name; ``train1`` (beside ``train``) -> ``train.{src}-{tgt}1``."""
-    names = {}
-    for split in splits:
-        m = SHARD.fullmatch(split)
-        if m and m["base"] in splits:
-            names[split] = f"{pair_split(m['base'], src, tgt)}{m['k']}"
-        else:
-            names[split] = pair_split(split, src, tgt)
-    return names
-
-
-def fairseq_split_name(name: str, src: str | None, tgt: str | None) -> str:
-    """The inverse of :func:`arrow_split_names`: ``train.de-en`` -> ``train``, ``train.de-en1`` -> ``train1``."""
-    m = re.fullmatch(rf"(?P<base>.+)\.{re.escape(f'{src}-{tgt}')}(?P<k>[1-9][0-9]*)?", name)
-    if m is None:
-        raise FormatError(
-            f"split {name!r}: expected a name like 'train.{src}-{tgt}' or its shard 'train.{src}-{tgt}1' "
-            f"(its columns are {src}-{tgt})"
-        )
-    return f"{m['base']}{m['k'] or ''}"
 
 
 def convert_multi_pair(data_bin: Path, out: Path, found: Discovered, overwrite: bool, progress: bool) -> Manifest:

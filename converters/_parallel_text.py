@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from arrowmt.converters._output import OutputFolder, special_ids_of
+from arrowmt.converters._pairs import split_lang_pairs
 from arrowmt.converters._tasks import TaskRunner, open_runner
 from arrowmt.converters._text import SentencePieceModel, check_same_line_count
 from arrowmt.converters._text_chunks import (
@@ -42,7 +43,14 @@ from arrowmt.converters._text_chunks import (
     tokenize_chunk,
     write_file,
 )
-from arrowmt.converters._text_inputs import PrefixFiles, TextConversion, prefix_files, split_lang_pairs
+from arrowmt.converters._text_inputs import (
+    ALL_WORDS,
+    NO_THRESHOLD,
+    PrefixFiles,
+    TextConversion,
+    pair_of,
+    prefix_files,
+)
 from tqdm import tqdm
 
 from arrowmt._errors import InvalidParameterError
@@ -71,10 +79,10 @@ def convert_text(
     srcdict: str | None = None,
     tgtdict: str | None = None,
     joined_dictionary: bool = False,
-    thresholdsrc: int = 0,
-    thresholdtgt: int = 0,
-    nwordssrc: int = -1,
-    nwordstgt: int = -1,
+    thresholdsrc: int = NO_THRESHOLD,
+    thresholdtgt: int = NO_THRESHOLD,
+    nwordssrc: int = ALL_WORDS,
+    nwordstgt: int = ALL_WORDS,
     spm_model: str | None = None,
     workers: int = 1,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
@@ -154,9 +162,10 @@ class SpilledFile:
         return sum(chunk.rows for chunk in self.chunks)
 
 
-class Spilled(dict[tuple[Path, str], SpilledFile]):
+class Spilled(dict[tuple[Path, str, int], SpilledFile]):
     """Every text file to read, once per dictionary that encodes it: a file several pairs read is read once
-    (and counted once: fairseq-preprocess counts a joined dictionary's files as a set of paths)."""
+    (and counted once: fairseq-preprocess counts a joined dictionary's files as a set of paths); a prefix one
+    split lists again (:attr:`PrefixFiles.repeat`) is read again."""
 
     def __init__(self, options: TextConversion, prefixes: list[PrefixFiles]) -> None:
         super().__init__()
@@ -165,8 +174,8 @@ class Spilled(dict[tuple[Path, str], SpilledFile]):
             for lang, path in p.files.items():
                 self.setdefault(self.key(p, lang), SpilledFile(path, lang))
 
-    def key(self, prefix: PrefixFiles, lang: str) -> tuple[Path, str]:
-        return prefix.files[lang], self._dictionary_key(lang)
+    def key(self, prefix: PrefixFiles, lang: str) -> tuple[Path, str, int]:
+        return prefix.files[lang], self._dictionary_key(lang), prefix.repeat
 
     def file(self, prefix: PrefixFiles, lang: str) -> SpilledFile:
         return self[self.key(prefix, lang)]
@@ -371,8 +380,7 @@ class _Stream:
 
     @property
     def langs(self) -> tuple[str, str]:
-        src, tgt = self.files
-        return src, tgt
+        return pair_of(self.files)
 
 
 def _streams(options: TextConversion, prefixes: list[PrefixFiles], spilled: Spilled) -> list[_Stream]:
@@ -518,10 +526,11 @@ def unknown_lines(manifest: Manifest) -> tuple[list[str], list[str]]:
             share = unknown / tokens if tokens else 0.0
             lines.append(f"[{lang}] {split} {role}: {tokens} tokens, {100 * share:.2f}% replaced by <unk>")
             if share > UNKNOWN_WARNING_RATE:
-                option = "--srcdict" if role == SOURCE or joined else "--tgtdict"
+                option = "--srcdict" if role == SOURCE else "--tgtdict"
+                dictionary = "joined dictionary" if joined else f"{role} dictionary ({option} or the train text)"
                 warnings.append(
                     f"{100 * share:.1f}% of the {role} ({lang}) tokens of {split} became <unk> "
-                    f"(more than {100 * UNKNOWN_WARNING_RATE:.0f}%): check that the dictionary ({option}) "
+                    f"(more than {100 * UNKNOWN_WARNING_RATE:.0f}%): check that the {dictionary} "
                     "and the tokenization match this text"
                 )
     return lines, warnings

@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
+import os
+import signal
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
@@ -14,6 +18,7 @@ from arrowmt._errors import ArrowMTError, InvalidParameterError
 from arrowmt._optional import require
 
 IN_FLIGHT_PER_WORKER = 2
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal a process gets when its parent ends
 FALLBACK_PARALLELISM = 4
 
 T = TypeVar("T")
@@ -92,12 +97,23 @@ def open_runner(executor: Executor | None = None, workers: int = 1) -> Iterator[
         yield TaskRunner(None, 1)
         return
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=end_with_parent, initargs=(os.getpid(),))
+    with pool:
         try:
             yield TaskRunner(pool, workers)
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def end_with_parent(parent: int) -> None:
+    """Worker initializer: end when the converting process ends, even by SIGKILL (Linux: the kernel's
+    parent-death signal), so that a killed conversion leaves no idle worker processes behind."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before the signal was armed
+        os._exit(1)
 
 
 def executor_parallelism(executor: Executor) -> int:

@@ -12,18 +12,20 @@ all its languages, like Multi30k); a file shared by several pairs is read once.
 
 from __future__ import annotations
 
+import filecmp
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arrowmt.converters._multi_pair import pair_split
-from arrowmt.converters._output import OutputFolder
+from arrowmt.converters._pairs import check_distinct_splits, check_language, pair_split, parse_pair
 from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._schema import SOURCE, TARGET
 
 SPLITS = ("train", "valid", "test")
+NO_THRESHOLD = 0  # fairseq-preprocess's default --thresholdsrc/--thresholdtgt: keep every word
+ALL_WORDS = -1  # its default --nwordssrc/--nwordstgt: no cap
 JOINED = "joined"  # the dictionary key of a joined dictionary (one for every language)
 TEXT_SUFFIXES = ("", ".gz")
 
@@ -43,8 +45,8 @@ class TextConversion:
     srcdict: str | None = None
     tgtdict: str | None = None
     joined_dictionary: bool = False
-    thresholds: tuple[int, int] = (0, 0)
-    nwords: tuple[int, int] = (-1, -1)
+    thresholds: tuple[int, int] = (NO_THRESHOLD, NO_THRESHOLD)
+    nwords: tuple[int, int] = (ALL_WORDS, ALL_WORDS)
     spm_model: str | None = None
     workers: int = 1
     padding_factor: int = 8
@@ -111,12 +113,10 @@ class TextConversion:
             for name, value in (("src_lang", self.src_lang), ("tgt_lang", self.tgt_lang)):
                 if value is not None:
                     raise InvalidParameterError(
-                        f"{name}: expected None with lang_pairs (each pair names its languages), got {value!r}"
+                        f"{name}: expected it unset when lang_pairs names the languages, got {value!r}"
                     )
             pairs = tuple(parse_pair(text) for text in self.lang_pairs)
-            repeated = sorted({text for text in self.lang_pairs if self.lang_pairs.count(text) > 1})
-            if repeated:
-                raise InvalidParameterError(f"lang_pairs: expected each pair once, got {repeated} more than once")
+            check_distinct_splits(self.lang_pairs)
             return pairs
         if not self.src_lang or not self.tgt_lang:
             raise InvalidParameterError(
@@ -129,17 +129,19 @@ class TextConversion:
         return ((self.src_lang, self.tgt_lang),)
 
     def _check_dictionary_options(self) -> None:
-        if self.joined and self.srcdict and self.tgtdict:
+        if self.joined and self.srcdict and self.tgtdict and not _same_file(self.srcdict, self.tgtdict):
             raise InvalidParameterError(
-                "tgtdict: expected None with a joined dictionary (one dictionary for every language: give it as "
-                f"srcdict, as fairseq-preprocess requires), got srcdict={self.srcdict!r}, tgtdict={self.tgtdict!r}"
+                "tgtdict: a joined dictionary is one file for every language; expected tgtdict unset (or the "
+                f"srcdict file), got srcdict={self.srcdict!r}, tgtdict={self.tgtdict!r}"
             )
-        if self.joined and (self.thresholds[1], self.nwords[1]) != (self.thresholds[0], self.nwords[0]):
-            raise InvalidParameterError(
-                "thresholdtgt, nwordstgt: a joined dictionary is built with thresholdsrc and nwordssrc (as "
-                f"fairseq-preprocess builds it); expected them equal or unset, got thresholds {self.thresholds} "
-                f"and nwords {self.nwords}"
-            )
+        if self.joined:
+            limits = (("thresholdtgt", self.thresholds, NO_THRESHOLD), ("nwordstgt", self.nwords, ALL_WORDS))
+            for name, (src, tgt), unset in limits:
+                if tgt not in (unset, src):
+                    raise InvalidParameterError(
+                        f"{name}: a joined dictionary is built with the source limits, as fairseq-preprocess "
+                        f"builds it; expected {unset} (unset) or {src} (the source value), got {tgt}"
+                    )
         needed = {self.dictionary_key(lang) for lang in self.languages}
         if not self.prefixes.get("train") and not needed <= set(self.given_dictionaries()):
             raise InvalidParameterError(
@@ -169,35 +171,12 @@ class TextConversion:
         }
 
 
-def split_lang_pairs(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
-    """``"de-en,fr-en"`` or ``["de-en", "fr-en"]`` -> ``("de-en", "fr-en")``; None -> ``()``."""
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    pairs = tuple(item.strip() for item in items)
-    if not pairs or not all(pairs):
-        raise InvalidParameterError(f"lang_pairs: expected pairs like 'de-en,fr-en', got {value!r}")
-    return pairs
-
-
-def parse_pair(text: str) -> tuple[str, str]:
-    """``"de-en"`` -> ``("de", "en")``: two different language codes joined by one ``-``."""
-    parts = text.split("-")
-    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise InvalidParameterError(
-            f"lang_pairs: expected 'src-tgt' with two different language codes (no '-' inside a code), got {text!r}"
-        )
-    for lang in parts:
-        check_language("lang_pairs", lang)
-    return parts[0], parts[1]
-
-
-def check_language(name: str, lang: str) -> None:
-    """``lang`` must name files: ``{pref}.{lang}`` to read and ``dict.{lang}.txt`` to write."""
+def _same_file(first: str, second: str) -> bool:
+    """Whether two dictionary paths hold the same bytes (paths that cannot be read compare as strings)."""
     try:
-        OutputFolder.dictionary_name(lang)
-    except InvalidParameterError as exc:
-        raise InvalidParameterError(f"{name}: language {lang!r} cannot name a dictionary file: {exc}") from None
+        return filecmp.cmp(first, second, shallow=False)
+    except OSError:
+        return first == second
 
 
 # ----- input files ------------------------------------------------------------------------------
@@ -209,18 +188,26 @@ class PrefixFiles:
 
     ``kind`` is train, valid or test; ``split`` the arrowmt split it belongs to (``train``,
     or ``train.de-en`` with several pairs); ``name`` its file-level name (``train1``,
-    ``train.de-en1``: a shard of the split).
+    ``train.de-en1``: a shard of the split). A prefix listed twice for one split
+    (``--trainpref P,P``) is its text twice: rows and dictionary counts, as one file
+    holding it twice would give; a file that several pairs read is read (and counted) once.
     """
 
     kind: str
     split: str
     name: str
     files: dict[str, Path]
+    repeat: int = 0  # how many earlier prefixes of this pair and split are the same text (read again)
 
     @property
     def langs(self) -> tuple[str, str]:
-        src, tgt = self.files
-        return src, tgt
+        return pair_of(self.files)
+
+
+def pair_of(by_language: dict[str, object]) -> tuple[str, str]:
+    """The (source, target) languages of a mapping keyed by language, source first."""
+    src, tgt = by_language
+    return src, tgt
 
 
 def prefix_files(options: TextConversion) -> list[PrefixFiles]:
@@ -229,9 +216,10 @@ def prefix_files(options: TextConversion) -> list[PrefixFiles]:
     for src, tgt in options.pairs:
         for kind in SPLITS:
             split = pair_split(kind, src, tgt) if options.multi else kind
-            for k, prefix in enumerate(options.shards.get(kind, [])):
+            shards = options.shards.get(kind, [])
+            for k, prefix in enumerate(shards):
                 files = pair_files(prefix, src, tgt) if options.multi else single_files(prefix, src, tgt)
-                named.append(PrefixFiles(kind, split, f"{split}{k or ''}", files))
+                named.append(PrefixFiles(kind, split, f"{split}{k or ''}", files, shards[:k].count(prefix)))
     return named
 
 

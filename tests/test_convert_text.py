@@ -159,6 +159,33 @@ def test_joined_dictionary_with_srcdict_equals_real_fairseq_preprocess(tmp_path:
     _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train"})
 
 
+def test_joined_dictionary_with_source_limits_only_equals_real_fairseq_preprocess(tmp_path: Path) -> None:
+    """``--joined-dictionary --thresholdsrc 2 --nwordssrc 900``: fairseq builds one dictionary with them."""
+    train = _plain_copy(tmp_path / "text", "val")
+    common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--joined-dictionary"]
+    limits = ["--thresholdsrc", "2", "--nwordssrc", "900"]
+    _fairseq_preprocess([*common, *limits, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
+    opts = _options(prefixes={"train": train}, joined_dictionary=True, thresholds=(2, 0), nwords=(900, -1))
+    convert_with_options(opts, tmp_path / "ours", progress=False)
+    _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train"})
+
+
+def test_a_prefix_listed_twice_counts_twice_like_its_text_twice(tmp_path: Path) -> None:
+    """``--trainpref P,P`` holds P's text twice: rows and dictionary counts as one file of it twice would give."""
+    train = _plain_copy(tmp_path / "text", "val")
+    for lang in ("de", "en"):
+        once = (tmp_path / "text" / f"val.{lang}").read_text(encoding="utf-8")
+        (tmp_path / "text" / f"twice.{lang}").write_text(once + once, encoding="utf-8")
+    twice = str(tmp_path / "text" / "twice")
+    convert_with_options(
+        _options(prefixes={"train": f"{train},{train}"}, thresholds=(3, 3)), tmp_path / "a", progress=False
+    )
+    convert_with_options(_options(prefixes={"train": twice}, thresholds=(3, 3)), tmp_path / "b", progress=False)
+    for lang in ("de", "en"):
+        assert (tmp_path / "a" / f"dict.{lang}.txt").read_bytes() == (tmp_path / "b" / f"dict.{lang}.txt").read_bytes()
+    assert len(open_dataset(tmp_path / "a", "train")) == len(open_dataset(tmp_path / "b", "train")) == 2 * 1014
+
+
 def test_one_file_read_as_both_languages_is_encoded_with_each_dictionary(tmp_path: Path) -> None:
     """``val.en`` a link to ``val.de`` (a copy task): each column through its own dictionary."""
     train = _plain_copy(tmp_path / "text", "val")

@@ -1,6 +1,6 @@
 """Raw text for several language pairs into one folder with one joined dictionary, against real fairseq.
 
-fairseq's multilingual recipe: one dictionary over every language's train text (fairseq's own
+fairseq's way to binarize several pairs with one shared dictionary: one dictionary over every train file (fairseq's own
 ``TranslationTask.build_dictionary``, the function ``fairseq-preprocess`` calls), then one
 ``fairseq-preprocess --srcdict D --tgtdict D`` run per pair into one data-bin. ``arrowmt convert
 text --lang-pairs`` must give that dictionary byte for byte and, split for split, the rows fairseq
@@ -113,8 +113,7 @@ def ours(text: Path) -> Path:
         out,
         lang_pairs=",".join(PAIRS),
         validpref=str(text / "valid"),
-        thresholdsrc=2,
-        thresholdtgt=2,
+        thresholdsrc=2,  # a joined dictionary takes the source limits (fairseq's --joined-dictionary)
         workers=2,
         chunk_bytes=4096,
         progress=False,
@@ -171,14 +170,14 @@ def test_cli_gives_the_same_folder_and_shards(
 ) -> None:
     args = ["convert", "text", str(tmp_path / "cli"), "--trainpref", str(text / "train")]
     args += ["--validpref", str(text / "valid"), "--lang-pairs", ",".join(PAIRS), "--thresholdsrc", "2"]
-    assert main([*args, "--thresholdtgt", "2", "--quiet"]) == 0
+    assert main([*args, "--quiet"]) == 0
     assert "[cs] train.cs-en source: 10132 tokens, 21.69% replaced by <unk>" in capsys.readouterr().out
     assert main(["info", str(tmp_path / "cli")]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith(": 3 language pairs (de-en, fr-en, cs-en); from text")
     for name in ["train.de-en.arrow", "valid.cs-en.arrow", "dict.fr.txt"]:
         assert (tmp_path / "cli" / name).read_bytes() == (ours / name).read_bytes()
-    assert main([*args, "--thresholdtgt", "2", "--shard-rows", "500", "--quiet", "--overwrite"]) == 0
+    assert main([*args, "--thresholdtgt", "2", "--shard-rows", "500", "--quiet", "--overwrite"]) == 0  # same value
     manifest = Manifest.load(tmp_path / "cli")
     assert manifest.shards("train.cs-en") == ["train.cs-en", "train.cs-en1", "train.cs-en2"]
     assert manifest.shards("train.de-en") == ["train.de-en", "train.de-en1"]
@@ -215,16 +214,20 @@ def test_one_given_dictionary_serves_every_language(native: Path, text: Path, tm
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"lang_pairs": "de-en", "src_lang": "de"}, "src_lang: expected None with lang_pairs"),
+        ({"lang_pairs": "de-en", "src_lang": "de"}, "src_lang: expected it unset when lang_pairs names the languages"),
         ({"lang_pairs": "de"}, "lang_pairs: expected 'src-tgt'.*got 'de'"),
         ({"lang_pairs": "de-de"}, "lang_pairs: expected 'src-tgt' with two different"),
         ({"lang_pairs": "de-en-fr"}, "no '-' inside a code"),
         ({"lang_pairs": "de-en,,fr-en"}, "lang_pairs: expected pairs like"),
         ({"lang_pairs": "de-en,de-en"}, r"each pair once, got \['de-en'\]"),
-        ({"lang_pairs": "de-en", "srcdict": "a.txt", "tgtdict": "b.txt"}, "tgtdict: expected None with a joined"),
-        ({"lang_pairs": "de-en", "thresholdtgt": 3}, "thresholdtgt, nwordstgt: a joined dictionary"),
-        ({"src_lang": "de", "tgt_lang": "en", "joined_dictionary": True, "nwordstgt": 9}, "nwordstgt"),
-        ({"lang_pairs": "de-x/y"}, "lang_pairs: language 'x/y' cannot name a dictionary file"),
+        ({"lang_pairs": "de-en1,de-en"}, r"pair 'de-en1' would name its splits like the shards of pair 'de-en'"),
+        ({"lang_pairs": "de - en"}, r"lang_pairs: expected a language code without spaces or ',', got 'de '"),
+        ({"lang_pairs": [("de", "en")]}, r"lang_pairs: expected pairs like 'de-en,fr-en' \(a string or a list"),
+        ({"lang_pairs": 5}, "lang_pairs: expected pairs like"),
+        ({"lang_pairs": "de-en", "srcdict": "a.txt", "tgtdict": "b.txt"}, "tgtdict: a joined dictionary is one file"),
+        ({"lang_pairs": "de-en", "thresholdsrc": 2, "thresholdtgt": 3}, r"thresholdtgt: .*expected 0 \(unset\) or 2"),
+        ({"src_lang": "de", "tgt_lang": "en", "joined_dictionary": True, "nwordstgt": 9}, r"nwordstgt: .*got 9"),
+        ({"lang_pairs": "de-x/y"}, "lang_pairs: language 'x/y' cannot name a dictionary file: expected a plain"),
         ({"src_lang": "de"}, "src_lang, tgt_lang: expected both languages"),
     ],
 )
@@ -250,4 +253,29 @@ def test_missing_and_half_per_pair_files_name_the_file(text: Path, tmp_path: Pat
 def test_cli_refuses_mixed_language_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["convert", "text", str(tmp_path / "out"), "--trainpref", "t", "--lang-pairs", "de-en", "--src-lang", "de"]
     assert main(args) == 2
-    assert "--src-lang: expected None with --lang-pairs" in capsys.readouterr().err
+    assert "--src-lang: expected it unset when --lang-pairs names the languages, got 'de'" in capsys.readouterr().err
+
+
+def test_one_dictionary_file_given_as_both_srcdict_and_tgtdict(native: Path, text: Path, tmp_path: Path) -> None:
+    """fairseq's recipe passes ``--srcdict D --tgtdict D``: the same file twice is one joined dictionary."""
+    given = str(native / "dict.txt")
+    convert_text(None, tmp_path / "out", lang_pairs="cs-en", validpref=str(text / "valid"), srcdict=given,
+                 tgtdict=given, progress=False)  # fmt: skip
+    assert (tmp_path / "out" / "dict.cs.txt").read_bytes() == Path(given).read_bytes()
+
+
+def test_comma_prefixes_are_shards_of_every_pair(text: Path, ours: Path, tmp_path: Path) -> None:
+    """``--trainpref A,B`` with pairs: shards train.de-en, train.de-en1 (per-pair and aligned files alike)."""
+    prefixes = f"{text / 'train'},{text / 'valid'}"
+    manifest = convert_text(prefixes, tmp_path / "out", lang_pairs="de-en,cs-en", progress=False)
+    assert manifest.shards("train.de-en") == ["train.de-en", "train.de-en1"]
+    assert manifest.shards("train.cs-en") == ["train.cs-en", "train.cs-en1"]
+    assert len(open_dataset(tmp_path / "out", "train.de-en")) == 600 + VALID_LINES
+    inputs = manifest.provenance["inputs"]["train.de-en"]
+    assert [entry["de"] for entry in inputs] == [str(text / "train.de-en.de"), str(text / "valid.de")]
+
+
+def test_info_says_one_language_pair(text: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    convert_text(str(text / "valid"), tmp_path / "out", lang_pairs="fr-en", progress=False)
+    assert main(["info", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(": 1 language pair (fr-en); from text")

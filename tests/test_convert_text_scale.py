@@ -193,11 +193,11 @@ def test_unknown_report_warns_above_threshold() -> None:
         "[en] train target: 1000 tokens, 5.00% replaced by <unk>",
     ]
     assert len(warned) == 1 and warned[0].startswith("85.6% of the source (de) tokens of train became <unk>")
-    assert "--srcdict" in warned[0]
+    assert "check that the source dictionary (--srcdict or the train text) and the tokenization" in warned[0]
     manifest.provenance["unknown_tokens"] = {"train": {"source": low, "target": high}}
-    assert "(--tgtdict)" in unknown_lines(manifest)[1][0]
-    manifest.provenance["options"] = {"joined_dictionary": True}  # one dictionary: given as --srcdict
-    assert "(--srcdict)" in unknown_lines(manifest)[1][0]
+    assert "the target dictionary (--tgtdict or the train text)" in unknown_lines(manifest)[1][0]
+    manifest.provenance["options"] = {"joined_dictionary": True}
+    assert "check that the joined dictionary and the tokenization" in unknown_lines(manifest)[1][0]
 
 
 def test_cli_reports_unknowns_and_warns_loudly(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from arrowmt.converters._fairseq_export import export_fairseq
 from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._multi_pair import arrow_split_names, fairseq_split_name
+from arrowmt.converters._pairs import arrow_split_names, fairseq_split_name
 
 from arrowmt._cli import main
 from arrowmt._errors import FormatError

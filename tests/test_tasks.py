@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
@@ -108,3 +110,42 @@ def test_dask_missing_or_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'arrowmt\[dask\]'"), dask_executor("tcp://x:1"):
         pass
+
+
+KILLED_PARENT = """
+import sys, time
+from arrowmt.converters._tasks import open_runner
+with open_runner(workers=2) as runner:
+    list(runner.map(abs, range(4)))  # both workers started
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_workers_end_when_the_conversion_is_killed() -> None:
+    """A SIGKILLed conversion leaves no worker processes behind (they would wait for tasks forever)."""
+    command = [sys.executable, "-c", KILLED_PARENT]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        children = _children(proc.pid)
+        assert len(children) >= 2  # the two workers (and the resource tracker)
+        proc.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in children):
+        time.sleep(0.1)
+    alive = [pid for pid in children if os.path.exists(f"/proc/{pid}")]
+    assert alive == [], f"still running after the parent was killed: {alive}"

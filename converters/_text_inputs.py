@@ -146,7 +146,7 @@ class TextConversion:
         if not self.prefixes.get("train") and not needed <= set(self.given_dictionaries()):
             raise InvalidParameterError(
                 "trainpref: expected a training prefix (dictionaries are built from it) unless every dictionary "
-                "is given (srcdict and tgtdict; srcdict alone for a joined one), got none"
+                "is given (srcdict and tgtdict; one of them for a joined one), got none"
             )
 
     def data_options(self) -> dict[str, object]:

@@ -47,6 +47,24 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="module")
+def native_data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the real fairseq-preprocess mmap output (de-en), shared by a module's tests."""
+    dest = tmp_path_factory.mktemp("native") / "data-bin"
+    shutil.copytree(FAIRSEQ_FIXTURE / "mmap", dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def native_corpus(native_data_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``native_data_bin`` converted by ``arrowmt.convert_fairseq``."""
+    from arrowmt.converters._fairseq_folder import convert_fairseq
+
+    out = tmp_path_factory.mktemp("arrow") / "multi30k"
+    convert_fairseq(native_data_bin, out, progress=False)
+    return out
+
+
 @pytest.fixture()
 def fairseq_mmap_dir(tmp_path: Path) -> Path:
     """A private copy of the real fairseq-preprocess mmap output."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -27,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from tests.conftest import FAIRSEQ_FIXTURE, PLUGIN_DIR, TINY_TRANSFORMER, import_fairseq
+from tests.conftest import PLUGIN_DIR, TINY_TRANSFORMER, import_fairseq
 
 MAX_TOKENS = 1100  # 19 training batches per epoch: odd, so a second rank gets an empty batch
 EPOCH_UPDATES = 19
@@ -136,22 +134,7 @@ def each_side(sides: list[Side], name: str, *extra: str, **kw: Any) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A private copy of the real fairseq-preprocess mmap output (de-en)."""
-    dest = tmp_path_factory.mktemp("native") / "data-bin"
-    shutil.copytree(FAIRSEQ_FIXTURE / "mmap", dest)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def corpus(data_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("arrow") / "multi30k"
-    convert_fairseq(data_bin, out, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def sides(data_bin: Path, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Side]:
+def sides(native_data_bin: Path, native_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Side]:
     """Native fairseq and the plugin.
 
     fairseq 0.12 resumes its own checkpoints only with torch's weights-only loading off
@@ -159,13 +142,13 @@ def sides(data_bin: Path, corpus: Path, tmp_path_factory: pytest.TempPathFactory
     """
     native = Side(
         "native",
-        [str(data_bin), "--task", "translation"],
+        [str(native_data_bin), "--task", "translation"],
         {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"},
         tmp_path_factory.mktemp("native-runs"),
     )
     plugin = Side(
         "arrowmt",
-        [str(corpus), "--user-dir", str(PLUGIN_DIR), "--task", "translation_arrow"],
+        [str(native_corpus), "--user-dir", str(PLUGIN_DIR), "--task", "translation_arrow"],
         {},
         tmp_path_factory.mktemp("arrowmt-runs"),
     )

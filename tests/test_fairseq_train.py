@@ -9,7 +9,6 @@ yield the same collated batches, epoch after epoch, on every rank. Real
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -18,30 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arrowmt.converters._fairseq_folder import convert_fairseq
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.training._dataset import open_dataset
 from arrowmt.training._plan import PlanParams, load_plan
 from arrowmt.training._plan_cache import plan_key
-from tests.conftest import FAIRSEQ_FIXTURE, import_fairseq, quiet
+from tests.conftest import import_fairseq, quiet
 
 MAX_TOKENS = 1024
 Batch = tuple[list[int], list[list[int]], list[list[int]], list[list[int]]] | None
-
-
-@pytest.fixture(scope="module")
-def data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("native") / "data-bin"
-    shutil.copytree(FAIRSEQ_FIXTURE / "mmap", dest)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def corpus(data_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("arrow") / "multi30k"
-    convert_fairseq(data_bin, out, progress=False)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -120,55 +104,57 @@ ITERATOR_CASES = {
 
 @pytest.mark.parametrize("split", ["valid", "test"])  # fairseq shuffles every split but "test" before sorting
 @pytest.mark.parametrize("case", list(ITERATOR_CASES))
-def test_batches_are_native_fairseqs(plugin: ModuleType, corpus: Path, data_bin: Path, case: str, split: str) -> None:
+def test_batches_are_native_fairseqs(
+    plugin: ModuleType, native_corpus: Path, native_data_bin: Path, case: str, split: str
+) -> None:
     kw = ITERATOR_CASES[case]
-    ours = epochs_of(make_task(plugin, corpus), split, 2, **kw)
-    assert ours == epochs_of(native_task(data_bin), split, 2, **kw)
+    ours = epochs_of(make_task(plugin, native_corpus), split, 2, **kw)
+    assert ours == epochs_of(native_task(native_data_bin), split, 2, **kw)
     assert ours[0] != ours[1] and len(ours[0]) > 5
     if kw.get("shard_id") == 2:  # 26 (valid) or 25 (test) batches over 3 ranks
         assert ours[0][-1] is None and ours[1][-1] is None
 
 
-def test_rebuilt_batches_are_native_fairseqs(plugin: ModuleType, corpus: Path, data_bin: Path) -> None:
+def test_rebuilt_batches_are_native_fairseqs(plugin: ModuleType, native_corpus: Path, native_data_bin: Path) -> None:
     """``rebuild_batches``: the order (so the batches themselves) is drawn anew each epoch with seed + epoch."""
     kw = {"max_tokens": MAX_TOKENS, "seed": 1, "epoch": 1}
-    ours = epochs_of(make_task(plugin, corpus, rebuild_batches=True), "valid", 3, **kw)
-    assert ours == epochs_of(native_task(data_bin, rebuild_batches=True), "valid", 3, **kw)
-    once = epochs_of(make_task(plugin, corpus), "valid", 2, **kw)
+    ours = epochs_of(make_task(plugin, native_corpus, rebuild_batches=True), "valid", 3, **kw)
+    assert ours == epochs_of(native_task(native_data_bin, rebuild_batches=True), "valid", 3, **kw)
+    once = epochs_of(make_task(plugin, native_corpus), "valid", 2, **kw)
     assert ours[0] == once[0] and sorted(map(str, ours[1])) != sorted(map(str, once[1]))
 
 
-def test_reverse_direction_is_native_fairseqs(plugin: ModuleType, corpus: Path, data_bin: Path) -> None:
+def test_reverse_direction_is_native_fairseqs(plugin: ModuleType, native_corpus: Path, native_data_bin: Path) -> None:
     """``-s en -t de`` on the de-en folder reads what fairseq reads from the de-en data-bin."""
     kw = {"max_tokens": MAX_TOKENS, "seed": 1, "epoch": 1, "max_positions": (30, 20), "ignore_invalid_inputs": True}
-    task = make_task(plugin, corpus, source_lang="en", target_lang="de")
+    task = make_task(plugin, native_corpus, source_lang="en", target_lang="de")
     ours = epochs_of(task, "valid", 2, **kw)
-    assert ours == epochs_of(native_task(data_bin, "en", "de"), "valid", 2, **kw)
-    assert ours != epochs_of(make_task(plugin, corpus), "valid", 2, **kw)
+    assert ours == epochs_of(native_task(native_data_bin, "en", "de"), "valid", 2, **kw)
+    assert ours != epochs_of(make_task(plugin, native_corpus), "valid", 2, **kw)
 
 
-def test_task_reads_languages_and_dictionaries(plugin: ModuleType, corpus: Path) -> None:
-    task = make_task(plugin, corpus)
+def test_task_reads_languages_and_dictionaries(plugin: ModuleType, native_corpus: Path) -> None:
+    task = make_task(plugin, native_corpus)
     assert (task.cfg.source_lang, task.cfg.target_lang) == ("de", "en")
     assert (len(task.src_dict), len(task.tgt_dict)) == (18728, 10216)
-    reverse = make_task(plugin, corpus, source_lang="en", target_lang="de")
+    reverse = make_task(plugin, native_corpus, source_lang="en", target_lang="de")
     assert (len(reverse.src_dict), len(reverse.tgt_dict)) == (10216, 18728)
-    assert make_task(plugin, corpus, source_lang="en").cfg.target_lang == "de"  # one option picks the direction
-    assert make_task(plugin, corpus, target_lang="en").cfg.source_lang == "de"
+    assert make_task(plugin, native_corpus, source_lang="en").cfg.target_lang == "de"  # one option picks the direction
+    assert make_task(plugin, native_corpus, target_lang="en").cfg.source_lang == "de"
     with pytest.raises(InvalidParameterError, match="expected de/en or en/de"):
-        make_task(plugin, corpus, source_lang="fr", target_lang="en")
+        make_task(plugin, native_corpus, source_lang="fr", target_lang="en")
     with pytest.raises(InvalidParameterError, match="load_alignments"):
-        make_task(plugin, corpus, load_alignments=True)
+        make_task(plugin, native_corpus, load_alignments=True)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_dataset_gives_fairseq_samples(plugin: ModuleType, corpus: Path, reverse: bool) -> None:
+def test_dataset_gives_fairseq_samples(plugin: ModuleType, native_corpus: Path, reverse: bool) -> None:
     langs = {"source_lang": "en", "target_lang": "de"} if reverse else {}
-    task = make_task(plugin, corpus, **langs)
+    task = make_task(plugin, native_corpus, **langs)
     with quiet():
         task.load_dataset("valid")
     ds = task.dataset("valid")
-    arrow = open_dataset(corpus, "valid")
+    arrow = open_dataset(native_corpus, "valid")
     source, target = ("target", "source") if reverse else ("source", "target")
     sample = ds[7]
     assert sample["id"] == 7 and sample["source"].dtype == torch.int64 and sample["target"].dtype == torch.int64
@@ -185,23 +171,23 @@ def test_dataset_gives_fairseq_samples(plugin: ModuleType, corpus: Path, reverse
     assert ds.collater([]) == {} and ds.collater(ds.__getitems__([])) == {}
 
 
-def test_plans_are_shared_files_per_order_seed(plugin: ModuleType, corpus: Path, tmp_path: Path) -> None:
+def test_plans_are_shared_files_per_order_seed(plugin: ModuleType, native_corpus: Path, tmp_path: Path) -> None:
     """One memory-mapped plan per (order seed, direction), reused by every later iterator and task."""
     kw = {"max_tokens": MAX_TOKENS, "seed": 1}
     cache = tmp_path / "plans"
-    first = epochs_of(make_task(plugin, corpus, arrow_plan_cache_dir=str(cache)), "valid", 1, epoch=1, **kw)
+    first = epochs_of(make_task(plugin, native_corpus, arrow_plan_cache_dir=str(cache)), "valid", 1, epoch=1, **kw)
     assert len(list(cache.glob("plan-*.bin"))) == 1
-    again = epochs_of(make_task(plugin, corpus, arrow_plan_cache_dir=str(cache)), "valid", 1, epoch=1, **kw)
+    again = epochs_of(make_task(plugin, native_corpus, arrow_plan_cache_dir=str(cache)), "valid", 1, epoch=1, **kw)
     assert again == first and len(list(cache.glob("plan-*.bin"))) == 1
-    epochs_of(make_task(plugin, corpus, arrow_plan_cache_dir=str(cache)), "valid", 1, epoch=2, **kw)
-    task = make_task(plugin, corpus, arrow_plan_cache_dir=str(cache), source_lang="en", target_lang="de")
+    epochs_of(make_task(plugin, native_corpus, arrow_plan_cache_dir=str(cache)), "valid", 1, epoch=2, **kw)
+    task = make_task(plugin, native_corpus, arrow_plan_cache_dir=str(cache), source_lang="en", target_lang="de")
     epochs_of(task, "valid", 1, epoch=2, **kw)
     assert len(list(cache.glob("plan-*.bin"))) == 3
 
 
-def test_forward_plan_keys_are_unchanged(corpus: Path, tmp_path: Path) -> None:
+def test_forward_plan_keys_are_unchanged(native_corpus: Path, tmp_path: Path) -> None:
     """``PlanParams.reverse`` names only reversed plans: the sampler's plan files and state dicts keep their keys."""
-    ds = open_dataset(corpus, "valid")
+    ds = open_dataset(native_corpus, "valid")
     params = PlanParams(MAX_TOKENS, None, 1, None, None, 1, False)
     fields = asdict(params)
     del fields["reverse"]
@@ -210,9 +196,9 @@ def test_forward_plan_keys_are_unchanged(corpus: Path, tmp_path: Path) -> None:
     assert reverse.key != load_plan(ds, params, tmp_path).key
 
 
-def test_training_iterator_resumes_mid_epoch(plugin: ModuleType, corpus: Path) -> None:
-    full = epochs_of(make_task(plugin, corpus), "train", 1, max_tokens=MAX_TOKENS, seed=1, epoch=3)[0]
-    task = make_task(plugin, corpus)
+def test_training_iterator_resumes_mid_epoch(plugin: ModuleType, native_corpus: Path) -> None:
+    full = epochs_of(make_task(plugin, native_corpus), "train", 1, max_tokens=MAX_TOKENS, seed=1, epoch=3)[0]
+    task = make_task(plugin, native_corpus)
     with quiet():
         task.load_dataset("train")
         itr = task.get_batch_iterator(task.dataset("train"), max_tokens=MAX_TOKENS, seed=1, epoch=3)
@@ -220,7 +206,7 @@ def test_training_iterator_resumes_mid_epoch(plugin: ModuleType, corpus: Path) -
         head = [collated(next(epoch)) for _ in range(7)]
         state = itr.state_dict()
     assert head == full[:7] and state["iterations_in_epoch"] == 7
-    fresh = make_task(plugin, corpus)
+    fresh = make_task(plugin, native_corpus)
     with quiet():
         fresh.load_dataset("train")
         again = fresh.get_batch_iterator(fresh.dataset("train"), max_tokens=MAX_TOKENS, seed=1, epoch=state["epoch"])
@@ -229,9 +215,9 @@ def test_training_iterator_resumes_mid_epoch(plugin: ModuleType, corpus: Path) -
     assert tail == full[7:]
 
 
-def test_validation_batches_cover_each_pair_once(plugin: ModuleType, corpus: Path) -> None:
-    task = make_task(plugin, corpus)
+def test_validation_batches_cover_each_pair_once(plugin: ModuleType, native_corpus: Path) -> None:
+    task = make_task(plugin, native_corpus)
     per_shard = [epochs_of(task, "valid", 1, max_tokens=MAX_TOKENS, num_shards=2, shard_id=r)[0] for r in (0, 1)]
     assert len(per_shard[0]) == len(per_shard[1])
     ids = np.array([i for batches in per_shard for b in batches if b is not None for i in b[0]])
-    assert np.array_equal(np.sort(ids), np.arange(len(open_dataset(corpus, "valid"))))
+    assert np.array_equal(np.sort(ids), np.arange(len(open_dataset(native_corpus, "valid"))))

@@ -12,8 +12,9 @@ from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_pa
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._writer import ColumnData, write_split
+from tests.conftest import FAIRSEQ_FIXTURE
 
-FAIRSEQ_MMAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
+FAIRSEQ_MMAP = FAIRSEQ_FIXTURE / "mmap"
 PAIR = "de-en"
 NUM_SPECIALS = 4
 SYNTHETIC_VOCAB = 8

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +92,38 @@ def import_fairseq():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return pytest.importorskip("fairseq")
+
+
+PREPROCESS = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from fairseq import options
+from fairseq_cli.preprocess import main
+for argv in json.load(sys.stdin):
+    main(options.get_preprocessing_parser().parse_args(argv))
+"""
+
+
+def fairseq_preprocess(*runs: list[str]) -> None:
+    """Run the real ``fairseq-preprocess`` once per argument list, all in one fresh process (one fairseq import)."""
+    import_fairseq()
+    command = [sys.executable, "-c", PREPROCESS]
+    done = subprocess.run(command, input=json.dumps(runs), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def gz_lines(path: Path) -> list[str]:
+    """The lines of a gzip text file (Multi30k), without their newlines."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return handle.read().split("\n")[:-1]
+
+
+def text_options(**kw: object) -> Any:
+    """A de-en ``TextConversion`` of Multi30k val (train) and test_2016_flickr (test) unless ``prefixes`` says."""
+    from arrowmt.converters._text_inputs import TextConversion
+
+    prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")})
+    return TextConversion(src_lang="de", tgt_lang="en", prefixes=prefixes, **kw)  # type: ignore[arg-type]
 
 
 def fairseq_rows(prefix: Path, impl: str) -> list:

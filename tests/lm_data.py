@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +13,7 @@ from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._writer import ColumnData
 from tests.builders import FAIRSEQ_MMAP, NUM_SPECIALS, write_columns
-from tests.conftest import MULTI30K
+from tests.conftest import MULTI30K, fairseq_preprocess
 
 DOCUMENT_EVERY = (9, 31)  # an empty line (a document break) after every 9th and every 31st sentence
 
@@ -48,14 +46,11 @@ def preprocess_mono(text: Path, dest: Path, with_lang: bool) -> Path:
     Without ``with_lang``: ``--trainpref train.en`` (gives ``train.bin`` + ``dict.txt``);
     with it: ``--source-lang en --trainpref train`` (gives ``train.en-None.en.bin`` + ``dict.en.txt``).
     """
-    script = Path(sys.executable).with_name("fairseq-preprocess")
     if with_lang:
         prefixes = ["--source-lang", "en", "--trainpref", str(text / "train"), "--validpref", str(text / "valid")]
     else:
         prefixes = ["--trainpref", str(text / "train.en"), "--validpref", str(text / "valid.en")]
-    command = [str(script), "--only-source", *prefixes, "--destdir", str(dest), "--workers", "1"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    fairseq_preprocess(["--only-source", *prefixes, "--destdir", str(dest), "--workers", "1"])
     return dest
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,31 +15,29 @@ from arrowmt.converters._text_inputs import TextConversion
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
-from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, fairseq_rows, import_fairseq
-
-
-def _options(**kw: object) -> TextConversion:
-    prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")})
-    return TextConversion(src_lang="de", tgt_lang="en", prefixes=prefixes, **kw)  # type: ignore[arg-type]
-
-
-def _lines(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return handle.read().split("\n")[:-1]
+from tests.conftest import (
+    FAIRSEQ_FIXTURE,
+    MULTI30K,
+    fairseq_preprocess,
+    fairseq_rows,
+    gz_lines,
+    import_fairseq,
+    text_options,
+)
 
 
 def test_ids_equal_fairseq_encoding_of_every_line(tmp_path: Path) -> None:
     import_fairseq()
     from fairseq.data import Dictionary as FairseqDictionary
 
-    convert_with_options(_options(), tmp_path / "out", progress=False)
+    convert_with_options(text_options(), tmp_path / "out", progress=False)
     for column, lang in (("source", "de"), ("target", "en")):
         ours = Dictionary.load(tmp_path / "out" / f"dict.{lang}.txt")
         theirs = FairseqDictionary.load(str(tmp_path / "out" / f"dict.{lang}.txt"))
         assert ours.symbols == theirs.symbols
         for split, name in (("train", "val"), ("test", "test_2016_flickr")):
             ds = open_dataset(tmp_path / "out", split)
-            lines = _lines(MULTI30K / f"{name}.{lang}.gz")
+            lines = gz_lines(MULTI30K / f"{name}.{lang}.gz")
             assert len(ds) == len(lines)
             for i, line in enumerate(lines):
                 expected = theirs.encode_line(line, add_if_not_exist=False, append_eos=True).numpy()
@@ -59,14 +55,14 @@ def _real_counts(path: Path) -> list[int]:
 
 
 def test_dictionary_built_from_train_only_with_threshold(tmp_path: Path) -> None:
-    convert_with_options(_options(thresholds=(2, 3)), tmp_path / "out", progress=False)
+    convert_with_options(text_options(thresholds=(2, 3)), tmp_path / "out", progress=False)
     assert len(Dictionary.load(tmp_path / "out" / "dict.de.txt")) % 8 == 0
     assert min(_real_counts(tmp_path / "out" / "dict.de.txt")) == 2
     assert min(_real_counts(tmp_path / "out" / "dict.en.txt")) == 3
 
 
 def test_existing_dictionaries_and_unknowns(tmp_path: Path) -> None:
-    opts = _options(
+    opts = text_options(
         srcdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"),
         tgtdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"),
     )
@@ -74,12 +70,12 @@ def test_existing_dictionaries_and_unknowns(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "dict.de.txt").read_bytes() == (FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt").read_bytes()
     ds = open_dataset(tmp_path / "out", "train")
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
-    first = _lines(MULTI30K / "val.de.gz")[0].split()
+    first = gz_lines(MULTI30K / "val.de.gz")[0].split()
     np.testing.assert_array_equal(ds.row("source", 0).numpy(), [de.index(w) for w in first] + [de.eos])
 
 
 def test_joined_dictionary(tmp_path: Path) -> None:
-    convert_with_options(_options(joined_dictionary=True), tmp_path / "out", progress=False)
+    convert_with_options(text_options(joined_dictionary=True), tmp_path / "out", progress=False)
     de = (tmp_path / "out" / "dict.de.txt").read_bytes()
     assert de == (tmp_path / "out" / "dict.en.txt").read_bytes()
     words = Dictionary.load(tmp_path / "out" / "dict.de.txt")
@@ -90,9 +86,9 @@ def test_comma_prefixes_become_shards_and_gz_equals_plain(tmp_path: Path) -> Non
     plain = tmp_path / "plain"
     plain.mkdir()
     for lang in ("de", "en"):
-        (plain / f"val.{lang}").write_text("\n".join(_lines(MULTI30K / f"val.{lang}.gz")) + "\n", encoding="utf-8")
+        (plain / f"val.{lang}").write_text("\n".join(gz_lines(MULTI30K / f"val.{lang}.gz")) + "\n", encoding="utf-8")
     prefixes = {"train": f"{MULTI30K / 'val'},{plain / 'val'}"}
-    manifest = convert_with_options(_options(prefixes=prefixes), tmp_path / "out", progress=False)
+    manifest = convert_with_options(text_options(prefixes=prefixes), tmp_path / "out", progress=False)
     assert manifest.shards("train") == ["train", "train1"]
     ds = open_dataset(tmp_path / "out", "train")
     assert len(ds) == 2 * 1014
@@ -101,19 +97,10 @@ def test_comma_prefixes_become_shards_and_gz_equals_plain(tmp_path: Path) -> Non
 
 
 def test_workers_give_identical_files(tmp_path: Path) -> None:
-    convert_with_options(_options(), tmp_path / "one", progress=False)
-    convert_with_options(_options(workers=2, chunk_bytes=5000), tmp_path / "two", progress=False)
+    convert_with_options(text_options(), tmp_path / "one", progress=False)
+    convert_with_options(text_options(workers=2, chunk_bytes=5000), tmp_path / "two", progress=False)
     for name in ("train.arrow", "test.arrow", "dict.de.txt", "arrowmt.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
-
-
-def _fairseq_preprocess(args: list[str]) -> None:
-    command = Path(sys.executable).parent / "fairseq-preprocess"
-    if not command.exists():
-        pytest.skip("fairseq-preprocess is not installed")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([str(command), *args], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def _assert_equals_fairseq_preprocess(ours: Path, theirs: Path, splits: dict[str, str]) -> None:
@@ -132,7 +119,7 @@ def _assert_equals_fairseq_preprocess(ours: Path, theirs: Path, splits: dict[str
 def _plain_copy(folder: Path, name: str) -> str:
     folder.mkdir(exist_ok=True)
     for lang in ("de", "en"):
-        (folder / f"{name}.{lang}").write_text("\n".join(_lines(MULTI30K / f"{name}.{lang}.gz")) + "\n", "utf-8")
+        (folder / f"{name}.{lang}").write_text("\n".join(gz_lines(MULTI30K / f"{name}.{lang}.gz")) + "\n", "utf-8")
     return str(folder / name)
 
 
@@ -140,8 +127,8 @@ def test_chunked_conversion_equals_real_fairseq_preprocess(tmp_path: Path) -> No
     """Small chunks and two workers: dictionaries and ids are exactly what fairseq-preprocess writes."""
     train, test = _plain_copy(tmp_path / "text", "val"), _plain_copy(tmp_path / "text", "test_2016_flickr")
     common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--testpref", test]
-    _fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1", "--thresholdsrc", "2"])
-    opts = _options(prefixes={"train": train, "test": test}, thresholds=(2, 0), workers=2, chunk_bytes=7000)
+    fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1", "--thresholdsrc", "2"])
+    opts = text_options(prefixes={"train": train, "test": test}, thresholds=(2, 0), workers=2, chunk_bytes=7000)
     manifest = convert_with_options(opts, tmp_path / "ours", progress=False)
     _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train", "test": "test"})
     assert manifest.provenance["options"]["thresholdsrc"] == 2  # type: ignore[index]
@@ -152,8 +139,8 @@ def test_joined_dictionary_with_srcdict_equals_real_fairseq_preprocess(tmp_path:
     train = _plain_copy(tmp_path / "text", "val")
     given = str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt")
     common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--joined-dictionary"]
-    _fairseq_preprocess([*common, "--srcdict", given, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
-    opts = _options(prefixes={"train": train}, joined_dictionary=True, srcdict=given, workers=2, chunk_bytes=7000)
+    fairseq_preprocess([*common, "--srcdict", given, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
+    opts = text_options(prefixes={"train": train}, joined_dictionary=True, srcdict=given, workers=2, chunk_bytes=7000)
     convert_with_options(opts, tmp_path / "ours", progress=False)
     assert (tmp_path / "ours" / "dict.de.txt").read_bytes() == Path(given).read_bytes()
     _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train"})
@@ -164,8 +151,8 @@ def test_joined_dictionary_with_source_limits_only_equals_real_fairseq_preproces
     train = _plain_copy(tmp_path / "text", "val")
     common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--joined-dictionary"]
     limits = ["--thresholdsrc", "2", "--nwordssrc", "900"]
-    _fairseq_preprocess([*common, *limits, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
-    opts = _options(prefixes={"train": train}, joined_dictionary=True, thresholds=(2, 0), nwords=(900, -1))
+    fairseq_preprocess([*common, *limits, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
+    opts = text_options(prefixes={"train": train}, joined_dictionary=True, thresholds=(2, 0), nwords=(900, -1))
     convert_with_options(opts, tmp_path / "ours", progress=False)
     _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train"})
 
@@ -178,9 +165,9 @@ def test_a_prefix_listed_twice_counts_twice_like_its_text_twice(tmp_path: Path) 
         (tmp_path / "text" / f"twice.{lang}").write_text(once + once, encoding="utf-8")
     twice = str(tmp_path / "text" / "twice")
     convert_with_options(
-        _options(prefixes={"train": f"{train},{train}"}, thresholds=(3, 3)), tmp_path / "a", progress=False
+        text_options(prefixes={"train": f"{train},{train}"}, thresholds=(3, 3)), tmp_path / "a", progress=False
     )
-    convert_with_options(_options(prefixes={"train": twice}, thresholds=(3, 3)), tmp_path / "b", progress=False)
+    convert_with_options(text_options(prefixes={"train": twice}, thresholds=(3, 3)), tmp_path / "b", progress=False)
     for lang in ("de", "en"):
         assert (tmp_path / "a" / f"dict.{lang}.txt").read_bytes() == (tmp_path / "b" / f"dict.{lang}.txt").read_bytes()
     assert len(open_dataset(tmp_path / "a", "train")) == len(open_dataset(tmp_path / "b", "train")) == 2 * 1014
@@ -191,10 +178,10 @@ def test_one_file_read_as_both_languages_is_encoded_with_each_dictionary(tmp_pat
     train = _plain_copy(tmp_path / "text", "val")
     (tmp_path / "text" / "val.en").unlink()
     (tmp_path / "text" / "val.en").symlink_to(tmp_path / "text" / "val.de")
-    convert_with_options(_options(prefixes={"train": train}, thresholds=(0, 3)), tmp_path / "out", progress=False)
+    convert_with_options(text_options(prefixes={"train": train}, thresholds=(0, 3)), tmp_path / "out", progress=False)
     de, en = (Dictionary.load(tmp_path / "out" / f"dict.{lang}.txt") for lang in ("de", "en"))
     assert len(en) < len(de) and min(_real_counts(tmp_path / "out" / "dict.en.txt")) == 3
-    words = _lines(MULTI30K / "val.de.gz")[0].split()
+    words = gz_lines(MULTI30K / "val.de.gz")[0].split()
     ds = open_dataset(tmp_path / "out", "train")
     assert ds.row("source", 0).tolist() == [de.index(w) for w in words] + [de.eos]
     assert ds.row("target", 0).tolist() == [en.index(w) for w in words] + [en.eos]
@@ -205,7 +192,7 @@ def spm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spm = pytest.importorskip("sentencepiece")
     folder = tmp_path_factory.mktemp("spm")
     corpus = folder / "corpus.txt"
-    corpus.write_text("\n".join(_lines(MULTI30K / "val.de.gz") + _lines(MULTI30K / "val.en.gz")), encoding="utf-8")
+    corpus.write_text("\n".join(gz_lines(MULTI30K / "val.de.gz") + gz_lines(MULTI30K / "val.en.gz")), encoding="utf-8")
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(folder / "spm"), vocab_size=300, num_threads=1, minloglevel=2
     )
@@ -214,11 +201,11 @@ def spm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_sentencepiece_model(tmp_path: Path, spm_model: Path) -> None:
     spm = pytest.importorskip("sentencepiece")
-    manifest = convert_with_options(_options(spm_model=str(spm_model)), tmp_path / "out", progress=False)
+    manifest = convert_with_options(text_options(spm_model=str(spm_model)), tmp_path / "out", progress=False)
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
     assert "▁Ein" in de.symbols and len(de) <= 320
     processor = spm.SentencePieceProcessor(model_file=str(spm_model))
-    line = _lines(MULTI30K / "val.de.gz")[0]
+    line = gz_lines(MULTI30K / "val.de.gz")[0]
     ids = [de.index(p) for p in processor.encode(line, out_type=str)] + [de.eos]
     np.testing.assert_array_equal(open_dataset(tmp_path / "out", "train").row("source", 0).numpy(), ids)
     assert manifest.provenance["sentencepiece_sha256"] == hashlib.sha256(spm_model.read_bytes()).hexdigest()
@@ -234,12 +221,12 @@ def test_sentencepiece_equals_spm_encode_then_fairseq_preprocess(tmp_path: Path,
     pieces.mkdir()
     for name in ("val", "test_2016_flickr"):
         for lang in ("de", "en"):
-            encoded = [" ".join(processor.encode_as_pieces(line)) for line in _lines(MULTI30K / f"{name}.{lang}.gz")]
+            encoded = [" ".join(processor.encode_as_pieces(line)) for line in gz_lines(MULTI30K / f"{name}.{lang}.gz")]
             (pieces / f"{name}.{lang}").write_text("\n".join(encoded) + "\n", encoding="utf-8")
     common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", str(pieces / "val")]
     common += ["--testpref", str(pieces / "test_2016_flickr"), "--joined-dictionary"]
-    _fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
-    opts = _options(spm_model=str(spm_model), joined_dictionary=True, workers=2, chunk_bytes=9000)
+    fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
+    opts = text_options(spm_model=str(spm_model), joined_dictionary=True, workers=2, chunk_bytes=9000)
     convert_with_options(opts, tmp_path / "ours", progress=False)
     _assert_equals_fairseq_preprocess(tmp_path / "ours", tmp_path / "fairseq", {"train": "train", "test": "test"})
 
@@ -247,25 +234,27 @@ def test_sentencepiece_equals_spm_encode_then_fairseq_preprocess(tmp_path: Path,
 def test_line_count_mismatch_names_both_files(tmp_path: Path) -> None:
     for lang, keep in (("de", 1014), ("en", 1000)):
         (tmp_path / f"val.{lang}").write_text(
-            "\n".join(_lines(MULTI30K / f"val.{lang}.gz")[:keep]) + "\n", encoding="utf-8"
+            "\n".join(gz_lines(MULTI30K / f"val.{lang}.gz")[:keep]) + "\n", encoding="utf-8"
         )
     with pytest.raises(InputDataError, match=r"1014 in \S*val\.de and 1000 in \S*val\.en"):
-        convert_with_options(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
+        convert_with_options(text_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
     assert not (tmp_path / "out" / "arrowmt.json").exists()
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
-    lines = _lines(MULTI30K / "val.de.gz")
+    lines = gz_lines(MULTI30K / "val.de.gz")
     data = ("\n".join(lines[:6]) + "\n").encode() + b"kaputt \xff\xfe text\n" + ("\n".join(lines[7:]) + "\n").encode()
     (tmp_path / "val.de").write_bytes(data)
     (tmp_path / "val.en.gz").write_bytes((MULTI30K / "val.en.gz").read_bytes())
     with pytest.raises(InputDataError, match=r"val\.de.*line 7"):
-        convert_with_options(_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
+        convert_with_options(text_options(prefixes={"train": str(tmp_path / "val")}), tmp_path / "out", progress=False)
 
 
 def test_missing_files_and_bad_options(tmp_path: Path) -> None:
     with pytest.raises(InputDataError, match=r"nothere\.de: text file missing"):
-        convert_with_options(_options(prefixes={"train": str(tmp_path / "nothere")}), tmp_path / "out", progress=False)
+        convert_with_options(
+            text_options(prefixes={"train": str(tmp_path / "nothere")}), tmp_path / "out", progress=False
+        )
     with pytest.raises(InvalidParameterError, match="tgt_lang"):
         TextConversion(src_lang="de", tgt_lang="de", prefixes={"train": "x"})
     with pytest.raises(InvalidParameterError, match="trainpref"):

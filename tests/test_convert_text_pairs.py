@@ -31,10 +31,9 @@ from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
 from arrowmt.training._mixture import open_mixture
-from tests.conftest import MULTI30K, fairseq_rows, import_fairseq
+from tests.conftest import MULTI30K, fairseq_preprocess, fairseq_rows, import_fairseq
 from tests.test_fairseq_multi import (
     LANGTOKS,
-    PREPROCESS,
     SAMPLING,
     assert_same_batches,
     epoch_batches,
@@ -98,10 +97,7 @@ def native(text: Path) -> Path:
             f"--source-lang {src} --target-lang {tgt} --trainpref {train} --validpref {text / 'valid'} "
             f"--srcdict {root / 'dict.txt'} --tgtdict {root / 'dict.txt'} --destdir {root / 'bin'} --workers 1"
         )
-    done = subprocess.run(
-        [sys.executable, "-c", PREPROCESS], input="\n".join(runs), capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    fairseq_preprocess(*(run.split() for run in runs))
     return root
 
 

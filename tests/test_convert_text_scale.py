@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import subprocess
@@ -18,32 +17,21 @@ from arrowmt.converters._parallel_text import (
     parse_byte_size,
     unknown_lines,
 )
-from arrowmt.converters._text_inputs import TextConversion
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
-from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, ROOT, import_fairseq
+from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, ROOT, gz_lines, import_fairseq, text_options
 
 DATA_FILES = ("train.arrow", "test.arrow", "dict.de.txt", "dict.en.txt", "arrowmt.json")
-
-
-def _options(**kw: object) -> TextConversion:
-    prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")})
-    return TextConversion(src_lang="de", tgt_lang="en", prefixes=prefixes, **kw)  # type: ignore[arg-type]
-
-
-def _lines(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return handle.read().split("\n")[:-1]
 
 
 def _plain(folder: Path, name: str, lines: dict[str, list[str]] | None = None) -> str:
     """Plain-text copies of Multi30k ``name`` (or of ``lines``) in ``folder``; returns the prefix."""
     folder.mkdir(parents=True, exist_ok=True)
     for lang in ("de", "en"):
-        text = lines[lang] if lines else _lines(MULTI30K / f"{name}.{lang}.gz")
+        text = lines[lang] if lines else gz_lines(MULTI30K / f"{name}.{lang}.gz")
         (folder / f"{name}.{lang}").write_text("\n".join(text) + "\n", encoding="utf-8")
     return str(folder / name)
 
@@ -57,7 +45,7 @@ def _same_files(a: Path, b: Path, names: tuple[str, ...] = DATA_FILES) -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One worker, one chunk per file."""
     out = tmp_path_factory.mktemp("reference") / "out"
-    convert_with_options(_options(), out, progress=False)
+    convert_with_options(text_options(), out, progress=False)
     return out
 
 
@@ -71,7 +59,7 @@ def test_byte_identical_whatever_workers_chunks_and_compression(
     prefixes = None
     if plain:
         prefixes = {"train": _plain(tmp_path / "text", "val"), "test": _plain(tmp_path / "text", "test_2016_flickr")}
-    opts = _options(workers=workers, chunk_bytes=chunk_bytes, **({"prefixes": prefixes} if prefixes else {}))
+    opts = text_options(workers=workers, chunk_bytes=chunk_bytes, **({"prefixes": prefixes} if prefixes else {}))
     manifest = convert_with_options(opts, tmp_path / "out", progress=False)
     _same_files(reference, tmp_path / "out", DATA_FILES[:-1])
     assert manifest.files == Manifest.load(reference).files
@@ -79,17 +67,17 @@ def test_byte_identical_whatever_workers_chunks_and_compression(
 
 
 def test_one_line_per_chunk(tmp_path: Path) -> None:
-    lines = {lang: [*_lines(MULTI30K / f"val.{lang}.gz")[:120], "", "  x  "] for lang in ("de", "en")}
+    lines = {lang: [*gz_lines(MULTI30K / f"val.{lang}.gz")[:120], "", "  x  "] for lang in ("de", "en")}
     prefix = _plain(tmp_path / "text", "small", lines)
-    convert_with_options(_options(prefixes={"train": prefix}), tmp_path / "one", progress=False)
+    convert_with_options(text_options(prefixes={"train": prefix}), tmp_path / "one", progress=False)
     convert_with_options(
-        _options(prefixes={"train": prefix}, chunk_bytes=1, workers=2), tmp_path / "each", progress=False
+        text_options(prefixes={"train": prefix}, chunk_bytes=1, workers=2), tmp_path / "each", progress=False
     )
     _same_files(tmp_path / "one", tmp_path / "each", ("train.arrow", "dict.de.txt", "dict.en.txt", "arrowmt.json"))
 
 
 def test_shards_of_chosen_rows_join_to_the_split(tmp_path: Path, reference: Path) -> None:
-    manifest = convert_with_options(_options(shard_rows=300), tmp_path / "out", progress=False)
+    manifest = convert_with_options(text_options(shard_rows=300), tmp_path / "out", progress=False)
     assert manifest.shards("train") == ["train", "train1", "train2", "train3"]
     assert [manifest.files[n].rows for n in manifest.shards("train")] == [300, 300, 300, 114]
     assert manifest.shards("test") == ["test", "test1", "test2", "test3"]
@@ -101,7 +89,7 @@ def test_shards_of_chosen_rows_join_to_the_split(tmp_path: Path, reference: Path
             np.testing.assert_array_equal(sharded.row(column, i).numpy(), whole.row(column, i).numpy())
     assert manifest.provenance["options"]["shard_rows"] == 300  # type: ignore[index]
     again = convert_with_options(
-        _options(shard_rows=300, workers=2, chunk_bytes=4000), tmp_path / "two", progress=False
+        text_options(shard_rows=300, workers=2, chunk_bytes=4000), tmp_path / "two", progress=False
     )
     _same_files(tmp_path / "out", tmp_path / "two", ("train3.arrow", "test2.arrow", "arrowmt.json"))
     assert again.files == manifest.files
@@ -109,11 +97,11 @@ def test_shards_of_chosen_rows_join_to_the_split(tmp_path: Path, reference: Path
 
 def test_shards_run_across_comma_prefixes(tmp_path: Path) -> None:
     prefixes = {"train": f"{MULTI30K / 'val'},{MULTI30K / 'test_2016_flickr'}"}
-    manifest = convert_with_options(_options(prefixes=prefixes, shard_rows=1500), tmp_path / "out", progress=False)
+    manifest = convert_with_options(text_options(prefixes=prefixes, shard_rows=1500), tmp_path / "out", progress=False)
     assert [manifest.files[n].rows for n in manifest.shards("train")] == [1500, 514]
     ds = open_dataset(tmp_path / "out", "train")
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
-    line = _lines(MULTI30K / "test_2016_flickr.de.gz")[485]  # row 1014 + 485 = 1499, the last of the first shard
+    line = gz_lines(MULTI30K / "test_2016_flickr.de.gz")[485]  # row 1014 + 485 = 1499, the last of the first shard
     np.testing.assert_array_equal(ds.row("source", 1499).numpy(), [de.index(w) for w in line.split()] + [de.eos])
 
 
@@ -124,7 +112,7 @@ def test_dask_local_cluster_equals_local_conversion(tmp_path: Path, reference: P
         distributed.Client(cluster) as client,
     ):
         workers = {w["id"] for w in client.scheduler_info()["workers"].values()}
-        opts = _options(executor=client.get_executor(), chunk_bytes=20_000)
+        opts = text_options(executor=client.get_executor(), chunk_bytes=20_000)
         manifest = convert_with_options(opts, tmp_path / "out", progress=False)
         cli = [sys.executable, "-m", "arrowmt._cli", "convert", "text", str(tmp_path / "cli"), "--quiet"]
         cli += ["--src-lang", "de", "--tgt-lang", "en", "--trainpref", str(MULTI30K / "val")]
@@ -138,7 +126,7 @@ def test_dask_local_cluster_equals_local_conversion(tmp_path: Path, reference: P
 
 
 def test_worker_error_names_file_and_line_in_a_later_chunk(tmp_path: Path) -> None:
-    lines = {lang: _lines(MULTI30K / f"val.{lang}.gz") for lang in ("de", "en")}
+    lines = {lang: gz_lines(MULTI30K / f"val.{lang}.gz") for lang in ("de", "en")}
     lines["de"][699] = "kaputt \udcff"  # an invalid byte (0xff) on line 700
     folder = tmp_path / "text"
     folder.mkdir()
@@ -146,7 +134,7 @@ def test_worker_error_names_file_and_line_in_a_later_chunk(tmp_path: Path) -> No
         (folder / f"val.{lang}").write_bytes(("\n".join(lines[lang]) + "\n").encode("utf-8", "surrogateescape"))
     prefixes = {"train": str(folder / "val")}
     with pytest.raises(InputDataError, match=r"val\.de:700: expected UTF-8 text, got invalid byte 0xff") as info:
-        convert_with_options(_options(prefixes=prefixes, workers=2, chunk_bytes=3000), tmp_path / "out")
+        convert_with_options(text_options(prefixes=prefixes, workers=2, chunk_bytes=3000), tmp_path / "out")
     offset = len(("\n".join(lines["de"][:699]) + "\n").encode()) + len("kaputt ")
     assert f"at byte offset {offset} (byte 8 of line 700)" in str(info.value)
     assert not (tmp_path / "out").exists()  # no partial output
@@ -158,7 +146,7 @@ def test_failure_keeps_the_previous_dataset(tmp_path: Path, reference: Path) -> 
     bad = tmp_path / "bad"
     _plain(bad, "val", {"de": ["eins", "zwei"], "en": ["one"]})
     with pytest.raises(InputDataError, match="expected the same number of lines"):
-        convert_with_options(_options(prefixes={"train": str(bad / "val")}), out, overwrite=True, progress=False)
+        convert_with_options(text_options(prefixes={"train": str(bad / "val")}), out, overwrite=True, progress=False)
     _same_files(reference, out)
     assert sorted(p.name for p in out.iterdir()) == sorted(DATA_FILES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "out"]  # no staging or spill files beside it
@@ -169,11 +157,11 @@ def test_unknown_tokens_match_fairseq_replaced(tmp_path: Path) -> None:
     from fairseq.data import Dictionary as FairseqDictionary
 
     dict_de = FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"
-    opts = _options(srcdict=str(dict_de), tgtdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"), chunk_bytes=5000)
+    opts = text_options(srcdict=str(dict_de), tgtdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"), chunk_bytes=5000)
     manifest = convert_with_options(opts, tmp_path / "out", progress=False)
     theirs = FairseqDictionary.load(str(dict_de))
     replaced, tokens = 0, 0
-    for line in _lines(MULTI30K / "val.de.gz"):
+    for line in gz_lines(MULTI30K / "val.de.gz"):
         found: list[bool] = []
         ids = theirs.encode_line(line, add_if_not_exist=False, consumer=lambda _, i, found=found: found.append(i == 3))
         replaced, tokens = replaced + sum(found), tokens + len(ids)
@@ -232,7 +220,7 @@ def test_parse_byte_size_and_bad_options() -> None:
         ({"shard_rows": 0}, "shard_rows"),
     ):
         with pytest.raises(InvalidParameterError, match=name):
-            _options(**kw)
+            text_options(**kw)
 
 
 MEMORY_PROBE = """

@@ -25,7 +25,7 @@ from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._view import build_view
 from arrowmt.training._mixing import resample_counts, temperature_ratios
-from tests.conftest import MULTI30K, PLUGIN_DIR, TINY_TRANSFORMER, import_fairseq, quiet
+from tests.conftest import MULTI30K, PLUGIN_DIR, TINY_TRANSFORMER, fairseq_preprocess, import_fairseq, quiet
 
 TASK = "translation_multi_simple_epoch_arrow"
 SIZES = {"de": 1000, "fr": 500, "cs": 200}
@@ -39,14 +39,6 @@ TRAINING = [
     "--criterion", "label_smoothed_cross_entropy", "--log-format", "json", "--log-interval", "1",
     "--cpu", "--num-workers", "0", "--seed", "1",
 ]  # fmt: skip
-PREPROCESS = """
-import sys, warnings
-warnings.simplefilter("ignore")
-from fairseq import options
-from fairseq_cli.preprocess import main
-for argv in [line.split() for line in sys.stdin.read().splitlines()]:
-    main(options.get_preprocessing_parser().parse_args(argv))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +62,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             f"--source-lang {src} --target-lang en --trainpref {text}/train.{src}-en --validpref {text}/valid.{src}-en "
             f"--srcdict {root}/dict/dict.txt --tgtdict {root}/dict/dict.txt --destdir {root}/bin --workers 1"
         )
-    done = subprocess.run(
-        [sys.executable, "-c", PREPROCESS], input="\n".join(runs), capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    fairseq_preprocess(*(run.split() for run in runs))
     convert_fairseq(root / "bin", root / "arrow", progress=False)
     (root / "langs.txt").write_text("cs\nde\nen\nfr\n")
     return {"bin": root / "bin", "arrow": root / "arrow", "langs": root / "langs.txt", "root": root}

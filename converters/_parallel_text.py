@@ -19,7 +19,7 @@ import itertools
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +56,8 @@ from tqdm import tqdm
 from arrowmt._errors import InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.format._atomic import TEMP_PREFIX
-from arrowmt.format._manifest import PAIRS_KEY, Manifest
-from arrowmt.format._metadata import ColumnInfo
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._metadata import ColumnInfo, SpecialIds
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import Dictionary
@@ -200,17 +200,27 @@ def convert_with_options(
                 spilled, counts = _tokenize_all(runner, Spilled(options, prefixes), prefixes, plan, progress)
                 _check_line_counts(prefixes, spilled)
                 dicts = _dictionaries(options, given, counts)
-                names = {lang: folder.add_dictionary(lang, dicts[lang]) for lang in options.languages}
-                saved = {lang: (str(folder.path / names[lang]), dicts[lang].sha256()) for lang in options.languages}
+                infos = {lang: _column_info(folder, lang, dicts[lang]) for lang in options.languages}
+                saved = {lang: (str(folder.path / i.dictionary), i.dictionary_sha256) for lang, i in infos.items()}
                 _encode_all(runner, spilled, saved, plan.spills, progress)
-                tasks = _write_tasks(options, folder, prefixes, spilled, dicts, names)
+                specials = special_ids_of(dicts[options.languages[0]])
+                tasks = _write_tasks(options, folder, prefixes, spilled, infos, specials)
                 written = _write_all(runner, tasks, progress)
         finally:
             plan.spills.remove()
         for name in written:
             folder.record(name)
         folder.manifest.provenance = _provenance(options, spm, prefixes, spilled)
+        if options.multi:
+            folder.manifest.language_pairs = list(options.lang_pairs)
         return folder.finish()
+
+
+def _column_info(folder: OutputFolder, lang: str, dictionary: Dictionary) -> ColumnInfo:
+    """Save ``lang``'s dictionary in ``folder``; the column description of text in ``lang`` (as a source: the
+    role is set per split)."""
+    name = folder.add_dictionary(lang, dictionary)
+    return ColumnInfo(SOURCE, lang, name, dictionary.sha256(), len(dictionary), 0)
 
 
 def _dictionaries(
@@ -421,22 +431,20 @@ def _write_tasks(
     folder: OutputFolder,
     prefixes: list[PrefixFiles],
     spilled: Spilled,
-    dicts: dict[str, Dictionary],
-    names: dict[str, str],
+    infos: dict[str, ColumnInfo],
+    specials: SpecialIds,
 ) -> list[tuple[WriteTask, int]]:
     """One task per output file, with the on-disk bytes of text it stands for (progress)."""
-    specials = special_ids_of(dicts[options.languages[0]])
     tasks = []
     for stream in _streams(options, prefixes, spilled):
-        infos = {
-            lang: ColumnInfo(role, lang, names[lang], dicts[lang].sha256(), len(dicts[lang]), 0)
-            for role, lang in zip((SOURCE, TARGET), stream.langs, strict=True)
+        columns_of = {
+            lang: replace(infos[lang], role=role) for role, lang in zip((SOURCE, TARGET), stream.langs, strict=True)
         }
         rows = sum(f.rows for f in stream.files[stream.langs[0]])
         for name, start, stop in _file_ranges(stream, rows, options.shard_rows):
             columns = {
-                infos[lang].role: ColumnPlan(
-                    infos[lang],
+                columns_of[lang].role: ColumnPlan(
+                    columns_of[lang],
                     ",".join(str(f.path) for f in stream.files[lang]),
                     _slices(stream.files[lang], start, stop),
                 )
@@ -475,14 +483,13 @@ def _provenance(
     prefixes: list[PrefixFiles],
     spilled: Spilled,
 ) -> dict[str, object]:
-    """How the corpus was made: converter, version, options, inputs, sentencepiece model, unknown tokens
-    (and with several pairs, the pairs, as the multilingual data-bin conversion records them)."""
+    """How the corpus was made: converter, version, options, inputs, sentencepiece model, unknown tokens."""
     inputs: dict[str, list[dict[str, object]]] = {}
     for p in prefixes:
         entry: dict[str, object] = {lang: str(path) for lang, path in p.files.items()}
         entry["lines"] = spilled.file(p, p.langs[0]).rows
         inputs.setdefault(p.split, []).append(entry)
-    provenance: dict[str, object] = {
+    return {
         "converter": "arrowmt.convert_text",
         "arrowmt_version": __version__,
         "options": options.data_options(),
@@ -490,9 +497,6 @@ def _provenance(
         "inputs": inputs,
         "unknown_tokens": unknown_report(prefixes, spilled),
     }
-    if options.multi:
-        provenance[PAIRS_KEY] = list(options.lang_pairs)
-    return provenance
 
 
 def unknown_report(prefixes: list[PrefixFiles], spilled: Spilled) -> dict[str, dict[str, dict[str, object]]]:

@@ -13,7 +13,8 @@ from arrowmt.converters._output import OutputFolder
 
 from arrowmt._errors import FormatError, InvalidParameterError
 
-SHARD = re.compile(r"(?P<base>.*?)(?P<k>[1-9][0-9]*)")
+SHARD_NUMBER = "[1-9][0-9]*"  # after a split's name in its shards' names: train1, train2, ... (fairseq's)
+SHARD = re.compile(rf"(?P<base>.*?)(?P<k>{SHARD_NUMBER})")
 
 
 def split_lang_pairs(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -90,7 +91,7 @@ def arrow_split_names(splits: list[str], src: str, tgt: str) -> dict[str, str]:
 
 def fairseq_split_name(name: str, src: str | None, tgt: str | None) -> str:
     """The inverse of :func:`arrow_split_names`: ``train.de-en`` -> ``train``, ``train.de-en1`` -> ``train1``."""
-    m = re.fullmatch(rf"(?P<base>.+)\.{re.escape(f'{src}-{tgt}')}(?P<k>[1-9][0-9]*)?", name)
+    m = re.fullmatch(rf"(?P<base>.+)\.{re.escape(f'{src}-{tgt}')}(?P<k>{SHARD_NUMBER})?", name)
     if m is None:
         raise FormatError(
             f"split {name!r}: expected a name like 'train.{src}-{tgt}' or its shard 'train.{src}-{tgt}1' "

@@ -30,7 +30,7 @@ from arrowmt.converters._output import OutputFolder, column, special_ids_of
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
-from arrowmt.format._manifest import Manifest
+from arrowmt.format._manifest import Manifest, file_kind
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import IPC_FILE_MAGIC
 from arrowmt.format._schema import SOURCE, TARGET, TOKENS
@@ -134,7 +134,8 @@ def read_table_file(path: str | os.PathLike[str]) -> pa.Table:
     """A Parquet file, or an Arrow IPC file or stream (memory-mapped, fully validated), as a table."""
     path = Path(path)
     if path.exists() and not path.is_file():  # a FIFO or device would block or never end
-        raise InputDataError(f"{path}: expected a regular file (Parquet or Arrow), got {_file_kind(path)}")
+        kind = file_kind(path.stat().st_mode)
+        raise InputDataError(f"{path}: expected a regular file (Parquet or Arrow), got {kind}")
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(IPC_FILE_MAGIC))
@@ -148,11 +149,6 @@ def read_table_file(path: str | os.PathLike[str]) -> pa.Table:
     except pa.ArrowException as exc:
         raise InputDataError(f"{path}: expected a Parquet file or an Arrow IPC file or stream: {exc}") from exc
     return table
-
-
-def _file_kind(path: Path) -> str:
-    kinds = ((path.is_dir, "a folder"), (path.is_fifo, "a named pipe (FIFO)"), (path.is_socket, "a socket"))
-    return next((name for test, name in kinds if test()), "a device or other special file")
 
 
 def _vocabularies(

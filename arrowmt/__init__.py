@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from arrowmt.converters._parquet_export import export_parquet
     from arrowmt.format._manifest import FileEntry, Manifest
     from arrowmt.format._metadata import SpecialIds
+    from arrowmt.format._ratio import length_ratio
     from arrowmt.format._split import Split, open_split
     from arrowmt.format._verify import VerifyReport, verify_dataset
     from arrowmt.format._view import View, ViewReport, build_view, open_view
@@ -85,6 +86,7 @@ _LAZY = {
     "export_parquet": "arrowmt.converters._parquet_export",
     "langtok_tags": "arrowmt.training._tags",
     "language_token_ids": "arrowmt.training._tags",
+    "length_ratio": "arrowmt.format._ratio",
     "open_blocks": "arrowmt.training._block_dataset",
     "open_dataset": "arrowmt.training._dataset",
     "open_mixture": "arrowmt.training._mixture",
@@ -150,6 +152,7 @@ __all__ = [
     "export_parquet",
     "langtok_tags",
     "language_token_ids",
+    "length_ratio",
     "open_blocks",
     "open_dataset",
     "open_mixture",

@@ -47,6 +47,7 @@ from arrowmt.format._atomic import atomic_output
 from arrowmt.format._header import unpack_header
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
+from arrowmt.format._ratio import length_ratio
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
 from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._spans import Spans, take_flat
@@ -167,9 +168,7 @@ def _ratio_ok(source: Split, lengths: list[np.ndarray], ratio: float | None) -> 
         raise InvalidParameterError(
             f"max_len_ratio: expected a parallel split (two columns), got columns {list(source.columns)}"
         )
-    longer = np.maximum(lengths[0], lengths[1])
-    shorter = np.minimum(lengths[0], lengths[1])
-    return longer <= float(ratio) * shorter
+    return length_ratio(lengths[0], lengths[1]) <= float(ratio)
 
 
 # ---------------------------------------------------------------- exact duplicates

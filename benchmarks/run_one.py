@@ -73,6 +73,18 @@ def read_memory() -> dict[str, float]:
     return out
 
 
+def read_bytes() -> int:
+    """Bytes this process caused to be read from storage (``/proc/self/io`` read_bytes; -1 where absent)."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
 def rss_anon() -> float:
     with open("/proc/self/status") as f:
         for line in f:
@@ -219,7 +231,16 @@ class ArrowMT(Pipeline):
         from arrowmt.training._sampler import TokenBatchSampler
 
         self.ds = open_dataset(data / "arrowmt")
-        self.sampler = TokenBatchSampler(self.ds, max_tokens=args.max_tokens, seed=args.seed)
+        if args.access:
+            self.ds.advise(args.access)
+        self.sampler = TokenBatchSampler(
+            self.ds,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            num_replicas=args.world,
+            rank=args.rank,
+            prefetch=args.prefetch,
+        )
         self.collater = FairseqCollater(self.ds.special_ids)
         self.num_batches = len(self.sampler)
         self.loader = DataLoader(self.ds, batch_sampler=self.sampler, collate_fn=self.collater, num_workers=0)
@@ -258,12 +279,12 @@ class Fairseq(Pipeline):
             collate_fn=ds.collater,
             batch_sampler=batches,
             seed=args.seed,
-            num_shards=1,
-            shard_id=0,
+            num_shards=args.world,
+            shard_id=args.rank,
             num_workers=0,
             epoch=1,
         )
-        self.num_batches = len(batches)
+        self.num_batches = -(-len(batches) // args.world)
 
     def epoch(self, epoch: int):  # noqa: ANN201
         assert epoch == self.itr.next_epoch_idx
@@ -287,15 +308,16 @@ class HFPlan(Pipeline):
         sizes = num_tokens[order]
         bounds = greedy_token_batches(sizes, args.max_tokens)
         self.order, self.bounds = order, bounds
-        self.num_batches = bounds.shape[0] - 1
+        self.world, self.rank = args.world, args.rank
+        self.num_batches = -(-(bounds.shape[0] - 1) // args.world)
         self.seed = args.seed
         del src, tgt, num_tokens, perm, sizes
 
     def batches(self, epoch: int):  # noqa: ANN201
         import numpy as np
 
-        perm = np.random.RandomState(self.seed + epoch).permutation(self.num_batches)
-        for b in perm:
+        perm = np.random.RandomState(self.seed + epoch).permutation(self.bounds.shape[0] - 1)
+        for b in perm[self.rank :: self.world]:  # this rank's share, as a distributed sampler deals them
             yield self.order[self.bounds[b] : self.bounds[b + 1]]
 
 
@@ -417,6 +439,7 @@ def run(args: argparse.Namespace) -> dict:
         result["plan_cache_removed"] = clear_plan_cache(data)
     base = read_memory()
 
+    io0 = read_bytes()
     t0, c0 = time.perf_counter(), time.process_time()
     with PeakSampler() as setup_peak:
         pipe = PIPELINES[args.system](data, args)
@@ -443,6 +466,7 @@ def run(args: argparse.Namespace) -> dict:
     first_batch = float("nan")
     peak_anon = after_setup["RssAnon"]
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    io1 = read_bytes()
     t0, c0 = time.perf_counter(), time.process_time()
     for batch in pipe.epoch(1):
         if batches == 0:
@@ -459,6 +483,7 @@ def run(args: argparse.Namespace) -> dict:
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - c0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    io2 = read_bytes()
     after = read_memory()
     peak_anon = max(peak_anon, after["RssAnon"])
 
@@ -475,6 +500,13 @@ def run(args: argparse.Namespace) -> dict:
         epoch_sys_s=ru1.ru_stime - ru0.ru_stime,
         epoch_minor_faults=ru1.ru_minflt - ru0.ru_minflt,
         epoch_major_faults=ru1.ru_majflt - ru0.ru_majflt,
+        read_bytes_setup=io1 - io0,
+        read_bytes_epoch=io2 - io1,
+        read_amplification=(io2 - io1) / (4 * tokens) if tokens else float("nan"),
+        world=args.world,
+        rank=args.rank,
+        prefetch=args.prefetch if args.system.startswith("arrowmt") else None,
+        access=args.access if args.system.startswith("arrowmt") else None,
         tokens_per_s=tokens / elapsed if elapsed else float("nan"),
         tokens_per_cpu_s=tokens / cpu if cpu else float("nan"),
         batches_per_s=batches / elapsed if elapsed else float("nan"),
@@ -505,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batches", type=int, default=0, help="stop after this many batches (0: full epoch)")
     p.add_argument("--cpu", type=int, default=0, help="pin to this core (-1: no pinning)")
     p.add_argument("--json", type=Path, help="also write the result here")
+    p.add_argument("--world", type=int, default=1, help="ranks in the (simulated) world: this process is one")
+    p.add_argument("--rank", type=int, default=0, help="which rank of --world this process is")
+    p.add_argument("--prefetch", type=int, default=8, help="arrowmt: batches read ahead (0: off)")
+    p.add_argument(
+        "--access", choices=("random", "sequential", "normal"), help="arrowmt: access advice (default: the library's)"
+    )
     args = p.parse_args(argv)
     if args.cpu >= 0:
         os.sched_setaffinity(0, {args.cpu})

@@ -27,7 +27,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._metadata import SplitMetadata
+from arrowmt.format._manifest import DICTIONARY_SUFFIX, plain_name_error
+from arrowmt.format._metadata import ColumnInfo, SplitMetadata
+from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, advise, check_access, will_need
 from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
 
 IPC_FILE_MAGIC = b"ARROW1"
@@ -92,14 +94,21 @@ class FileStamp:
 
 
 class SplitFile:
-    """One split file, memory-mapped and validated; picklable by path."""
+    """One split file, memory-mapped and validated; picklable by path.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    ``access`` is the map's access advice (:mod:`arrowmt.format._readahead`): ``"random"``
+    (the default: a page fault reads just its page), ``"sequential"`` for whole-file passes,
+    or ``"normal"`` (the kernel's read-around).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], access: str = DEFAULT_ACCESS) -> None:
         self.path = Path(path)
+        self.access = check_access(access)
         self._open()
 
     def _open(self) -> None:
         self.identity, self._map = _map_file(self.path)
+        advise(self._map, self.access)
         self.stamp = FileStamp(self.identity.size, self.identity.mtime_ns)
         self.words = np.frombuffer(self._map, dtype=np.int32, count=len(self._map) // 4)
         schema, batches = _read_stream(self.path, self._map)
@@ -115,10 +124,11 @@ class SplitFile:
         }
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "stamp": self.stamp}
+        return {"path": self.path, "stamp": self.stamp, "access": self.access}
 
     def __setstate__(self, state: dict) -> None:
         self.path = state["path"]
+        self.access = state.get("access", DEFAULT_ACCESS)
         self._open()
         if self.stamp != state["stamp"]:
             raise FormatError(
@@ -140,6 +150,31 @@ class SplitFile:
             raise FormatError(
                 f"{self.path}: file changed under the live memory map ({self.stamp.change_to(now)}); reopen the dataset"
             )
+
+    def advise(self, access: str) -> None:
+        """Change the map's access advice (see the class); later reopenings (pickles) keep it."""
+        self.access = check_access(access)
+        advise(self._map, self.access)
+
+    def word_ranges(self, column: str, rows: np.ndarray, values: bool) -> WordRanges:
+        """Where ``rows`` of ``column`` lie in the map, for read-ahead (rows are bounds-checked).
+
+        ``values=False``: each row's two offsets, found without reading the file;
+        ``values=True``: each row's tokens (reads the offsets, as a gather does).
+        """
+        if values:
+            starts, lengths = self.spans(column, rows)
+        else:
+            rows = np.asarray(rows, dtype=np.int64)
+            check_indices(rows, len(self), str(self.path))
+            batch, local = np.divmod(rows, self.rows_per_batch)
+            starts = self.layouts[column].offsets_pos[batch] + local
+            lengths = np.full(starts.shape, 2, dtype=np.int64)
+        return self.ranges(starts, lengths)
+
+    def ranges(self, starts: np.ndarray, lengths: np.ndarray) -> WordRanges:
+        """The word ranges ``[starts[i], starts[i] + lengths[i])`` of this file's map, for read-ahead."""
+        return WordRanges(self._map, self.words.ctypes.data, starts, lengths)
 
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
@@ -169,6 +204,7 @@ class SplitFile:
         if rows is not None:
             return self.spans(column, rows)[1].astype(dtype, copy=False)
         out = np.empty(len(self), dtype=dtype)
+        self.will_need_offsets(column)
         for batch in self.batch_offsets(column):
             counts = self.batch_lengths(column, batch)
             out[batch.first_row : batch.first_row + counts.shape[0]] = counts
@@ -199,6 +235,12 @@ class SplitFile:
                 f"{self.path}: record batch {batch.batch} ({column}): offsets are invalid; the file is corrupt"
             )
         return counts
+
+    def will_need_offsets(self, column: str) -> None:
+        """Start reading every offset of ``column`` (one read-ahead per record batch) before a pass over them."""
+        layout, rpb = self.layouts[column], self.rows_per_batch
+        counts = np.minimum(rpb, len(self) - np.arange(layout.offsets_pos.shape[0]) * rpb)
+        will_need([self.ranges(layout.offsets_pos, counts + 1)])
 
     def batch_offsets(self, column: str) -> Iterator[BatchOffsets]:
         """Each record batch of ``column``: its rows' offsets (an unchecked view) and where its values are."""
@@ -333,6 +375,15 @@ def _check_metadata_values(path: Path, meta: SplitMetadata) -> None:
                 raise FormatError(
                     f"{path}: metadata 'columns.{name}.{key}': expected a string, got {getattr(info, key)!r}"
                 )
+        _check_names(path, name, info)
+
+
+def _check_names(path: Path, name: str, info: ColumnInfo) -> None:
+    """A column's language and dictionary become parts of file names (exports): plain names only."""
+    names = (("lang", info.lang, ""), ("dictionary", info.dictionary, DICTIONARY_SUFFIX))
+    for key, value, suffix in names:
+        if (value is not None or key != "lang") and (error := plain_name_error(value, suffix)):
+            raise FormatError(f"{path}: metadata 'columns.{name}.{key}': {error}")
 
 
 def _expect_int(path: Path, key: str, value: object, minimum: int) -> None:
@@ -431,6 +482,14 @@ def _word_position(
             f"{where}: {what} buffer holds {buf.size} bytes, expected {(first + count) * 4} inside the file"
         )
     return pos
+
+
+def row_numbers(indices: object, where: str) -> np.ndarray:
+    """``indices`` as an int64 array; IndexError naming ``where`` for values that are not int64 row numbers."""
+    try:
+        return np.asarray(indices, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise IndexError(f"{where}: expected int64 row numbers, got {str(indices)[:80]} ({exc})") from None
 
 
 def check_indices(indices: np.ndarray, n: int, where: str) -> None:

@@ -9,11 +9,15 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._dictionaries import check_split_dictionaries, load_column_dictionary
+from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
-from arrowmt.format._reader import SplitFile, check_indices
+from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, check_access
+from arrowmt.format._reader import SplitFile, check_indices, row_numbers
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans
+from arrowmt.format._vocab import Dictionary
 
 
 class Split:
@@ -24,17 +28,30 @@ class Split:
     map themselves (and fail if the files changed meanwhile).
     """
 
-    def __init__(self, path: str | os.PathLike[str], split: str = "train", manifest: Manifest | None = None) -> None:
-        """``manifest``: the folder's manifest when already loaded (opening many splits of one folder)."""
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        split: str = "train",
+        manifest: Manifest | None = None,
+        access: str = DEFAULT_ACCESS,
+    ) -> None:
+        """``manifest``: the folder's manifest when already loaded (opening many splits of one folder).
+
+        ``access``: the maps' access advice (:mod:`arrowmt.format._readahead`): ``"random"``
+        (default; training reads rows all over the files), ``"sequential"``, ``"normal"``.
+        """
         self.path = Path(path)
         self.split = split
-        self.manifest = Manifest.load(self.path) if manifest is None else manifest
-        names = self.manifest.shards(split)
-        if not names:
-            raise InvalidParameterError(
-                f"split: expected one of {self.manifest.splits()} in {self.path}, got {split!r}"
-            )
-        self.shards = [open_shard(self.path, self.manifest, name) for name in names]
+        self.access = check_access(access)
+        with reading(self.path):  # no publish into the folder while its files are opened and checked
+            self.manifest = Manifest.load(self.path) if manifest is None else manifest
+            names = self.manifest.shards(split)
+            if not names:
+                raise InvalidParameterError(
+                    f"split: expected one of {self.manifest.splits()} in {self.path}, got {split!r}"
+                )
+            self.shards = [open_shard(self.path, self.manifest, name, self.access) for name in names]
+            check_split_dictionaries(self.path, self.shards)
         self.shard_names = names
         sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.cumulative = np.concatenate([[0], np.cumsum(sizes)])
@@ -51,10 +68,10 @@ class Split:
                 )
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "split": self.split, "stamps": [s.stamp for s in self.shards]}
+        return {"path": self.path, "split": self.split, "stamps": [s.stamp for s in self.shards], "access": self.access}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], state["split"])
+        self.__init__(state["path"], state["split"], access=state.get("access", DEFAULT_ACCESS))
         now = [s.stamp for s in self.shards]
         if now != state["stamps"]:
             raise FormatError(f"{self.path}: split {self.split!r} files changed since the dataset was opened")
@@ -76,8 +93,9 @@ class Split:
 
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shard number and row-within-shard of each global index."""
-        indices = np.asarray(indices, dtype=np.int64)
-        check_indices(indices, len(self), f"{self.path} split {self.split!r}")
+        where = f"{self.path} split {self.split!r}"
+        indices = row_numbers(indices, where)
+        check_indices(indices, len(self), where)
         if len(self.shards) == 1:
             return np.zeros(indices.shape, dtype=np.int64), indices
         shard = np.searchsorted(self.cumulative, indices, side="right") - 1
@@ -151,6 +169,30 @@ class Split:
         grouped = Spans.concat_compact(parts)
         return grouped.select(np.argsort(order, kind="stable"))
 
+    def advise(self, access: str) -> None:
+        """Change every shard map's access advice (see :meth:`SplitFile.advise`)."""
+        self.access = check_access(access)
+        for shard in self.shards:
+            shard.advise(access)
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where rows ``indices`` lie in the shard maps, every column (see :meth:`SplitFile.word_ranges`)."""
+        shard, local = self.locate(indices)
+        if len(self.shards) == 1:
+            return [self.shards[0].word_ranges(c, local, values) for c in self.columns]
+        out = []
+        for k in np.unique(shard).tolist():
+            rows = local[shard == k]
+            out.extend(self.shards[k].word_ranges(c, rows, values) for c in self.columns)
+        return out
+
+    def dictionary(self, column: str) -> Dictionary:
+        """The dictionary ``column``'s ids index, loaded from the folder and checked against the hash every
+        shard recorded (VocabularyError if the file is not the one the split was encoded with)."""
+        if column not in self.columns:
+            raise InvalidParameterError(f"column: expected one of {list(self.columns)}, got {column!r}")
+        return load_column_dictionary(self.path / self.metadata.columns[column].dictionary, self.shards, column)
+
     def fingerprint(self) -> str:
         """Stable identity of this split's content (from the manifest's checksums)."""
         digest = hashlib.sha256()
@@ -164,10 +206,10 @@ class Split:
             shard.check_unchanged()
 
 
-def open_shard(folder: Path, manifest: Manifest, name: str) -> SplitFile:
+def open_shard(folder: Path, manifest: Manifest, name: str, access: str = DEFAULT_ACCESS) -> SplitFile:
     """The split file ``name`` listed in ``manifest``, refused unless its size and rows are the manifest's."""
     entry = manifest.files[name]
-    shard = SplitFile(split_path(folder, name))
+    shard = SplitFile(split_path(folder, name), access)
     if shard.stamp.size != entry.size or len(shard) != entry.rows:
         raise FormatError(
             f"{shard.path}: expected {entry.size} bytes and {entry.rows} rows as recorded in the "

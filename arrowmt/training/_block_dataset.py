@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._metadata import SpecialIds
+from arrowmt.format._readahead import WordRanges
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans
 from arrowmt.format._split import Split
@@ -146,6 +147,21 @@ class BlockDataset(Dataset):
         offsets = self.table.offsets(ids).astype(np.int64)
         tokens = self.stream.spans(starts, ends)
         return GatheredBlocks(ids, tokens, self._heads(starts, offsets), offsets, self.stream, starts, ends)
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where the blocks ``indices`` lie in the corpus maps, for read-ahead.
+
+        A block's tokens are found without reading the file (the block table and the
+        stream's pieces give them), so only ``values=True`` names ranges, except in
+        break mode ``eos``, where a block is a row (see :meth:`Split.word_ranges`).
+        """
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if self.break_mode == "eos":
+            return self.split.word_ranges(ids, values)
+        if not values:
+            return []
+        starts, ends = self.table.bounds(ids)
+        return self.stream.word_ranges(np.maximum(starts - HEADS, 0), ends)
 
     def _heads(self, starts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """fairseq's tokens before each block: the corpus's where the block starts ``offsets`` inside a row."""

@@ -7,6 +7,7 @@ import os
 from arrowmt.training._block_dataset import BlockDataset
 from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_block_plan
 from arrowmt.training._bucketing import check_seed
+from arrowmt.training._prefetch import DEFAULT_DEPTH, check_depth
 from arrowmt.training._sampler import PlanSampler
 from arrowmt.training._world import resolve_world
 
@@ -35,9 +36,11 @@ class BlockBatchSampler(PlanSampler):
         rank: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         skip_invalid_size_inputs: bool = False,
+        prefetch: int = DEFAULT_DEPTH,
     ) -> None:
         check_seed("seed", seed)
         num_replicas, rank = resolve_world(num_replicas, rank)  # before the (possibly long) plan build
+        check_depth(prefetch)
         params = BlockBatchParams(
             max_tokens,
             max_sentences,
@@ -49,4 +52,4 @@ class BlockBatchSampler(PlanSampler):
         split = dataset.split
         folder = cache_folder(split, cache_dir if cache_dir is not None else dataset.cache_dir)
         plan = load_block_plan(dataset.table, params, folder, f"{split.path} split {split.split!r}")
-        super().__init__(plan, seed, shuffle, num_replicas, rank)
+        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch)

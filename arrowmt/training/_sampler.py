@@ -43,6 +43,7 @@ from arrowmt.training._bucketing import (
     shard_length,
 )
 from arrowmt.training._plan import PlanParams, load_plan
+from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.training._world import resolve_world
 
 logger = logging.getLogger(__name__)
@@ -78,9 +79,14 @@ class PlanSampler(Sampler[list[int]]):
         shuffle: bool = True,
         num_replicas: int | None = None,
         rank: int | None = None,
+        source: RowSource | None = None,
+        prefetch: int = DEFAULT_DEPTH,
     ) -> None:
         check_seed("seed", seed)
         self.num_replicas, self.rank = resolve_world(num_replicas, rank)
+        self.prefetch = check_depth(prefetch)
+        self.source = prefetch_source(source, self.prefetch)  # what the plan's batches read (None: no read-ahead)
+        self.prefetcher: Prefetcher | None = None  # the advanced iterator's
         self.plan = plan
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
@@ -92,6 +98,10 @@ class PlanSampler(Sampler[list[int]]):
         self._chosen_epoch: int | None = None  # the last set_epoch argument
         self._pass = 0  # which __iter__ call may update batches_done
         self._order: tuple[int, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the live prefetcher (it refers to this pass's epoch order)."""
+        return {**self.__dict__, "prefetcher": None}
 
     @property
     def plan_key(self) -> str:
@@ -139,10 +149,25 @@ class PlanSampler(Sampler[list[int]]):
         if token == self._pass:
             self._resume = False
         ids = self.epoch_batch_ids()
+        ahead = self._prefetcher(ids, self.batches_done)
         for position in range(self.batches_done, ids.shape[0]):
             if token == self._pass:  # an abandoned earlier iterator must not move the state
                 self.batches_done = position + 1
+            if ahead is not None:
+                ahead.step(position)
             yield self.plan.batch(int(ids[position])).tolist()
+
+    def _prefetcher(self, ids: np.ndarray, start: int) -> Prefetcher | None:
+        """Read-ahead of this pass's batches from position ``start`` (None when off)."""
+        if self.source is None:
+            return None
+        plan = self.plan
+
+        def batch_at(q: int) -> np.ndarray | None:
+            return plan.batch(int(ids[q])) if q < ids.shape[0] else None
+
+        self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start)
+        return self.prefetcher
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank stands: restore with :meth:`load_state_dict` (any world size, same plan and seed)."""
@@ -194,7 +219,8 @@ class TokenBatchSampler(PlanSampler):
 
     The plan (fairseq's order, size filter and ``batch_by_size``) is computed once per
     (dataset content, parameters) and shared as a memory-mapped file in ``cache_dir``
-    (default ``<corpus>/.arrowmt-cache``).
+    (default ``<corpus>/.arrowmt-cache``). While a batch is used, the rows of the next
+    ``prefetch`` batches are read ahead (:mod:`arrowmt.training._prefetch`; 0 turns it off).
     """
 
     def __init__(
@@ -211,9 +237,11 @@ class TokenBatchSampler(PlanSampler):
         rank: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         skip_invalid_size_inputs: bool = False,
+        prefetch: int = DEFAULT_DEPTH,
     ) -> None:
         check_seed("seed", seed)
         num_replicas, rank = resolve_world(num_replicas, rank)  # before the (possibly long) plan build
+        check_depth(prefetch)
         params = PlanParams(
             max_tokens,
             max_sentences,
@@ -223,7 +251,8 @@ class TokenBatchSampler(PlanSampler):
             seed if shuffle else None,
             skip_invalid_size_inputs,
         )
-        super().__init__(load_plan(dataset, params, cache_dir), seed, shuffle, num_replicas, rank)
+        plan = load_plan(dataset, params, cache_dir)
+        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch)
 
 
 def _checked_state(state: dict[str, Any], current: dict[str, Any], n_batches: int) -> dict[str, int]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.format._readahead import WordRanges
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans, exclusive_cumsum, flat_positions
 from arrowmt.format._split import Split
@@ -109,6 +110,16 @@ class TokenStream:
             n = seg.length[sel]
             out[flat_positions(into[sel], n)] = self.words[k][flat_positions(source[sel], n)]
         return Spans(out, exclusive_cumsum(lengths), lengths)
+
+    def word_ranges(self, starts: np.ndarray, ends: np.ndarray) -> list[WordRanges]:
+        """Where the flat ranges ``[starts[i], ends[i])`` lie in the shard maps, for read-ahead."""
+        seg = self.segments(starts, ends)
+        where, shards = seg.words_start(self), self.shard[seg.piece]
+        out = []
+        for k in np.unique(shards).tolist():
+            sel = shards == k
+            out.append(self.split.shards[k].ranges(where[sel], seg.length[sel]))
+        return out
 
     def tokens_at(self, positions: np.ndarray) -> np.ndarray:
         """The token at each flat position in ``[0, total)`` (int32), one gather per shard."""

@@ -1,0 +1,150 @@
+"""What the kernel reads from a memory-mapped file, and when: access advice and exact read-ahead.
+
+**Access advice** (``madvise``) for a whole map:
+
+- ``"random"`` (the default for corpus maps): a page fault reads just its page. Batches
+  read short rows from all over a file; the kernel's default read-around (up to
+  ``read_ahead_kb``, 128 KiB to 8 MiB) would read 30 to 2,000 times the bytes a
+  row needs, and evict what the next batches need, as soon as the file does not fit
+  in the page cache;
+- ``"sequential"``: aggressive read-ahead, for passes over whole files (verify,
+  export, info, conversion);
+- ``"normal"``: the kernel's default.
+
+**Read-ahead** (``MADV_WILLNEED``) of exact byte ranges: :func:`will_need` asks the
+kernel to start reading the pages that hold given word ranges, merged into runs of
+adjacent pages, and returns at once; a later access finds the pages in the page cache
+(or waits only for their I/O already in flight). The advice is only a hint: a failed
+or refused read-ahead changes nothing, and a read error surfaces at the access itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from arrowmt._errors import InvalidParameterError
+
+PAGE = mmap.PAGESIZE
+WORD = 4  # bytes of an int32 token or offset
+ACCESS_MODES = ("random", "sequential", "normal")
+DEFAULT_ACCESS = "random"
+_ADVICE = {
+    "random": getattr(mmap, "MADV_RANDOM", None),
+    "sequential": getattr(mmap, "MADV_SEQUENTIAL", None),
+    "normal": getattr(mmap, "MADV_NORMAL", None),
+}
+_WILLNEED = getattr(mmap, "MADV_WILLNEED", None)
+
+
+def check_access(value: object, name: str = "access") -> str:
+    """``value`` if it is one of :data:`ACCESS_MODES`, else InvalidParameterError naming ``name``."""
+    if not isinstance(value, str) or value not in ACCESS_MODES:
+        raise InvalidParameterError(f"{name}: expected one of {list(ACCESS_MODES)}, got {value!r}")
+    return value
+
+
+def advise(mapped: mmap.mmap, access: str) -> None:
+    """Apply ``access`` advice to the whole of ``mapped`` (a no-op where the platform lacks it)."""
+    option = _ADVICE[check_access(access)]
+    if option is None or len(mapped) == 0:
+        return
+    try:
+        mapped.madvise(option)
+    except OSError:
+        pass  # advice is a hint; a kernel that refuses it reads as before
+
+
+@dataclass(frozen=True)
+class WordRanges:
+    """Word ranges ``[starts[i], starts[i] + lengths[i])`` of the int32 view of one map."""
+
+    mapped: mmap.mmap
+    address: int  # of the map's first byte in this process
+    starts: np.ndarray
+    lengths: np.ndarray
+
+
+def page_runs(first_byte: np.ndarray, end_byte: np.ndarray, page: int = PAGE) -> tuple[np.ndarray, np.ndarray]:
+    """The pages holding byte ranges ``[first_byte[i], end_byte[i])``, merged into runs of adjacent pages.
+
+    Returns (first page of each run, pages in the run), runs in increasing order.
+    Empty ranges hold no page.
+    """
+    first_byte = np.asarray(first_byte, dtype=np.int64)
+    end_byte = np.asarray(end_byte, dtype=np.int64)
+    keep = end_byte > first_byte
+    first = first_byte[keep] // page
+    last = (end_byte[keep] - 1) // page
+    if first.size == 0:
+        none = np.zeros(0, dtype=np.int64)
+        return none, none
+    order = np.argsort(first, kind="stable")
+    first, last = first[order], np.maximum.accumulate(last[order])
+    opens = np.ones(first.shape[0], dtype=bool)
+    opens[1:] = first[1:] > last[:-1] + 1  # a gap of at least one page before this range
+    begin = np.flatnonzero(opens)
+    run_last = last[np.append(begin[1:] - 1, first.shape[0] - 1)]
+    return first[begin], run_last - first[begin] + 1
+
+
+def word_page_runs(ranges: WordRanges) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`page_runs` of word ranges, clipped to the map."""
+    first = np.asarray(ranges.starts, dtype=np.int64) * WORD
+    end = np.minimum(first + np.asarray(ranges.lengths, dtype=np.int64) * WORD, len(ranges.mapped))
+    return page_runs(first, end)
+
+
+def will_need(ranges: Iterable[WordRanges]) -> int:
+    """Start reading the pages of every range (``MADV_WILLNEED``), without waiting; returns the pages asked for."""
+    asked = 0
+    if _WILLNEED is None:
+        return asked
+    for part in ranges:
+        first, count = word_page_runs(part)
+        size = len(part.mapped)
+        for page, pages in zip((first * PAGE).tolist(), (count * PAGE).tolist(), strict=True):
+            if page >= size:
+                continue
+            try:
+                part.mapped.madvise(_WILLNEED, page, pages)
+            except OSError:
+                return asked  # a hint the kernel refuses: the accesses read on demand
+        asked += int(count.sum())
+    return asked
+
+
+_LIBC = None
+
+
+def _mincore() -> ctypes._CFuncPtr | None:
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+            _LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+            _LIBC.mincore.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            _LIBC = False
+    return _LIBC.mincore if _LIBC else None
+
+
+def resident_pages(ranges: WordRanges, pages: np.ndarray) -> int | None:
+    """How many of ``pages`` (page numbers of the map of ``ranges``) are in the page cache; None where unknown."""
+    mincore = _mincore()
+    if mincore is None:
+        return None
+    flag = ctypes.c_ubyte()
+    found = 0
+    limit = len(ranges.mapped)
+    for page in np.asarray(pages, dtype=np.int64).tolist():
+        if page * PAGE >= limit:
+            continue
+        if mincore(ranges.address + page * PAGE, PAGE, ctypes.byref(flag)) != 0:
+            return None
+        found += flag.value & 1
+    return found

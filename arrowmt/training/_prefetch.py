@@ -1,0 +1,117 @@
+"""Plan-driven read-ahead: as batch ``p`` of an epoch is handed out, the pages of the next batches are asked for.
+
+A sampler knows every batch of the epoch before it is used. :class:`Prefetcher` turns that
+into I/O: at each position ``p`` it asks the kernel (``MADV_WILLNEED``, see
+:mod:`arrowmt.format._readahead`) for the exact pages of
+
+- the tokens of batches ``p .. p + depth`` (reading their offsets, as a gather does), and
+- the offsets of batches ``p + depth + 1 .. p + 2 * depth`` (found without reading),
+
+so that the offsets are in memory when the tokens are located, and the tokens when the
+collater gathers them. A request returns at once; the rows arrive while the earlier
+batches are used, and the disk serves many rows of a batch at once instead of one page
+fault after another.
+
+When the corpus is in the page cache the requests are wasted work, so the prefetcher
+samples whether a batch's pages are already resident (``mincore``, a few pages): after
+two resident batches in a row it skips 4, then 8, ... up to :data:`MAX_SKIP` batches
+between samples, and goes back to asking for every batch at the first miss. Read-ahead is
+only a hint: it never changes a batch, and a read error surfaces at the read itself.
+
+Torch-free; the samplers own one each (``prefetch=`` the depth, 0 to turn it off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from arrowmt._checks import check_integer
+from arrowmt.format._readahead import WordRanges, resident_pages, will_need, word_page_runs
+
+DEFAULT_DEPTH = 8
+MAX_DEPTH = 1024
+MAX_SKIP = 64
+SAMPLE_PAGES = 16
+
+
+class RowSource(Protocol):
+    """What a prefetcher reads ahead from: where rows (or blocks) lie in memory-mapped files."""
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]: ...
+
+
+BatchAt = Callable[[int], "np.ndarray | None"]  # the row ids of the batch at an epoch position, None past the end
+
+
+def check_depth(value: object) -> int:
+    """``prefetch``: how many batches ahead to read (0: off)."""
+    return check_integer("prefetch", value, 0, MAX_DEPTH)
+
+
+def prefetch_source(dataset: object, depth: int) -> RowSource | None:
+    """``dataset`` if read-ahead applies to it (depth > 0 and it can name its rows' ranges), else None."""
+    return dataset if depth and callable(getattr(dataset, "word_ranges", None)) else None  # type: ignore[return-value]
+
+
+class Prefetcher:
+    """Read-ahead for one pass over an epoch's batches (see the module); ``step(p)`` as batch ``p`` is handed out."""
+
+    def __init__(self, source: RowSource, depth: int, batch_at: BatchAt, start: int = 0) -> None:
+        self.source = source
+        self.depth = check_depth(depth)
+        self.batch_at = batch_at
+        self.values_done = start - 1  # the last position whose tokens were asked for (or skipped)
+        self.offsets_done = start - 1  # the last position whose offsets were asked for (or skipped)
+        self.streak = 0  # batches found resident in a row
+        self.pages = 0  # pages asked for so far
+        self.sampled = 0  # batches whose residency was sampled
+
+    def step(self, position: int) -> None:
+        """Batch ``position`` is being handed out: ask for what the next batches need."""
+        while self.values_done < position + self.depth:
+            q = self.values_done + 1
+            rows = self.batch_at(q)
+            if rows is None:
+                self.values_done = self.offsets_done = q + 2 * self.depth  # past the end: nothing more to ask
+                return
+            self._values(q, rows)
+        for q in range(max(self.offsets_done + 1, position + self.depth + 1), position + 2 * self.depth + 1):
+            rows = self.batch_at(q)
+            if rows is None:
+                break
+            self.pages += will_need(self.source.word_ranges(rows, False))
+        self.offsets_done = max(self.offsets_done, position + 2 * self.depth)
+
+    def _values(self, q: int, rows: np.ndarray) -> None:
+        ranges = self.source.word_ranges(rows, True)
+        if self._resident(ranges):
+            self.streak += 1
+            if self.streak >= 2:  # in the page cache: skip ahead, sampling less and less often
+                skip = min(2**self.streak, MAX_SKIP)
+                self.values_done = q + skip
+                self.offsets_done = max(self.offsets_done, self.values_done + self.depth)
+                return
+        else:
+            self.streak = 0
+            self.pages += will_need(ranges)
+        self.values_done = q
+
+    def _resident(self, ranges: list[WordRanges]) -> bool:
+        """Whether a sample of the pages of ``ranges`` is all in the page cache (False when unknown)."""
+        self.sampled += 1
+        parts = [(part, word_page_runs(part)[0]) for part in ranges]
+        total = sum(int(first.shape[0]) for _, first in parts)
+        if total == 0:
+            return True
+        per_part = max(1, SAMPLE_PAGES // len(parts))
+        for part, first in parts:
+            if first.shape[0] == 0:
+                continue
+            picks = first[np.linspace(0, first.shape[0] - 1, min(per_part, first.shape[0])).astype(np.int64)]
+            found = resident_pages(part, picks)
+            if found is None or found < picks.shape[0]:
+                return False
+        return True

@@ -1,0 +1,260 @@
+"""Access advice and plan-driven read-ahead: page arithmetic, the schedule, restart after resume, failures."""
+
+from __future__ import annotations
+
+import mmap
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from builders import multi30k_dataset
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format import _readahead
+from arrowmt.format._readahead import PAGE, WordRanges, check_access, page_runs, will_need
+from arrowmt.format._split import Split
+from arrowmt.training import _prefetch
+from arrowmt.training._collate import PlainCollater
+from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.training._prefetch import Prefetcher
+from arrowmt.training._sampler import TokenBatchSampler
+
+
+class FakeMap:
+    """Records ``madvise`` calls; ``fail`` makes each call raise (a kernel that refuses, EIO)."""
+
+    def __init__(self, size: int, fail: bool = False) -> None:
+        self.size, self.fail, self.calls = size, fail, []
+
+    def __len__(self) -> int:
+        return self.size
+
+    def madvise(self, option: int, start: int = 0, length: int = 0) -> None:
+        if self.fail:
+            raise OSError(5, "Input/output error")
+        self.calls.append((option, start, length))
+
+
+def ranges(starts: list[int], lengths: list[int], size: int = 100 * PAGE, fail: bool = False) -> WordRanges:
+    return WordRanges(FakeMap(size, fail), 0, np.array(starts), np.array(lengths))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- page arithmetic
+
+
+def test_page_runs_merge_adjacent_and_overlapping_pages() -> None:
+    first, count = page_runs(
+        np.array([0, 10, 4095, 3 * PAGE, 5 * PAGE + 1, 9 * PAGE]),
+        np.array([1, 20, 4097, 3 * PAGE + 8, 5 * PAGE + 2, 9 * PAGE]),  # the last range is empty
+        page=4096,
+    )
+    assert first.tolist() == [0, 3, 5]
+    assert count.tolist() == [2, 1, 1]
+
+
+def test_page_runs_of_unsorted_ranges_spanning_pages() -> None:
+    first, count = page_runs(np.array([7 * 4096, 100, 2 * 4096 - 4]), np.array([7 * 4096 + 9000, 200, 2 * 4096 + 4]))
+    assert first.tolist() == [0, 7]
+    assert count.tolist() == [3, 3]
+
+
+def test_page_runs_of_nothing() -> None:
+    first, count = page_runs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    assert first.size == count.size == 0
+
+
+def test_will_need_asks_for_exact_page_runs_clipped_to_the_map() -> None:
+    words = PAGE // 4
+    part = ranges([0, 1, 3 * words, 10 * words], [2, 2, words + 1, 1000], size=10 * PAGE + 8)
+    assert will_need([part]) == 4  # pages 0, 3-4 and 10 (the last range is cut at the map's end)
+    willneed = mmap.MADV_WILLNEED
+    assert part.mapped.calls == [(willneed, 0, PAGE), (willneed, 3 * PAGE, 2 * PAGE), (willneed, 10 * PAGE, PAGE)]
+
+
+def test_a_refused_read_ahead_is_only_a_lost_hint() -> None:
+    assert will_need([ranges([0], [4], fail=True)]) == 0
+
+
+# ---------------------------------------------------------------- advice
+
+
+@pytest.mark.parametrize("bad", ["RANDOM", "", None, 3])
+def test_access_must_be_a_known_mode(bad: object) -> None:
+    with pytest.raises(InvalidParameterError, match=r"access: expected one of \['random', 'sequential', 'normal'\]"):
+        check_access(bad)
+
+
+@pytest.fixture(scope="module")
+def valid_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return multi30k_dataset(tmp_path_factory.mktemp("valid") / "arrowmt", "valid")
+
+
+def test_maps_are_random_access_by_default_and_sequential_when_asked(
+    valid_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    advised: list[str] = []
+    real = _readahead.advise
+    monkeypatch.setattr("arrowmt.format._reader.advise", lambda m, a: (advised.append(a), real(m, a)))
+    split = Split(valid_folder, "valid")
+    assert (split.access, advised) == ("random", ["random"])
+    split.advise("sequential")
+    assert (split.access, advised) == ("sequential", ["random", "sequential"])
+    copy = pickle.loads(pickle.dumps(split))  # a worker's copy keeps the advice
+    assert copy.access == "sequential" and advised[-1] == "sequential"
+    with pytest.raises(InvalidParameterError, match="access"):
+        Split(valid_folder, "valid", access="backwards")
+
+
+def test_sequential_readers_ask_for_sequential_read_ahead(valid_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import arrowmt
+
+    advised: list[str] = []
+    monkeypatch.setattr("arrowmt.format._reader.advise", lambda m, a: advised.append(a))
+    arrowmt.verify_dataset(valid_folder)
+    arrowmt.summarize(valid_folder)
+    assert advised and set(advised) == {"sequential"}
+
+
+def test_word_ranges_locate_offsets_without_reading_and_tokens_by_reading(valid_folder: Path) -> None:
+    split = Split(valid_folder, "valid")
+    rows = np.array([5, 0, 700])
+    shard = split.shards[0]
+    for column, offsets, tokens in zip(
+        split.columns, split.word_ranges(rows, values=False), split.word_ranges(rows, values=True), strict=True
+    ):
+        assert offsets.lengths.tolist() == [2, 2, 2]
+        start = shard.words[offsets.starts]
+        end = shard.words[offsets.starts + 1]
+        spans_start, spans_length = shard.spans(column, rows)
+        assert (end - start).tolist() == spans_length.tolist() == tokens.lengths.tolist()
+        assert tokens.starts.tolist() == spans_start.tolist()
+
+
+# ---------------------------------------------------------------- the schedule
+
+
+class RecordingSource:
+    """A row source whose batches are numbered by their first row; records what was asked, in order."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int]] = []
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        self.asked.append(("values" if values else "offsets", int(indices[0])))
+        return [ranges([int(indices[0]) * PAGE // 4], [1], size=1000 * PAGE)]
+
+
+def batches(n: int):
+    return lambda q: np.array([q]) if q < n else None
+
+
+def test_schedule_reads_tokens_of_the_next_depth_batches_and_offsets_of_the_depth_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)  # nothing in the page cache
+    source = RecordingSource()
+    ahead = Prefetcher(source, 2, batches(6))
+    ahead.step(0)
+    assert source.asked == [("values", 0), ("values", 1), ("values", 2), ("offsets", 3), ("offsets", 4)]
+    source.asked.clear()
+    ahead.step(1)
+    assert source.asked == [("values", 3), ("offsets", 5)]
+    source.asked.clear()
+    for position in range(2, 6):
+        ahead.step(position)
+    assert source.asked == [("values", 4), ("values", 5)]  # nothing past the epoch's last batch
+    assert ahead.pages == 9
+
+
+def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
+    source = RecordingSource()
+    Prefetcher(source, 1, batches(10), start=7).step(7)
+    assert source.asked == [("values", 7), ("values", 8), ("offsets", 9)]
+
+
+def test_schedule_backs_off_while_the_pages_are_resident(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: len(pages))  # all in the page cache
+    source = RecordingSource()
+    ahead = Prefetcher(source, 1, batches(1000))
+    for position in range(300):
+        ahead.step(position)
+    sampled = [q for kind, q in source.asked if kind == "values"]
+    assert sampled[:5] == [0, 1, 6, 15, 32]  # skips of 4, 8, 16, ... up to MAX_SKIP
+    assert ahead.pages == 0 and len(sampled) < 12
+    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)  # evicted: ask for every batch again
+    source.asked.clear()
+    for position in range(300, 340):
+        ahead.step(position)
+    values = [q for kind, q in source.asked if kind == "values"]
+    assert values[-3:] == [338, 339, 340] and ahead.streak == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 1025, 2.5, "8"])
+def test_prefetch_depth_is_checked(valid_folder: Path, tmp_path: Path, bad: object) -> None:
+    with pytest.raises(InvalidParameterError, match="prefetch"):
+        TokenBatchSampler(ArrowMTDataset(valid_folder, "valid"), 512, cache_dir=tmp_path, prefetch=bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- in the samplers and loaders
+
+
+@pytest.fixture()
+def cold(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
+    """Pretend nothing is in the page cache; returns every range read ahead (token ranges' starts)."""
+    asked: list[np.ndarray] = []
+    real = _prefetch.will_need
+
+    def record(parts: list[WordRanges]) -> int:
+        asked.extend(p.starts for p in parts)
+        return real(parts)
+
+    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
+    monkeypatch.setattr(_prefetch, "will_need", record)
+    return asked
+
+
+def test_read_ahead_never_changes_a_batch(valid_folder: Path, tmp_path: Path, cold: list[np.ndarray]) -> None:
+    ds = ArrowMTDataset(valid_folder, "valid")
+    with_ahead = TokenBatchSampler(ds, 512, cache_dir=tmp_path, prefetch=4)
+    without = TokenBatchSampler(ds, 512, cache_dir=tmp_path, prefetch=0)
+    assert list(with_ahead) == list(without)
+    assert cold and without.prefetcher is None and with_ahead.prefetcher.pages > 0
+
+
+def test_read_ahead_runs_with_dataloader_workers(valid_folder: Path, tmp_path: Path, cold: list[np.ndarray]) -> None:
+    ds = ArrowMTDataset(valid_folder, "valid")
+    sampler = TokenBatchSampler(ds, 512, cache_dir=tmp_path, prefetch=4)
+    collate = PlainCollater(ds.special_ids)
+    plain = [b["source"].tolist() for b in DataLoader(ds, batch_sampler=list(sampler), collate_fn=collate)]
+    loaded = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=2)
+    assert [b["source"].tolist() for b in loaded] == plain
+    assert sampler.prefetcher.pages > 0  # the main process read ahead while the workers gathered
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11 under torch >= 2.10
+def test_read_ahead_restarts_at_the_resumed_position(
+    valid_folder: Path, tmp_path: Path, cold: list[np.ndarray]
+) -> None:
+    ds = ArrowMTDataset(valid_folder, "valid")
+
+    def loader() -> StatefulDataLoader:
+        sampler = TokenBatchSampler(ds, 512, cache_dir=tmp_path, prefetch=3)
+        return StatefulDataLoader(ds, batch_sampler=sampler, collate_fn=PlainCollater(ds.special_ids))
+
+    first = loader()
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    cold.clear()
+    next(iter(resumed))
+    sampler = resumed.batch_sampler
+    order = sampler.epoch_batch_ids()
+    expected = [ds.word_ranges(sampler.plan.batch(int(order[q])), True)[0].starts for q in (5, 6, 7, 8)]
+    assert [a.tolist() for a in cold[0:8:2]] == [e.tolist() for e in expected]  # source column of batches 5..8

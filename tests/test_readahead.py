@@ -258,3 +258,111 @@ def test_read_ahead_restarts_at_the_resumed_position(
     order = sampler.epoch_batch_ids()
     expected = [ds.word_ranges(sampler.plan.batch(int(order[q])), True)[0].starts for q in (5, 6, 7, 8)]
     assert [a.tolist() for a in cold[0:8:2]] == [e.tolist() for e in expected]  # source column of batches 5..8
+
+
+# ---------------------------------------------------------------- the fairseq plugin's iterator
+
+
+def _epoch_ids(itr, epoch_itr_kwargs: dict | None = None, take: int | None = None) -> list[list[int]]:
+    out = []
+    for k, ids in enumerate(itr.next_epoch_itr(shuffle=True, **(epoch_itr_kwargs or {}))):
+        if take is not None and k >= take:
+            break
+        out.append(ids)
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")  # fairseq's DataLoader on CPU
+def test_plugin_iterator_reads_ahead_and_keeps_fairseqs_batches(
+    valid_folder: Path, tmp_path: Path, cold: list[np.ndarray]
+) -> None:
+    pytest.importorskip("fairseq")
+    from fairseq.data import iterators
+
+    from arrowmt.integrations.fairseq_plugin._batches import ReadAheadBatches, ReadAheadEpochBatchIterator
+
+    ds = ArrowMTDataset(valid_folder, "valid")
+    plan = TokenBatchSampler(ds, 300, cache_dir=tmp_path, prefetch=0).plan
+    batches = [plan.batch(b) for b in range(len(plan))]
+
+    def make(read_ahead: bool, state: dict | None = None):
+        kw = {"dataset": ds, "collate_fn": lambda rows: [r["id"] for r in rows], "batch_sampler": batches}
+        kw.update(seed=3, num_shards=2, shard_id=1, epoch=1)
+        itr = ReadAheadEpochBatchIterator(4, **kw) if read_ahead else iterators.EpochBatchIterator(**kw)
+        if state is not None:
+            itr.load_state_dict(state)
+        return itr
+
+    assert _epoch_ids(make(True)) == _epoch_ids(make(False))
+    assert cold
+    interrupted = make(True)
+    epoch = interrupted.next_epoch_itr(shuffle=True)
+    first = [next(epoch) for _ in range(5)]
+    state = interrupted.state_dict()
+    resumed = make(True, state)
+    cold.clear()
+    rest = list(resumed.next_epoch_itr(shuffle=True))
+    assert first + rest == _epoch_ids(make(False))
+    assert isinstance(resumed.epoch_batch_sampler.batches, ReadAheadBatches)  # the resumed slice reads ahead too
+    assert cold and cold[0].tolist() == ds.word_ranges(np.array(rest[0]), True)[0].starts.tolist()
+
+
+# ---------------------------------------------------------------- what other datasets read ahead
+
+
+def _tokens(parts: list[WordRanges]) -> list[list[int]]:
+    """The words each range names, read through the map's int32 view."""
+    out = []
+    for part in parts:
+        words = np.frombuffer(part.mapped, dtype=np.int32)
+        out.extend(words[s : s + n].tolist() for s, n in zip(part.starts.tolist(), part.lengths.tolist(), strict=True))
+    return out
+
+
+def _positions(parts: list[WordRanges]) -> set[tuple[int, int]]:
+    """(map address, word position) of every word the ranges name."""
+    return {
+        (part.address, int(p))
+        for part in parts
+        for s, n in zip(part.starts.tolist(), part.lengths.tolist(), strict=True)
+        for p in range(s, s + n)
+    }
+
+
+@pytest.mark.parametrize(("mode", "shards"), [("none", 1), ("complete", 2)])
+def test_block_read_ahead_names_each_blocks_tokens(tmp_path: Path, mode: str, shards: int) -> None:
+    from lm_data import mono_corpus
+
+    from arrowmt.training._block_dataset import open_blocks
+
+    rng = np.random.default_rng(5)
+    rows = [[*rng.integers(4, 900, int(n)).tolist(), 2] for n in rng.integers(1, 40, 300)]
+    blocks = open_blocks(mono_corpus(tmp_path / "mono", rows, 64, shards), "train", 50, mode, cache_dir=tmp_path)
+    ids = np.array([0, 7, len(blocks) - 1, 3])
+    named = _positions(blocks.word_ranges(ids, True))
+    stream = blocks.stream
+    seg = stream.segments(*blocks.bounds(ids))
+    shard = stream.shard[seg.piece]
+    needed = _positions(
+        [
+            blocks.split.shards[k].ranges(seg.words_start(stream)[shard == k], seg.length[shard == k])
+            for k in np.unique(shard).tolist()
+        ]
+    )
+    assert needed and needed <= named
+    assert blocks.word_ranges(ids, False) == []  # blocks are found without reading offsets
+
+
+def test_mixture_read_ahead_names_each_corpus_rows(tmp_path: Path) -> None:
+    from builders import lengths_dataset
+
+    from arrowmt.training._mixture import open_mixture
+
+    sizes = {"a": 30, "b": 50}
+    folders = {k: lengths_dataset(tmp_path / k, np.arange(1, n + 1), np.arange(n, 0, -1)) for k, n in sizes.items()}
+    mixture = open_mixture(folders)
+    ids = np.array([3, 45, 0, 79])
+    named = _tokens(mixture.word_ranges(ids, True))
+    batch = mixture.__getitems__(ids)
+    expected = [batch.columns[c].row(k).tolist() for k in range(len(ids)) for c in mixture.columns]
+    assert sorted(map(tuple, named)) == sorted(map(tuple, expected))

@@ -7,14 +7,24 @@ through it with the :class:`~arrowmt.format._split.Split` interface (rows,
 lengths, located spans, fingerprint), so it goes wherever a split goes: datasets,
 samplers, mixtures, the fairseq plugin.
 
-Layout (little-endian)::
+A view file is a side file (:mod:`arrowmt.format._sidefile`: one header with a CRC-32
+of the whole contents, atomic write, read-only map). Layout (little-endian)::
 
-    header (128 bytes): magic b"ARROWMT-VIEW\\0\\0\\0\\0", u32 version, u32 row itemsize (4 or 8),
+    header (128 bytes): magic b"ARROWMT-VIEW\\0\\0\\0\\0", u32 version (2), u32 row itemsize (4 or 8),
                         32-byte SHA-256 fingerprint of the split (Split.fingerprint),
                         32-byte SHA-256 of the row bytes, u64 corpus rows, u64 kept rows,
-                        u64 description bytes, zero padding
+                        u64 description bytes, u32 CRC-32 of the header fields and everything
+                        after the header, zero padding
     description:        UTF-8 JSON {"split", "filters", "dropped"}, zero-padded to a multiple of 8
     rows:               u32 or u64 [kept rows], strictly increasing, each < corpus rows
+
+Opening a view checks, before any row is used: that the path is a regular file, the
+header (magic, version, sizes), the description, that the rows strictly increase
+below the corpus rows, the CRC-32 (one pass over the file: a flipped bit in a row
+number that keeps the order is refused), and that the corpus is the one the view was
+made from. A version 1 file (no checksum) is refused: rebuild it with ``arrowmt filter``.
+The SHA-256 of the rows is the view's identity (:meth:`View.fingerprint`, part of
+the keys of batch plans over it); the CRC-32 is what checks the bytes.
 
 The file names no path: the corpus is given when the view is opened (by default
 the folder holding the view file, or that folder's parent).
@@ -31,9 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
-import struct
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -43,21 +51,17 @@ import numpy as np
 
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._atomic import atomic_output
-from arrowmt.format._header import unpack_header
-from arrowmt.format._manifest import Manifest
+from arrowmt.format._manifest import Manifest, plain_name_error
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._ratio import length_ratio
+from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
 from arrowmt.format._schema import MANIFEST_NAME
+from arrowmt.format._sidefile import HEADER_BYTES, VIEW_FORMAT, SideFile, open_side_file, write_side_file
 from arrowmt.format._spans import Spans, take_flat
 from arrowmt.format._split import Split
 
-VIEW_MAGIC = b"ARROWMT-VIEW\x00\x00\x00\x00"
-VIEW_VERSION = 1
 VIEW_SUFFIX = ".view"
-HEADER_BYTES = 128
-_HEADER = struct.Struct("<16sII32s32sQQQ")
 MAX_DESCRIPTION_BYTES = 1 << 20
 CHECK_CHUNK = 1 << 22  # rows per step when checking the order of a mapped row list
 VERIFY_CHUNK = 1 << 20  # duplicate candidates compared token by token per step
@@ -134,7 +138,10 @@ def listed_mask(rows: np.ndarray, n: int) -> np.ndarray:
     if listed.ndim != 1 or (listed.size and listed.dtype.kind not in "iu"):
         raise InvalidParameterError(f"rows: expected a 1-D array of row numbers, got {listed.dtype} {listed.shape}")
     listed = listed.astype(np.int64, copy=False)
-    check_indices(listed, n, "rows")
+    try:
+        check_indices(listed, n, "rows")
+    except IndexError as exc:  # a parameter here, not a read
+        raise InvalidParameterError(str(exc)) from None
     mask = np.zeros(n, dtype=bool)
     mask[listed] = True
     return mask
@@ -335,7 +342,7 @@ def build_view(
     """
     started = time.perf_counter()
     filters = ViewFilters(max_len, min_len, max_len_ratio, bool(dedup))
-    source = Split(corpus, split)
+    source = Split(corpus, split, access="sequential")
     keep, dropped = select_rows(source, filters, rows)
     kept = np.flatnonzero(keep)
     del keep
@@ -353,9 +360,7 @@ def write_view(
     rows = np.ascontiguousarray(kept, dtype=f"<u{itemsize}")
     _check_rows(Path(out), rows, n)
     text = json.dumps(description, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    header = _HEADER.pack(
-        VIEW_MAGIC,
-        VIEW_VERSION,
+    values = (
         itemsize,
         bytes.fromhex(source.fingerprint()),
         hashlib.sha256(memoryview(rows).cast("B")).digest(),
@@ -363,11 +368,7 @@ def write_view(
         rows.shape[0],
         len(text),
     )
-    with atomic_output(out, overwrite=overwrite) as handle:
-        handle.write(header.ljust(HEADER_BYTES, b"\x00"))
-        handle.write(text.ljust(_padded(len(text)), b"\x00"))
-        handle.write(memoryview(rows).cast("B"))
-    return Path(out)
+    return write_side_file(out, VIEW_FORMAT, values, [text.ljust(_padded(len(text)), b"\x00"), rows], overwrite)
 
 
 def _padded(size: int) -> int:
@@ -392,21 +393,20 @@ class ViewHeader:
         return HEADER_BYTES + _padded(self.description_bytes) + self.kept * self.itemsize
 
 
-def read_view_header(path: Path, raw: bytes, size: int) -> ViewHeader:
-    """Parse and check the header of the view file ``path`` (``size`` bytes long)."""
-    fields = unpack_header(path, raw, HEADER_BYTES, _HEADER, VIEW_MAGIC, VIEW_VERSION, "view")
-    _, _, itemsize, fingerprint, digest, corpus_rows, kept, text = fields
+def _view_size(path: Path, values: tuple) -> int:
+    """The file size a view header implies; FormatError for fields no writer produces."""
+    itemsize, _, _, corpus_rows, kept, text = values
     if itemsize not in (4, 8) or kept > corpus_rows or text > MAX_DESCRIPTION_BYTES:
         raise FormatError(
             f"{path}: view header: expected row itemsize 4 or 8, kept <= corpus rows and a description of at "
             f"most {MAX_DESCRIPTION_BYTES} bytes, found {itemsize}, {kept} > {corpus_rows}?, {text} bytes"
         )
-    header = ViewHeader(itemsize, fingerprint.hex(), digest.hex(), corpus_rows, kept, text)
-    if size != header.file_size():
-        raise FormatError(
-            f"{path}: view size: expected {header.file_size()} bytes for {kept} rows, found {size} (truncated?)"
-        )
-    return header
+    return _header_of(values).file_size()
+
+
+def _header_of(values: tuple) -> ViewHeader:
+    itemsize, fingerprint, digest, corpus_rows, kept, text = values
+    return ViewHeader(itemsize, fingerprint.hex(), digest.hex(), corpus_rows, kept, text)
 
 
 def _check_rows(path: Path, rows: np.ndarray, n: int) -> None:
@@ -449,16 +449,10 @@ class View:
     def __init__(self, path: str | os.PathLike[str], corpus: str | os.PathLike[str] | None = None) -> None:
         self.view_path = Path(path)
         corpus_path = default_corpus(self.view_path) if corpus is None else Path(corpus)
-        self.identity, self.header, self.description, self._map = _map_view(self.view_path)
+        side, self.description, self.rows = _open_view(self.view_path)
+        self.identity, self.header, self._map = FileIdentity.of_stat(side.stat), _header_of(side.values), side.map
         self.corpus = Split(corpus_path, str(self.description["split"]))
         self._check_corpus()
-        self.rows = np.frombuffer(
-            self._map,
-            dtype=f"<u{self.header.itemsize}",
-            count=self.header.kept,
-            offset=HEADER_BYTES + _padded(self.header.description_bytes),
-        )
-        _check_rows(self.view_path, self.rows, len(self.corpus))
 
     def _check_corpus(self) -> None:
         fingerprint, rows = self.corpus.fingerprint(), len(self.corpus)
@@ -518,6 +512,14 @@ class View:
     def located_spans(self, column: str, shard: np.ndarray, local: np.ndarray) -> Spans:
         return self.corpus.located_spans(column, shard, local)
 
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where the view's rows ``indices`` lie in the corpus maps (see :meth:`Split.word_ranges`)."""
+        return self.corpus.word_ranges(self.corpus_rows(indices), values)
+
+    def advise(self, access: str) -> None:
+        """The corpus maps' access advice (see :meth:`Split.advise`)."""
+        self.corpus.advise(access)
+
     def column_spans(self, column: str, indices: np.ndarray) -> Spans:
         return self.corpus.column_spans(column, self.corpus_rows(indices))
 
@@ -557,28 +559,41 @@ class View:
             raise FormatError(f"{self.path}: split {self.split!r} files changed since the view was opened")
 
 
-def _map_view(path: Path) -> tuple[FileIdentity, ViewHeader, dict, mmap.mmap]:
-    """Map the view file read-only after checking its header, size and description."""
-    try:
-        with open(path, "rb") as handle:
-            st = os.fstat(handle.fileno())
-            header = read_view_header(path, handle.read(HEADER_BYTES), st.st_size)
-            description = _parse_description(path, handle.read(header.description_bytes))
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError as exc:
-        raise FormatError(f"{path}: no such view file") from exc
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"{path}: cannot read the view file: {getattr(exc, 'strerror', None) or exc}") from exc
-    return FileIdentity.of_stat(st), header, description, mapped
+def _open_view(path: Path) -> tuple[SideFile, dict, np.ndarray]:
+    """Map the view file read-only after checking its header, size, description, rows and CRC-32."""
+    side = open_side_file(path, VIEW_FORMAT, _view_size, _check_view)
+    header = _header_of(side.values)
+    return side, _description(side, header), _rows(side, header)
+
+
+def _check_view(side: SideFile) -> None:
+    """The description is a JSON object naming a split; rows strictly increase below the corpus rows."""
+    header = _header_of(side.values)
+    _description(side, header)
+    _check_rows(side.path, _rows(side, header), header.corpus_rows)
+
+
+def _description(side: SideFile, header: ViewHeader) -> dict:
+    return _parse_description(side.path, side.body(0, header.description_bytes))
+
+
+def _rows(side: SideFile, header: ViewHeader) -> np.ndarray:
+    return side.array(f"<u{header.itemsize}", header.kept, _padded(header.description_bytes))
 
 
 def _parse_description(path: Path, raw: bytes) -> dict:
     try:
         description = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise FormatError(f"{path}: view description: expected UTF-8 JSON, got JSON nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise FormatError(f"{path}: view description: expected UTF-8 JSON, got {exc}") from exc
     if not isinstance(description, dict) or not isinstance(description.get("split"), str):
-        raise FormatError(f"{path}: view description: expected an object with a 'split' name, got {description!r}")
+        raise FormatError(
+            f"{path}: view description: expected an object with a 'split' name, got {str(description)[:80]!r}"
+        )
+    if error := plain_name_error(description["split"]):
+        raise FormatError(f"{path}: view description: 'split': {error}")
     return description
 
 

@@ -34,11 +34,12 @@ from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import SpecialIds
+from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import check_indices
 from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.format._spans import Spans
 from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._bucketing import check_seed, compact_counts
+from arrowmt.training._bucketing import check_seed, compact_counts, report_skipped
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixing import (
     as_sizes,
@@ -52,6 +53,7 @@ from arrowmt.training._mixing import (
 )
 from arrowmt.training._mixture_gather import MixtureGather
 from arrowmt.training._plan import PlanParams, build_plan, key_fields
+from arrowmt.training._prefetch import DEFAULT_DEPTH
 from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.training._sampler import PlanSampler
 from arrowmt.training._tags import TagCollater, Tags
@@ -144,6 +146,14 @@ class Mixture(Dataset):
         for name, corpus, tags in zip(self.names, self.corpora, self.tags, strict=True):
             digest.update(f"{name}\0{corpus.fingerprint()}\0{len(corpus)}\0{tags.source}\0{tags.target};".encode())
         return digest.hexdigest()
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where the global rows ``indices`` lie in their corpora's maps, for read-ahead."""
+        corpus, local = self.locate(indices)
+        out: list[WordRanges] = []
+        for k in np.unique(corpus).tolist():
+            out.extend(self.corpora[k].word_ranges(local[corpus == k], values))  # type: ignore[attr-defined]
+        return out
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor | int]:
         corpus, local = self.locate(np.array([index]))
@@ -338,8 +348,7 @@ def load_mixture_plan(
     if plan.built:
         release_free_heap()
     _keep_recent(folder, plan.path, keep_plans)
-    if plan.dropped:
-        logger.warning("mixture %s: %d drawn samples exceed the length limits and are skipped", folder, plan.dropped)
+    report_skipped(f"mixture {folder}", plan.indices.size, plan.dropped, "drawn samples", "the length limits")
     return plan
 
 
@@ -391,6 +400,7 @@ class MixtureBatchSampler(PlanSampler):
         epoch_size: int | None = None,
         resample_seed: int | None = None,
         keep_plans: int = 2,
+        prefetch: int = DEFAULT_DEPTH,
     ) -> None:
         check_seed("seed", seed)
         num_replicas, rank = resolve_world(num_replicas, rank)
@@ -416,7 +426,7 @@ class MixtureBatchSampler(PlanSampler):
         self._pinned: dict[int, np.ndarray | None] = {}  # epoch -> ratios fixed by a loaded state or set_weights
         self._current: tuple[int, BatchPlan] | None = None
         self.set_weights(weights)
-        super().__init__(None, seed, shuffle, num_replicas, rank)  # type: ignore[arg-type]
+        super().__init__(None, seed, shuffle, num_replicas, rank, mixture, prefetch)  # type: ignore[arg-type]
 
     # -- the plan of the current epoch, loaded when first needed
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from fairseq.data import iterators
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.training._plan import PlanParams, load_plan
+from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +58,13 @@ class IteratorOptions:
 
 @dataclass(frozen=True)
 class LoaderOptions:
-    """Task options fairseq's ``get_batch_iterator`` reads from the task config, and arrowmt's plan cache."""
+    """Task options fairseq's ``get_batch_iterator`` reads from the config, and arrowmt's plan cache and read-ahead."""
 
     reuse_dataloader: bool = True
     persistent_workers: bool = True
     rebuild_batches: bool = False
     cache_dir: str | os.PathLike[str] | None = None
+    prefetch: int = DEFAULT_DEPTH
 
 
 def loader_options(cfg: Any) -> LoaderOptions:
@@ -72,6 +74,7 @@ def loader_options(cfg: Any) -> LoaderOptions:
         persistent_workers=getattr(cfg, "persistent_workers", True),
         rebuild_batches=getattr(cfg, "rebuild_batches", False),
         cache_dir=cfg.arrow_plan_cache_dir or None,
+        prefetch=check_depth(getattr(cfg, "arrow_prefetch", DEFAULT_DEPTH)),
     )
 
 
@@ -155,7 +158,8 @@ def batch_iterator(
     """
     make_batches = make_batches or PlannedBatches(opts, loader.cache_dir)
     batch_sampler = make_batches if loader.rebuild_batches else make_batches(dataset, opts.epoch)
-    return iterators.EpochBatchIterator(
+    return ReadAheadEpochBatchIterator(
+        loader.prefetch,
         dataset=dataset,
         collate_fn=dataset.collater,
         batch_sampler=batch_sampler,
@@ -170,3 +174,50 @@ def batch_iterator(
         reuse_dataloader=loader.reuse_dataloader,
         persistent_workers=loader.persistent_workers,
     )
+
+
+class ReadAheadBatches(list):
+    """An epoch's batches (a list, as fairseq makes them) whose iteration reads each batch's rows ahead.
+
+    fairseq's ``EpochBatchIterator`` hands the list (or a slice of it, after a resume) to a
+    ``DataLoader`` as its batch sampler; iterating it in the main process runs arrowmt's
+    :class:`~arrowmt.training._prefetch.Prefetcher` over the batches that follow.
+    """
+
+    def __init__(self, batches: list[Any], source: RowSource, depth: int) -> None:
+        super().__init__(batches)
+        self.source, self.depth = source, depth
+
+    def __getitem__(self, index: Any) -> Any:
+        item = super().__getitem__(index)
+        return ReadAheadBatches(item, self.source, self.depth) if isinstance(index, slice) else item
+
+    def __iter__(self) -> Iterator[Any]:
+        n = len(self)
+
+        def batch_at(q: int) -> np.ndarray | None:
+            return np.asarray(list.__getitem__(self, q), dtype=np.int64) if q < n else None
+
+        ahead = Prefetcher(self.source, self.depth, batch_at)
+        for position in range(n):
+            ahead.step(position)
+            yield list.__getitem__(self, position)
+
+
+class ReadAheadEpochBatchIterator(iterators.EpochBatchIterator):
+    """fairseq's ``EpochBatchIterator`` whose epoch batches read their rows ahead (``prefetch`` batches; 0: off).
+
+    Only the iteration of each epoch's list of batches changes (:class:`ReadAheadBatches`):
+    which batches, their order, sharding and resuming stay fairseq's.
+    """
+
+    def __init__(self, prefetch: int, **kwargs: Any) -> None:
+        self.read_ahead = prefetch_source(kwargs.get("dataset"), prefetch)
+        self.prefetch = prefetch
+        super().__init__(**kwargs)
+
+    def ordered_batches(self, epoch: int, fix_batches_to_gpus: bool, shuffle: bool) -> list[Any]:
+        batches = super().ordered_batches(epoch, fix_batches_to_gpus, shuffle)
+        if self.read_ahead is None:
+            return batches
+        return ReadAheadBatches(batches, self.read_ahead, self.prefetch)

@@ -29,6 +29,10 @@ class TranslationArrowConfig(TranslationConfig):
         default="",
         metadata={"help": "read the training split through this arrowmt view file (arrowmt filter) of the data folder"},
     )
+    arrow_prefetch: int = field(
+        default=8,
+        metadata={"help": "batches whose rows arrowmt reads ahead from disk while a batch is used (0: off)"},
+    )
     rebuild_batches: bool = field(
         default=False,
         metadata={

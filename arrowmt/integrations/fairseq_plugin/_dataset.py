@@ -15,6 +15,7 @@ import numpy as np
 from fairseq.data import Dictionary, FairseqDataset, data_utils
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.format._readahead import WordRanges
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._collate import FairseqCollater
@@ -100,6 +101,10 @@ class ArrowPairDataset(FairseqDataset):
         if not self.reverse:
             return batch
         return GatheredBatch(batch.ids, {SOURCE: batch.columns[TARGET], TARGET: batch.columns[SOURCE]})
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where rows ``indices`` lie in the corpus maps, for arrowmt's read-ahead."""
+        return self.arrow.word_ranges(indices, values)
 
     def collater(self, samples: Any) -> dict[str, Any]:
         return self.collate(samples)

@@ -25,6 +25,7 @@ class LanguageModelingArrowConfig(LanguageModelingConfig):
     arrow_plan_cache_dir: str = field(
         default=_SHARED["arrow_plan_cache_dir"].default, metadata=_SHARED["arrow_plan_cache_dir"].metadata
     )
+    arrow_prefetch: int = field(default=_SHARED["arrow_prefetch"].default, metadata=_SHARED["arrow_prefetch"].metadata)
     rebuild_batches: bool = field(
         default=_SHARED["rebuild_batches"].default, metadata=_SHARED["rebuild_batches"].metadata
     )

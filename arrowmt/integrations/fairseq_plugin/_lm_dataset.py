@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from fairseq.data import Dictionary, MonolingualDataset
 
+from arrowmt.format._readahead import WordRanges
 from arrowmt.training._block_collate import FairseqBlockCollater
 from arrowmt.training._block_dataset import HEADS, BlockDataset, GatheredBlocks
 
@@ -87,6 +88,10 @@ class ArrowBlocksLMDataset(MonolingualDataset):
     @property
     def split(self) -> str:
         return self.blocks.split.split
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where blocks ``indices`` lie in the corpus maps, for arrowmt's read-ahead."""
+        return self.blocks.word_ranges(indices, values)
 
     @property
     def fast(self) -> bool:

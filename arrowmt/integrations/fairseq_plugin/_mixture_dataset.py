@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from fairseq.data import FairseqDataset
 
+from arrowmt.format._readahead import WordRanges
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._collate import FairseqCollater
@@ -51,6 +52,10 @@ class ArrowMixtureDataset(FairseqDataset):
 
     def __getitems__(self, indices: Any) -> GatheredBatch:
         return self.mixture.__getitems__(indices)
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where global rows ``indices`` lie in the corpora's maps, for arrowmt's read-ahead."""
+        return self.mixture.word_ranges(indices, values)
 
     def collater(self, samples: Any) -> Any:
         if len(samples) == 0 and self.sampled:

@@ -35,13 +35,15 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.integrations.fairseq_plugin._batches import position_limits
+from arrowmt.integrations.fairseq_plugin._batches import ReadAheadEpochBatchIterator, position_limits
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
+from arrowmt.integrations.fairseq_plugin._task import check_symbols
 from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import open_dataset
 from arrowmt.training._mixing import temperature_ratios
 from arrowmt.training._mixture import Corpus, Mixture, Sampling, load_mixture_plan
 from arrowmt.training._plan import PlanParams
+from arrowmt.training._prefetch import DEFAULT_DEPTH, check_depth
 from arrowmt.training._tags import Tags
 from arrowmt.training._view_dataset import open_view_dataset
 
@@ -63,6 +65,12 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
             "--arrow-plan-cache-dir",
             default="",
             help="folder for arrowmt's shared batch-plan files (default: .arrowmt-cache inside the data folder)",
+        )
+        parser.add_argument(
+            "--arrow-prefetch",
+            type=int,
+            default=DEFAULT_DEPTH,
+            help="batches whose rows arrowmt reads ahead from disk while a batch is used (0: off)",
         )
         parser.add_argument(
             "--arrow-train-views",
@@ -120,6 +128,7 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
                     f"symbols, pad {ids.pad}, eos {ids.eos}; the task's dictionary has {len(dictionary)} symbols, "
                     f"pad {dictionary.pad()}, eos {dictionary.eos()}"
                 )
+            check_symbols(dictionary, info, f"{mixture.path} column {column!r}")
 
     # -- batches
 
@@ -162,7 +171,8 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
         )
         ratios = self._sampling_ratios(dataset.mixture) if sampled else None
         plans = EpochPlans(params, ratios, self.args.virtual_data_size if sampled else None, self._cache_dir())
-        return iterators.EpochBatchIterator(
+        return ReadAheadEpochBatchIterator(
+            check_depth(self.args.arrow_prefetch),
             dataset=dataset,
             collate_fn=dataset.collater,
             batch_sampler=plans,

@@ -1,0 +1,169 @@
+"""A corpus larger than the memory a node has for it: arrowmt's read-ahead against the peers, side by side, in one run.
+
+Every system reads the first ``--batches`` batches of one rank of ``--world`` (``max_tokens``
+4096) from a fresh process (``run_one.py``), with the corpus evicted from the page cache first
+and the process limited to ``--budget`` MiB of memory *including page cache*
+(``../shared/tools/small_ram.sh``, a cgroup v1 memory controller; default: a third of the
+corpus). ``--throttle BPS,IOPS`` also limits reads from the disk (blkio controller), a model
+of a network file system. Rows:
+
+* ``arrowmt in cache``: no budget, corpus in the page cache (the reference speed);
+* ``arrowmt cold``: the defaults (random-access advice, read-ahead of 8 batches);
+* ``arrowmt cold, no read-ahead``: ``prefetch=0`` (random-access advice only);
+* ``arrowmt cold, before``: ``prefetch=0`` and the kernel's default read-around (arrowmt until now);
+* ``fairseq cold``: fairseq's mmap ``IndexedDataset`` + ``LanguagePairDataset`` + ``EpochBatchIterator``;
+* ``hf cold``: ``datasets.Dataset.from_file`` + ``with_format("numpy")`` in a ``DataLoader``.
+
+A run past ``--timeout`` seconds is reported as such (with its budget, it did not finish).
+Reported: tokens/s and its ratio to in-cache and to fairseq, bytes read from storage per token byte
+the batches use (read amplification, ``/proc/self/io``), bytes read at setup, private memory.
+
+    python benchmarks/bench_cold.py --data bench-data/synth-12600000 [--throttle 100000000,2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SMALL_RAM = ROOT.parent / "shared" / "tools" / "small_ram.sh"
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+ROWS = {  # name: (system, options, cold, slow: reads --slow-batches batches)
+    "arrowmt in cache": ("arrowmt", [], False, False),
+    "arrowmt cold": ("arrowmt", [], True, False),
+    "arrowmt cold, no read-ahead": ("arrowmt", ["--prefetch", "0"], True, False),
+    "arrowmt cold, before": ("arrowmt", ["--prefetch", "0", "--access", "normal"], True, True),
+    "fairseq cold": ("fairseq", [], True, True),
+    "hf cold": ("hf", [], True, True),
+}
+
+
+def corpus_bytes(data: Path) -> int:
+    return sum(p.stat().st_size for p in (data / "arrowmt").glob("*.arrow"))
+
+
+def throttled(command: list[str], throttle: str | None) -> tuple[list[str], Path | None]:
+    """``command`` run inside a blkio cgroup limiting reads from the root disk to ``BPS,IOPS`` (None: as is)."""
+    if not throttle:
+        return command, None
+    bps, iops = throttle.split(",")
+    device = os.major(os.stat("/").st_dev), os.minor(os.stat("/").st_dev)
+    group = BLKIO / f"arrowmt-bench-{os.getpid()}"
+    group.mkdir(exist_ok=True)
+    whole_disk = _whole_disk(device)
+    (group / "blkio.throttle.read_bps_device").write_text(f"{whole_disk} {bps}\n")
+    (group / "blkio.throttle.read_iops_device").write_text(f"{whole_disk} {iops}\n")
+    wrapped = ["bash", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "throttled", *command]
+    return wrapped, group
+
+
+def _whole_disk(device: tuple[int, int]) -> str:
+    """MAJ:MIN of the disk holding the root file system (a partition's parent disk)."""
+    sys_dev = Path(f"/sys/dev/block/{device[0]}:{device[1]}")
+    if (sys_dev / "partition").exists():
+        return (sys_dev.resolve().parent / "dev").read_text().strip()
+    return f"{device[0]}:{device[1]}"
+
+
+def run_row(name: str, args: argparse.Namespace, budget_mib: int) -> dict:
+    system, extra, cold, slow = ROWS[name]
+    batches = args.slow_batches if slow else args.batches
+    command = [sys.executable, str(HERE / "run_one.py"), system, "--data", str(args.data), "--cpu", "-1"]
+    command += ["--world", str(args.world), "--max-batches", str(batches), *extra]
+    group = None
+    if cold:
+        command, group = throttled(command, args.throttle)
+        command = ["bash", str(SMALL_RAM), str(budget_mib), str(args.data), "--", *command]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"row": name, "timed_out": True, "wall_s": time.perf_counter() - started}
+    finally:
+        if group is not None:
+            group.rmdir()
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout)
+    result.update(row=name, timed_out=False, cgroup=done.stderr.strip().splitlines()[-3:] if cold else None)
+    return result
+
+
+def table(results: list[dict]) -> str:
+    by = {r["row"]: r for r in results}
+    cache = by.get("arrowmt in cache", {}).get("tokens_per_s")
+    fairseq = by.get("fairseq cold", {}).get("tokens_per_s")
+    lines = [
+        "| system | batches | tokens/s | x in cache | x fairseq cold | read amplification | read at setup "
+        "| private MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if r["timed_out"]:
+            lines.append(f"| {r['row']} | | did not finish in {r['wall_s']:.0f} s | | | | | |")
+            continue
+        tps = r["tokens_per_s"]
+        x_cache = f"{tps / cache:.2f}" if cache else ""
+        x_fairseq = f"{tps / fairseq:.0f}" if fairseq else ""
+        lines.append(
+            f"| {r['row']} | {r['batches']} | {tps / 1e6:.2f}M | {x_cache} | {x_fairseq} | "
+            f"{r['read_amplification']:.1f} | {r['read_bytes_setup'] / 2**20:.1f} MiB | "
+            f"{r['private_mib']['rss_anon_batches']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, required=True, help="corpus folder from make_corpus.py")
+    p.add_argument("--world", type=int, default=8)
+    p.add_argument("--batches", type=int, default=300)
+    p.add_argument("--slow-batches", type=int, default=60, help="batches of the slow rows (peers, arrowmt before)")
+    p.add_argument("--budget", type=int, default=0, help="MiB incl. page cache (0: a third of the corpus)")
+    p.add_argument("--throttle", help="BPS,IOPS read limits of the disk (blkio), e.g. 100000000,2000")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
+    p.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="ROW")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    args = p.parse_args()
+    if not SMALL_RAM.exists():
+        raise SystemExit(f"{SMALL_RAM}: missing (this benchmark needs a writable memory cgroup)")
+    budget = args.budget or corpus_bytes(args.data) // 3 // 2**20
+    subprocess.run(  # build (or find) the plan once, in cache, so that every arrowmt row reads a cached plan
+        [sys.executable, str(HERE / "run_one.py"), "arrowmt", "--data", str(args.data), "--max-batches", "1"],
+        capture_output=True,
+        check=True,
+    )
+    results = []
+    for name in args.rows:
+        results.append(run_row(name, args, budget))
+        print(f"{name}: done", file=sys.stderr)
+    header = {
+        "corpus_bytes": corpus_bytes(args.data),
+        "budget_mib": budget,
+        "world": args.world,
+        "batches": args.batches,
+        "slow_batches": args.slow_batches,
+        "throttle": args.throttle,
+        "platform": platform.platform(),
+        "read_ahead_kb": Path("/sys/block/vda/queue/read_ahead_kb").read_text().strip()
+        if Path("/sys/block/vda/queue/read_ahead_kb").exists()
+        else None,
+    }
+    print(json.dumps(header))
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps({"header": header, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,18 +12,22 @@ from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_pa
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._writer import ColumnData, write_split
-from tests.conftest import FAIRSEQ_FIXTURE
+from tests.conftest import fairseq_fixture
 
-FAIRSEQ_MMAP = FAIRSEQ_FIXTURE / "mmap"
 PAIR = "de-en"
 NUM_SPECIALS = 4
 SYNTHETIC_VOCAB = 8
 SYNTHETIC_ID = 4
 
 
+def fairseq_mmap() -> Path:
+    """The fixture's fairseq-preprocess mmap output (de-en), built once a session."""
+    return fairseq_fixture() / "mmap"
+
+
 def fixture_prefix(split: str, lang: str) -> Path:
     """Prefix of the fairseq mmap ``.idx``/``.bin`` pair of ``split`` in language ``lang``."""
-    return FAIRSEQ_MMAP / f"{split}.{PAIR}.{lang}"
+    return fairseq_mmap() / f"{split}.{PAIR}.{lang}"
 
 
 def head(ragged: Ragged, limit: int | None) -> Ragged:
@@ -43,7 +47,7 @@ def fixture_lengths(split: str, limit: int | None = None) -> tuple[np.ndarray, n
 
 def _dictionary_column(ragged: Ragged, lang: str, origin: str) -> ColumnData:
     """A fixture column with its real dictionary's name, checksum and size (4 specials + lines)."""
-    dict_path = FAIRSEQ_MMAP / f"dict.{lang}.txt"
+    dict_path = fairseq_mmap() / f"dict.{lang}.txt"
     lines = dict_path.read_text(encoding="utf-8").count("\n")
     return ColumnData(ragged, lang, dict_path.name, file_sha256(dict_path), NUM_SPECIALS + lines, origin)
 

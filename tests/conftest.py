@@ -1,12 +1,9 @@
-"""Shared fixtures: paths to the real Multi30k data and fairseq-preprocess output."""
+"""Shared fixtures and helpers. The data is built from the bundled sample, inside the repository (fixture_data.py)."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import shutil
-import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -16,9 +13,19 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
-FAIRSEQ_FIXTURE = SHARED_DATA / "fairseq-multi30k-de-en"
+from tests.fixture_data import (
+    MULTI30K,
+    ROOT,
+    fairseq_fixture,
+    fairseq_preprocess,
+    gz_lines,
+    import_fairseq,
+    multi30k,
+    set_session_tmp,
+)
+
+__all__ = ["MULTI30K", "ROOT", "fairseq_fixture", "fairseq_preprocess", "gz_lines", "import_fairseq", "multi30k"]
+
 PLUGIN_DIR = ROOT / "arrowmt" / "integrations" / "fairseq_plugin"  # the fairseq --user-dir
 TINY_TRANSFORMER = [
     "--arch", "transformer",
@@ -27,7 +34,6 @@ TINY_TRANSFORMER = [
     "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
     "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
 ]  # fmt: skip
-MULTI30K = SHARED_DATA / "multi30k"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -44,18 +50,18 @@ def hf_datasets_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"real test data missing: expected {SHARED_DATA}")
-    return SHARED_DATA
+@pytest.fixture(scope="session", autouse=True)
+def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> pytest.TempPathFactory:
+    """pytest's session temporary folders, where ``fairseq_fixture()`` builds (it is called from helpers too)."""
+    set_session_tmp(tmp_path_factory)
+    return tmp_path_factory
 
 
 @pytest.fixture(scope="module")
 def native_data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A private copy of the real fairseq-preprocess mmap output (de-en), shared by a module's tests."""
     dest = tmp_path_factory.mktemp("native") / "data-bin"
-    shutil.copytree(FAIRSEQ_FIXTURE / "mmap", dest)
+    shutil.copytree(fairseq_fixture() / "mmap", dest)
     return dest
 
 
@@ -73,7 +79,7 @@ def native_corpus(native_data_bin: Path, tmp_path_factory: pytest.TempPathFactor
 def fairseq_mmap_dir(tmp_path: Path) -> Path:
     """A private copy of the real fairseq-preprocess mmap output."""
     dest = tmp_path / "data-bin-mmap"
-    shutil.copytree(FAIRSEQ_FIXTURE / "mmap", dest)
+    shutil.copytree(fairseq_fixture() / "mmap", dest)
     return dest
 
 
@@ -81,55 +87,20 @@ def fairseq_mmap_dir(tmp_path: Path) -> Path:
 def fairseq_lazy_dir(tmp_path: Path) -> Path:
     """A private copy of the real fairseq-preprocess lazy (legacy) output."""
     dest = tmp_path / "data-bin-lazy"
-    shutil.copytree(FAIRSEQ_FIXTURE / "lazy", dest)
+    shutil.copytree(fairseq_fixture() / "lazy", dest)
     return dest
 
 
-def import_fairseq():
-    """Import fairseq (skipping the test when it is absent); its import emits deprecation warnings."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return pytest.importorskip("fairseq")
-
-
-PREPROCESS = """
-import json, sys, warnings
-warnings.simplefilter("ignore")
-from fairseq import options
-from fairseq_cli.preprocess import main
-for argv in json.load(sys.stdin):
-    main(options.get_preprocessing_parser().parse_args(argv))
-"""
-
-
-def fairseq_preprocess(*runs: list[str]) -> None:
-    """Run the real ``fairseq-preprocess`` once per argument list, all in one fresh process (one fairseq import)."""
-    import_fairseq()
-    command = [sys.executable, "-c", PREPROCESS]
-    done = subprocess.run(command, input=json.dumps(runs), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
-def gz_lines(path: Path) -> list[str]:
-    """The lines of a gzip text file (Multi30k), without their newlines."""
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return handle.read().split("\n")[:-1]
-
-
 def text_options(**kw: object) -> Any:
-    """A de-en ``TextConversion`` of Multi30k val (train) and test_2016_flickr (test) unless ``prefixes`` says."""
+    """A de-en ``TextConversion`` of Multi30k val (train) and test (test) unless ``prefixes`` says."""
     from arrowmt.converters._text_inputs import TextConversion
 
-    prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")})
+    prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test")})
     return TextConversion(src_lang="de", tgt_lang="en", prefixes=prefixes, **kw)  # type: ignore[arg-type]
 
 
 def fairseq_rows(prefix: Path, impl: str) -> list:
     """Every row of a fairseq binarized dataset as fairseq's own training path reads it."""
-    import warnings
-
     import_fairseq()
     from fairseq.data import data_utils
 

@@ -12,7 +12,7 @@ from arrowmt.format._manifest import file_sha256
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._writer import ColumnData
-from tests.builders import FAIRSEQ_MMAP, NUM_SPECIALS, write_columns
+from tests.builders import NUM_SPECIALS, fairseq_mmap, write_columns
 from tests.conftest import MULTI30K, fairseq_preprocess
 
 DOCUMENT_EVERY = (9, 31)  # an empty line (a document break) after every 9th and every 31st sentence
@@ -68,7 +68,7 @@ def mono_corpus(folder: Path, rows: list[list[int]], rows_per_batch: int | None 
     With ``shards`` > 1 the rows are cut into ``train``, ``train1``, ... (fairseq's shard names);
     ``rows_per_batch`` sets the record-batch size.
     """
-    dict_path = FAIRSEQ_MMAP / "dict.en.txt"
+    dict_path = fairseq_mmap() / "dict.en.txt"
     vocab = NUM_SPECIALS + dict_path.read_text(encoding="utf-8").count("\n")
     for k, part in enumerate(np.array_split(np.arange(len(rows)), shards)):
         ragged = Ragged.from_rows([rows[i] for i in part])

@@ -45,7 +45,7 @@ from arrowmt.format._reader import SplitFile
 from arrowmt.format._split import open_split
 from arrowmt.format._vocab import Dictionary
 from arrowmt.format._writer import ColumnData, write_split
-from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K
+from tests.conftest import MULTI30K, fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 1000
@@ -486,7 +486,7 @@ def test_converters_change_nothing_before_publishing(
             val = str(MULTI30K / "val")
             arrowmt.convert_text(val, out, src_lang="de", tgt_lang="en", overwrite=True, progress=False)
         else:
-            arrowmt.convert_fairseq(FAIRSEQ_FIXTURE / "mmap", out, overwrite=True, progress=False)
+            arrowmt.convert_fairseq(fairseq_fixture() / "mmap", out, overwrite=True, progress=False)
 
     out = tmp_path / "out"
     convert(out)

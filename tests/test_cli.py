@@ -29,9 +29,9 @@ from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._vocab import Dictionary
+from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_BIN = ROOT.parent / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
 LANGS = {"source": "de", "target": "en"}
 UNK = 3
 # Rows of ids: <unk> (3) twice in the source, once in the target; 2 is </s>.
@@ -102,11 +102,12 @@ def test_missing_path_hints_at_convert(tmp_path: Path) -> None:
 
 
 def test_fairseq_data_bin_hints_at_convert_fairseq() -> None:
-    done = run("info", str(DATA_BIN))
+    data_bin = fairseq_fixture() / "mmap"
+    done = run("info", str(data_bin))
     assert_one_line_error(
         done,
         "is not a converted arrowmt dataset",
-        f"fairseq data-bin folder: convert it first with 'arrowmt convert fairseq {DATA_BIN} OUT'",
+        f"fairseq data-bin folder: convert it first with 'arrowmt convert fairseq {data_bin} OUT'",
     )
 
 
@@ -201,7 +202,7 @@ def test_parameter_errors_name_the_flag(tmp_path: Path) -> None:
         (tmp_path / f"corpus.{lang}").write_text("a b\n")
     done = run("convert", "text", str(tmp_path / "o"), "--src-lang", "de", "--tgt-lang", "de", "--trainpref", str(text))
     assert_one_line_error(done, "--tgt-lang: expected a language other than --src-lang, got 'de'")
-    done = run("convert", "fairseq", str(DATA_BIN), str(tmp_path / "o"), "--pair", "fr-en")
+    done = run("convert", "fairseq", str(fairseq_fixture() / "mmap"), str(tmp_path / "o"), "--pair", "fr-en")
     assert_one_line_error(done, "--pair: expected one of ['de-en']", "got 'fr-en'")
 
 

@@ -24,9 +24,9 @@ from arrowmt.format._writer import ColumnData, write_split
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._collate import FairseqCollater, PlainCollater
 from arrowmt.training._dataset import ArrowMTDataset
+from tests.conftest import fairseq_fixture
 
-FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
-PREFIX = {lang: FIXTURE / f"valid.de-en.{lang}" for lang in ("de", "en")}
+LANGS = ("de", "en")
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
 UINT16_CODE = 8
 N_ROWS = 1014
@@ -46,6 +46,16 @@ REAL_BATCHES = [
 
 
 # ------------------------------------------------------------------ building datasets
+
+
+def fixture_file(name: str) -> Path:
+    """A file (or prefix) of the fixture's real fairseq-preprocess mmap output (de-en)."""
+    return fairseq_fixture() / "mmap" / name
+
+
+def valid_prefixes() -> dict[str, Path]:
+    """language -> prefix of the fixture's ``valid`` split."""
+    return {lang: fixture_file(f"valid.de-en.{lang}") for lang in LANGS}
 
 
 def read_fairseq_mmap(prefix: Path) -> Ragged:
@@ -90,7 +100,7 @@ def write_dataset(
     )
     for lang in manifest.dictionaries:
         dict_file = folder / f"dict.{lang}.txt"
-        source_dict = FIXTURE / f"dict.{lang}.txt"
+        source_dict = fixture_file(f"dict.{lang}.txt")
         dict_file.write_bytes(source_dict.read_bytes() if source_dict.exists() else b"")
     for k, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         name = split if k == 0 else f"{split}{k}"
@@ -112,7 +122,7 @@ def _column(folder: Path, rows: Ragged, lang: str, vocab_size: int | None) -> Co
 
 @pytest.fixture(scope="module")
 def real_rows() -> dict[str, Ragged]:
-    return {lang: read_fairseq_mmap(prefix) for lang, prefix in PREFIX.items()}
+    return {lang: read_fairseq_mmap(prefix) for lang, prefix in valid_prefixes().items()}
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +183,10 @@ def fairseq_parts(fairseq_data: ModuleType) -> SimpleNamespace:
     """fairseq's own dictionaries and MMapIndexedDatasets over the fixture files."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dicts = {lang: fairseq_data.Dictionary.load(str(FIXTURE / f"dict.{lang}.txt")) for lang in PREFIX}
+        dicts = {lang: fairseq_data.Dictionary.load(str(fixture_file(f"dict.{lang}.txt"))) for lang in LANGS}
         data = {
             lang: fairseq_data.data_utils.load_indexed_dataset(str(prefix), dicts[lang], "mmap")
-            for lang, prefix in PREFIX.items()
+            for lang, prefix in valid_prefixes().items()
         }
     return SimpleNamespace(dicts=dicts, data=data)
 

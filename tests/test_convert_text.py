@@ -16,8 +16,8 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
 from tests.conftest import (
-    FAIRSEQ_FIXTURE,
     MULTI30K,
+    fairseq_fixture,
     fairseq_preprocess,
     fairseq_rows,
     gz_lines,
@@ -35,7 +35,7 @@ def test_ids_equal_fairseq_encoding_of_every_line(tmp_path: Path) -> None:
         ours = Dictionary.load(tmp_path / "out" / f"dict.{lang}.txt")
         theirs = FairseqDictionary.load(str(tmp_path / "out" / f"dict.{lang}.txt"))
         assert ours.symbols == theirs.symbols
-        for split, name in (("train", "val"), ("test", "test_2016_flickr")):
+        for split, name in (("train", "val"), ("test", "test")):
             ds = open_dataset(tmp_path / "out", split)
             lines = gz_lines(MULTI30K / f"{name}.{lang}.gz")
             assert len(ds) == len(lines)
@@ -63,11 +63,11 @@ def test_dictionary_built_from_train_only_with_threshold(tmp_path: Path) -> None
 
 def test_existing_dictionaries_and_unknowns(tmp_path: Path) -> None:
     opts = text_options(
-        srcdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"),
-        tgtdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"),
+        srcdict=str(fairseq_fixture() / "mmap" / "dict.de.txt"),
+        tgtdict=str(fairseq_fixture() / "mmap" / "dict.en.txt"),
     )
     convert_with_options(opts, tmp_path / "out", progress=False)
-    assert (tmp_path / "out" / "dict.de.txt").read_bytes() == (FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt").read_bytes()
+    assert (tmp_path / "out" / "dict.de.txt").read_bytes() == (fairseq_fixture() / "mmap" / "dict.de.txt").read_bytes()
     ds = open_dataset(tmp_path / "out", "train")
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
     first = gz_lines(MULTI30K / "val.de.gz")[0].split()
@@ -125,7 +125,7 @@ def _plain_copy(folder: Path, name: str) -> str:
 
 def test_chunked_conversion_equals_real_fairseq_preprocess(tmp_path: Path) -> None:
     """Small chunks and two workers: dictionaries and ids are exactly what fairseq-preprocess writes."""
-    train, test = _plain_copy(tmp_path / "text", "val"), _plain_copy(tmp_path / "text", "test_2016_flickr")
+    train, test = _plain_copy(tmp_path / "text", "val"), _plain_copy(tmp_path / "text", "test")
     common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--testpref", test]
     fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1", "--thresholdsrc", "2"])
     opts = text_options(prefixes={"train": train, "test": test}, thresholds=(2, 0), workers=2, chunk_bytes=7000)
@@ -137,7 +137,7 @@ def test_chunked_conversion_equals_real_fairseq_preprocess(tmp_path: Path) -> No
 def test_joined_dictionary_with_srcdict_equals_real_fairseq_preprocess(tmp_path: Path) -> None:
     """``--joined-dictionary --srcdict D``: fairseq encodes both sides with D (it builds nothing)."""
     train = _plain_copy(tmp_path / "text", "val")
-    given = str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt")
+    given = str(fairseq_fixture() / "mmap" / "dict.en.txt")
     common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", train, "--joined-dictionary"]
     fairseq_preprocess([*common, "--srcdict", given, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
     opts = text_options(prefixes={"train": train}, joined_dictionary=True, srcdict=given, workers=2, chunk_bytes=7000)
@@ -219,12 +219,12 @@ def test_sentencepiece_equals_spm_encode_then_fairseq_preprocess(tmp_path: Path,
     processor = spm.SentencePieceProcessor(model_file=str(spm_model))
     pieces = tmp_path / "pieces"
     pieces.mkdir()
-    for name in ("val", "test_2016_flickr"):
+    for name in ("val", "test"):
         for lang in ("de", "en"):
             encoded = [" ".join(processor.encode_as_pieces(line)) for line in gz_lines(MULTI30K / f"{name}.{lang}.gz")]
             (pieces / f"{name}.{lang}").write_text("\n".join(encoded) + "\n", encoding="utf-8")
     common = ["--source-lang", "de", "--target-lang", "en", "--trainpref", str(pieces / "val")]
-    common += ["--testpref", str(pieces / "test_2016_flickr"), "--joined-dictionary"]
+    common += ["--testpref", str(pieces / "test"), "--joined-dictionary"]
     fairseq_preprocess([*common, "--destdir", str(tmp_path / "fairseq"), "--workers", "1"])
     opts = text_options(spm_model=str(spm_model), joined_dictionary=True, workers=2, chunk_bytes=9000)
     convert_with_options(opts, tmp_path / "ours", progress=False)

@@ -31,7 +31,7 @@ from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
 from arrowmt.training._mixture import open_mixture
-from tests.conftest import MULTI30K, fairseq_preprocess, fairseq_rows, import_fairseq
+from tests.conftest import fairseq_preprocess, fairseq_rows, import_fairseq, multi30k
 from tests.test_fairseq_multi import (
     LANGTOKS,
     SAMPLING,
@@ -47,7 +47,7 @@ VALID_LINES = 200  # valid.{lang}: the first lines of test_2016_flickr, for ever
 
 
 def _lines(name: str, lang: str) -> list[str]:
-    with gzip.open(MULTI30K / f"{name}.{lang}.gz", "rt", encoding="utf-8") as handle:
+    with gzip.open(multi30k(name, lang), "rt", encoding="utf-8") as handle:
         return handle.read().splitlines()
 
 
@@ -60,7 +60,7 @@ def text(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("pairs-text")
     for lang in ("cs", "de", "en", "fr"):
         _write(folder / f"train.{lang}", _lines("val", lang))
-        _write(folder / f"valid.{lang}", _lines("test_2016_flickr", lang)[:VALID_LINES])
+        _write(folder / f"valid.{lang}", _lines("test", lang)[:VALID_LINES])
     for pair, (start, stop) in OWN_FILES.items():
         for lang in pair.split("-"):
             _write(folder / f"train.{pair}.{lang}", _lines("val", lang)[start:stop])
@@ -202,7 +202,7 @@ def test_one_given_dictionary_serves_every_language(native: Path, text: Path, tm
         assert (tmp_path / "out" / f"dict.{lang}.txt").read_bytes() == Path(given).read_bytes()
     assert Manifest.load(tmp_path / "out").splits() == [f"valid.{pair}" for pair in sorted(PAIRS)]
     words = Dictionary.load(given)
-    first = _lines("test_2016_flickr", "fr")[0].split()
+    first = _lines("test", "fr")[0].split()
     row = open_dataset(tmp_path / "out", "valid.fr-en").row(SOURCE, 0).numpy()
     assert row.tolist() == [words.index(w) for w in first] + [words.eos]
 

@@ -22,7 +22,7 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset
-from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K, ROOT, gz_lines, import_fairseq, text_options
+from tests.conftest import MULTI30K, ROOT, fairseq_fixture, gz_lines, import_fairseq, text_options
 
 DATA_FILES = ("train.arrow", "test.arrow", "dict.de.txt", "dict.en.txt", "arrowmt.json")
 
@@ -58,7 +58,7 @@ def test_byte_identical_whatever_workers_chunks_and_compression(
 ) -> None:
     prefixes = None
     if plain:
-        prefixes = {"train": _plain(tmp_path / "text", "val"), "test": _plain(tmp_path / "text", "test_2016_flickr")}
+        prefixes = {"train": _plain(tmp_path / "text", "val"), "test": _plain(tmp_path / "text", "test")}
     opts = text_options(workers=workers, chunk_bytes=chunk_bytes, **({"prefixes": prefixes} if prefixes else {}))
     manifest = convert_with_options(opts, tmp_path / "out", progress=False)
     _same_files(reference, tmp_path / "out", DATA_FILES[:-1])
@@ -96,12 +96,12 @@ def test_shards_of_chosen_rows_join_to_the_split(tmp_path: Path, reference: Path
 
 
 def test_shards_run_across_comma_prefixes(tmp_path: Path) -> None:
-    prefixes = {"train": f"{MULTI30K / 'val'},{MULTI30K / 'test_2016_flickr'}"}
+    prefixes = {"train": f"{MULTI30K / 'val'},{MULTI30K / 'test'}"}
     manifest = convert_with_options(text_options(prefixes=prefixes, shard_rows=1500), tmp_path / "out", progress=False)
     assert [manifest.files[n].rows for n in manifest.shards("train")] == [1500, 514]
     ds = open_dataset(tmp_path / "out", "train")
     de = Dictionary.load(tmp_path / "out" / "dict.de.txt")
-    line = gz_lines(MULTI30K / "test_2016_flickr.de.gz")[485]  # row 1014 + 485 = 1499, the last of the first shard
+    line = gz_lines(MULTI30K / "test.de.gz")[485]  # row 1014 + 485 = 1499, the last of the first shard
     np.testing.assert_array_equal(ds.row("source", 1499).numpy(), [de.index(w) for w in line.split()] + [de.eos])
 
 
@@ -116,7 +116,7 @@ def test_dask_local_cluster_equals_local_conversion(tmp_path: Path, reference: P
         manifest = convert_with_options(opts, tmp_path / "out", progress=False)
         cli = [sys.executable, "-m", "arrowmt._cli", "convert", "text", str(tmp_path / "cli"), "--quiet"]
         cli += ["--src-lang", "de", "--tgt-lang", "en", "--trainpref", str(MULTI30K / "val")]
-        cli += ["--testpref", str(MULTI30K / "test_2016_flickr"), "--chunk-size", "16K"]
+        cli += ["--testpref", str(MULTI30K / "test"), "--chunk-size", "16K"]
         done = subprocess.run([*cli, "--dask-scheduler", cluster.scheduler_address], capture_output=True, text=True)
     assert len(workers) == 2
     _same_files(reference, tmp_path / "out")
@@ -156,8 +156,8 @@ def test_unknown_tokens_match_fairseq_replaced(tmp_path: Path) -> None:
     import_fairseq()
     from fairseq.data import Dictionary as FairseqDictionary
 
-    dict_de = FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"
-    opts = text_options(srcdict=str(dict_de), tgtdict=str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt"), chunk_bytes=5000)
+    dict_de = fairseq_fixture() / "mmap" / "dict.de.txt"
+    opts = text_options(srcdict=str(dict_de), tgtdict=str(fairseq_fixture() / "mmap" / "dict.en.txt"), chunk_bytes=5000)
     manifest = convert_with_options(opts, tmp_path / "out", progress=False)
     theirs = FairseqDictionary.load(str(dict_de))
     replaced, tokens = 0, 0
@@ -191,7 +191,7 @@ def test_unknown_report_warns_above_threshold() -> None:
 def test_cli_reports_unknowns_and_warns_loudly(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "arrowmt._cli", "convert", "text", str(tmp_path / "out"), "--quiet"]
     args += ["--src-lang", "de", "--tgt-lang", "en", "--trainpref", str(MULTI30K / "val")]
-    args += ["--srcdict", str(FAIRSEQ_FIXTURE / "mmap" / "dict.en.txt")]  # the English dictionary for German text
+    args += ["--srcdict", str(fairseq_fixture() / "mmap" / "dict.en.txt")]  # the English dictionary for German text
     done = subprocess.run(
         [*args, "--chunk-size", "8K", "--shard-rows", "500", "--workers", "2"], capture_output=True, text=True
     )

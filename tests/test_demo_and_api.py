@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import arrowmt
-from tests.conftest import FAIRSEQ_FIXTURE, MULTI30K
+from tests.conftest import MULTI30K, fairseq_fixture
 
 
 def test_demo_converts_bundled_sample_and_iterates_batches(tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_public_api_round_trip(tmp_path: Path) -> None:
         str(MULTI30K / "val"), str(tmp_path / "text"), src_lang="de", tgt_lang="en", progress=False
     )
     assert manifest.files["train"].rows == 1014
-    arrowmt.convert_fairseq(str(FAIRSEQ_FIXTURE / "mmap"), str(tmp_path / "fs"), progress=False)
+    arrowmt.convert_fairseq(str(fairseq_fixture() / "mmap"), str(tmp_path / "fs"), progress=False)
     ds = arrowmt.open_dataset(tmp_path / "fs", "valid")
     sampler = arrowmt.TokenBatchSampler(ds, max_tokens=1024, seed=3)
     sampler.set_epoch(1)

@@ -18,7 +18,7 @@ from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt.converters._from_table import convert_table
 
 from arrowmt.format._split import open_split
-from tests.conftest import FAIRSEQ_FIXTURE
+from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_plain.py"
@@ -46,7 +46,7 @@ def read_split(folder: Path, split: str) -> pa.Table:
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small de-en corpus whose test split holds the longest rows (the train rows are shorter)."""
     base = tmp_path_factory.mktemp("examples")
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", base / "full", progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", base / "full", progress=False)
     train, test = read_split(base / "full", "train"), read_split(base / "full", "test")
     test_lengths = pc.list_value_length(test["target"])
     short = pc.and_(*(pc.less(pc.list_value_length(train[c]), pc.max(test_lengths)) for c in ("source", "target")))

@@ -25,7 +25,7 @@ from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._view import build_view
 from arrowmt.training._mixing import resample_counts, temperature_ratios
-from tests.conftest import MULTI30K, PLUGIN_DIR, TINY_TRANSFORMER, fairseq_preprocess, import_fairseq, quiet
+from tests.conftest import PLUGIN_DIR, TINY_TRANSFORMER, fairseq_preprocess, import_fairseq, multi30k, quiet
 
 TASK = "translation_multi_simple_epoch_arrow"
 SIZES = {"de": 1000, "fr": 500, "cs": 200}
@@ -50,7 +50,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     text.mkdir()
     lines = {}
     for lang in ("cs", "de", "en", "fr"):
-        with gzip.open(MULTI30K / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as handle:
+        with gzip.open(multi30k("test", lang), "rt", encoding="utf-8") as handle:
             lines[lang] = [line.lower() for line in handle.read().splitlines()]
     (text / "all").write_text("".join(f"{x}\n" for lang in ("de", "fr", "cs", "en") for x in lines[lang]))
     runs = [f"--only-source --trainpref {text / 'all'} --destdir {root / 'dict'} --workers 1"]

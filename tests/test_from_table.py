@@ -20,7 +20,7 @@ from arrowmt.format._manifest import Manifest
 from arrowmt.format._split import Split, open_split
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._vocab import Dictionary
-from tests.conftest import FAIRSEQ_FIXTURE
+from tests.conftest import fairseq_fixture
 
 COLUMNS = ("source", "target")
 IDS = pa.list_(pa.int32())
@@ -29,7 +29,7 @@ IDS = pa.list_(pa.int32())
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("from-table") / "corpus"
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", out, progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
     return out
 
 

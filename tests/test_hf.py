@@ -25,10 +25,10 @@ from arrowmt.format._vocab import Dictionary
 from arrowmt.format._writer import ColumnData, write_split
 from arrowmt.integrations import hf
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+from tests.builders import fairseq_mmap as fixture_mmap
 
 datasets = pytest.importorskip("datasets")
 
-FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
 SPLIT_ROWS = {"train": 29000, "valid": 1014, "test": 1000}
 SHARD_BOUNDS = ((0, 10000), (10000, 20000), (20000, 29000))
 LANGS = {"source": "de", "target": "en"}
@@ -39,7 +39,7 @@ REFERENCE_DE = "zwei junge weiße männer sind im freien in der nähe vieler bü
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared fixture converted by ``convert_fairseq``: one file per split."""
     out = tmp_path_factory.mktemp("hf") / "corpus"
-    convert_fairseq(FIXTURE, out, progress=False)
+    convert_fairseq(fixture_mmap(), out, progress=False)
     return out
 
 
@@ -52,7 +52,7 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     manifest = Manifest(
         languages=dict(LANGS), dictionaries={lang: f"dict.{lang}.txt" for lang in dicts}, source_format="test"
     )
-    full = {role: read_indexed(FIXTURE / f"train.de-en.{lang}") for role, lang in LANGS.items()}
+    full = {role: read_indexed(fixture_mmap() / f"train.de-en.{lang}") for role, lang in LANGS.items()}
     for k, (lo, hi) in enumerate(SHARD_BOUNDS):
         name = "train" if k == 0 else f"train{k}"
         columns = {role: _column(_rows(full[role], lo, hi), lang, dicts[lang]) for role, lang in LANGS.items()}
@@ -63,7 +63,7 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _copy_dictionary(lang: str, out: Path) -> Dictionary:
-    shutil.copyfile(FIXTURE / f"dict.{lang}.txt", out / f"dict.{lang}.txt")
+    shutil.copyfile(fixture_mmap() / f"dict.{lang}.txt", out / f"dict.{lang}.txt")
     return Dictionary.load(out / f"dict.{lang}.txt")
 
 
@@ -182,7 +182,7 @@ def test_rows_equal_fairseq_binary(corpus: Path) -> None:
     ds = hf.load_split(corpus, "valid")
     for role, lang in LANGS.items():
         lengths, values = _hf_column(ds, role)
-        ref_lengths, ref_values = _reference(read_indexed(FIXTURE / f"valid.de-en.{lang}"))
+        ref_lengths, ref_values = _reference(read_indexed(fixture_mmap() / f"valid.de-en.{lang}"))
         np.testing.assert_array_equal(lengths, ref_lengths)
         np.testing.assert_array_equal(values, ref_values)
 
@@ -202,7 +202,7 @@ def test_shards_concatenated_in_order(sharded: Path, tmp_path: Path) -> None:
     _assert_same_rows(ds, open_dataset(sharded, "train"))
     for role, lang in LANGS.items():
         lengths, values = _hf_column(ds, role)
-        ref_lengths, ref_values = _reference(read_indexed(FIXTURE / f"train.de-en.{lang}"))
+        ref_lengths, ref_values = _reference(read_indexed(fixture_mmap() / f"train.de-en.{lang}"))
         np.testing.assert_array_equal(lengths, ref_lengths)
         np.testing.assert_array_equal(values, ref_values)
 
@@ -463,12 +463,12 @@ def test_cache_dir_parameter_and_unwritable_cache_dir(corpus: Path, tmp_path: Pa
 def test_reconversion_keeps_hf_cache_files(tmp_path: Path, hf_cache: Path) -> None:
     """``--overwrite`` replaces the corpus; HF's cache files (and files it never wrote) survive it."""
     out = tmp_path / "corpus"
-    convert_fairseq(FIXTURE, out, progress=False)
+    convert_fairseq(fixture_mmap(), out, progress=False)
     ds = hf.load_split(out, "test")
     mapped = ds.map(lambda row: {"n": len(row["source"])})
     in_corpus = ds.map(lambda row: {"m": 1}, cache_file_name=str(out / "cache-mine.arrow"))  # the user's choice
     cache_files = [Path(mapped.cache_files[0]["filename"]), Path(in_corpus.cache_files[0]["filename"])]
-    convert_fairseq(FIXTURE, out, overwrite=True, progress=False)
+    convert_fairseq(fixture_mmap(), out, overwrite=True, progress=False)
     assert all(f.is_file() for f in cache_files), cache_files
     again = hf.load_split(out, "test")  # the links now see the new files: checked again, same rows
     assert again["source"] == ds["source"]

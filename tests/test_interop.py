@@ -14,10 +14,10 @@ import pytest
 from arrowmt.converters._fairseq_folder import convert_fairseq
 
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+from tests.conftest import fairseq_fixture
 
 duckdb = pytest.importorskip("duckdb")
 
-FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fairseq-multi30k-de-en" / "mmap"
 SPLITS = ("train", "valid", "test")
 COLUMNS = ("source", "target")
 
@@ -25,7 +25,7 @@ COLUMNS = ("source", "target")
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("interop") / "corpus"
-    convert_fairseq(FIXTURE, out, progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
     return out
 
 

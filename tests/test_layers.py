@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAIRSEQ_FIXTURE, ROOT
+from tests.conftest import ROOT, fairseq_fixture
 
 # Lower number = lower layer. The top (CLI, info, demo) may import everything.
 LAYERS = {
@@ -94,7 +94,7 @@ def test_cli_info_and_verify_do_not_load_torch(tmp_path: Path, command: str) -> 
     from arrowmt.converters._fairseq_folder import convert_fairseq
 
     out = tmp_path / "corpus"
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", out, progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
     code = (
         "import sys, runpy; sys.argv = ['arrowmt', sys.argv[1], sys.argv[2]]\n"
         "try:\n    runpy.run_module('arrowmt', run_name='__main__')\n"

@@ -17,7 +17,7 @@ from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._dataset import open_dataset
 from arrowmt.training._mixture import open_mixture
-from tests.conftest import FAIRSEQ_FIXTURE, fairseq_rows
+from tests.conftest import fairseq_fixture, fairseq_rows
 
 PAIRS = (("cs", "en"), ("de", "en"), ("fr", "en"))
 
@@ -28,7 +28,7 @@ def multilingual_bin(tmp_path: Path) -> Path:
 
     Every pair has ``valid``; de-en also has ``train`` and a shard ``train1`` (a copy of valid).
     """
-    source = FAIRSEQ_FIXTURE / "mmap"
+    source = fairseq_fixture() / "mmap"
     out = tmp_path / "data-bin"
     out.mkdir()
     for src, tgt in PAIRS:

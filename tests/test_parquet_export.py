@@ -23,7 +23,7 @@ from arrowmt.format._manifest import Manifest
 from arrowmt.format._split import open_split
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._vocab import Dictionary
-from tests.conftest import FAIRSEQ_FIXTURE, ROOT
+from tests.conftest import ROOT, fairseq_fixture
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -35,7 +35,7 @@ FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("parquet") / "corpus"
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", out, progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
     return out
 
 

@@ -25,7 +25,7 @@ from arrowmt.format._writer import (
     open_split_writer,
     write_split,
 )
-from tests.conftest import FAIRSEQ_FIXTURE
+from tests.conftest import fairseq_fixture
 
 
 def _column(rows: Ragged, vocab: int = 100) -> ColumnData:
@@ -104,7 +104,7 @@ def test_streaming_writer_checks_totals_and_leaves_nothing(tmp_path: Path) -> No
 def test_fairseq_files_read_block_by_block_give_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
-    prefix = FAIRSEQ_FIXTURE / layout / "valid.de-en.de"
+    prefix = fairseq_fixture() / layout / "valid.de-en.de"
     whole = write_split(tmp_path / "whole.arrow", "valid", {"source": _column(read_indexed(prefix), 20000)})
     monkeypatch.setattr(writer, "PIECE_ROWS", 37)  # many pieces, none aligned with the record batches
     rows = open_indexed(prefix, block_rows=37)
@@ -115,16 +115,16 @@ def test_fairseq_files_read_block_by_block_give_the_same_file(
 
 
 def test_convert_fairseq_streams_every_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", tmp_path / "whole", progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", tmp_path / "whole", progress=False)
     monkeypatch.setattr(writer, "PIECE_ROWS", 1000)
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", tmp_path / "pieces", progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", tmp_path / "pieces", progress=False)
     for name in ("train.arrow", "valid.arrow", "test.arrow", "arrowmt.json"):
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "pieces" / name).read_bytes()
 
 
 def _copy(tmp_path: Path, name: str = "valid.de-en.de") -> Path:
     for suffix in (".idx", ".bin"):
-        shutil.copy(FAIRSEQ_FIXTURE / "mmap" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+        shutil.copy(fairseq_fixture() / "mmap" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
     return tmp_path / name
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from builders import FAIRSEQ_MMAP, multi30k_dataset
+from builders import fairseq_mmap, multi30k_dataset
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._schema import SOURCE, TARGET
@@ -70,9 +70,9 @@ def fairseq_data() -> object:
 
 def test_token_ids_are_those_fairseq_adds(fairseq_data: object) -> None:
     data, augment_dictionary = fairseq_data  # type: ignore[misc]
-    theirs = data.Dictionary.load(str(FAIRSEQ_MMAP / "dict.en.txt"))
+    theirs = data.Dictionary.load(str(fairseq_mmap() / "dict.en.txt"))
     augment_dictionary(theirs, LANGS, "multilingual")
-    ours = language_token_ids(Dictionary.load(FAIRSEQ_MMAP / "dict.en.txt"), LANGS)
+    ours = language_token_ids(Dictionary.load(fairseq_mmap() / "dict.en.txt"), LANGS)
     assert ours == {lang: theirs.index(f"__{lang}__") for lang in LANGS}
     assert max(ours.values()) == len(theirs) - 1
 
@@ -86,13 +86,13 @@ def test_tagged_batches_equal_fairseqs_prepend_token_datasets(fairseq_data: obje
     mixture.tags = tags
     ours = mixture.tag_collater(FairseqCollater(mixture.special_ids))
 
-    dictionary = data.Dictionary.load(str(FAIRSEQ_MMAP / "dict.de.txt"))
+    dictionary = data.Dictionary.load(str(fairseq_mmap() / "dict.de.txt"))
     pairs = []
     for name, tag in zip(("valid", "test"), tags, strict=True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            src = data.data_utils.load_indexed_dataset(str(FAIRSEQ_MMAP / f"{name}.de-en.de"), None, "mmap")
-            tgt = data.data_utils.load_indexed_dataset(str(FAIRSEQ_MMAP / f"{name}.de-en.en"), None, "mmap")
+            src = data.data_utils.load_indexed_dataset(str(fairseq_mmap() / f"{name}.de-en.de"), None, "mmap")
+            tgt = data.data_utils.load_indexed_dataset(str(fairseq_mmap() / f"{name}.de-en.en"), None, "mmap")
         src, tgt = data.PrependTokenDataset(src, tag.source[0]), data.PrependTokenDataset(tgt, tag.target[0])
         pairs.append(data.LanguagePairDataset(src, src.sizes, dictionary, tgt, tgt.sizes, dictionary))
     rng = np.random.default_rng(0)

@@ -26,12 +26,11 @@ from arrowmt.converters._text import (
     tokenize,
 )
 from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
-from conftest import FAIRSEQ_FIXTURE, MULTI30K
+from conftest import MULTI30K, fairseq_fixture
 
 from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
 from arrowmt.format._vocab import Dictionary
 
-DICT_DE = FAIRSEQ_FIXTURE / "mmap" / "dict.de.txt"
 VAL_DE_FIRST = "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
 
 
@@ -45,7 +44,7 @@ def fairseq_data() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def dict_de() -> Dictionary:
-    return Dictionary.load(DICT_DE)
+    return Dictionary.load(fairseq_fixture() / "mmap" / "dict.de.txt")
 
 
 def _gunzip(source: Path, dest: Path) -> Path:
@@ -180,7 +179,7 @@ def test_encode_with_unknowns() -> None:
 def test_encode_real_val_equals_fairseq(tmp_path: Path, dict_de: Dictionary, fairseq_data: ModuleType) -> None:
     plain = _gunzip(MULTI30K / "val.de.gz", tmp_path / "val.de")
     encoded = encode(read_lines(MULTI30K / "val.de.gz"), dict_de)
-    fairseq_dict = fairseq_data.Dictionary.load(str(DICT_DE))
+    fairseq_dict = fairseq_data.Dictionary.load(str(fairseq_fixture() / "mmap" / "dict.de.txt"))
     replaced = []
 
     def consumer(word: str, idx: int) -> None:
@@ -316,7 +315,7 @@ def sentencepiece_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_encode_sentencepiece(sentencepiece_model: Path) -> None:
     spm = pytest.importorskip("sentencepiece")
-    lines = read_lines(MULTI30K / "test_2016_flickr.en.gz")
+    lines = read_lines(MULTI30K / "test.en.gz")
     pieces = spm.SentencePieceProcessor(model_file=str(sentencepiece_model)).encode(lines.to_pylist(), out_type=str)
     assert sentencepiece_pieces(lines, sentencepiece_model).to_pylist() == pieces
     d = Dictionary.build(sentencepiece_pieces(lines[:500], sentencepiece_model))

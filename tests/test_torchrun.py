@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from tests.conftest import FAIRSEQ_FIXTURE
+from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("torchrun_worker.py")
@@ -25,7 +25,7 @@ MAX_TOKENS = 2000  # 223 batches: an odd count, so rank 1 is padded with one bat
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("arrow") / "multi30k"
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", out, progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
     return out
 
 

@@ -276,11 +276,11 @@ def test_translation_arrow_trains_on_a_view(tmp_path: Path) -> None:
 
     from arrowmt.converters._fairseq_folder import convert_fairseq
 
-    from tests.conftest import FAIRSEQ_FIXTURE, import_fairseq
+    from tests.conftest import fairseq_fixture, import_fairseq
 
     import_fairseq()
     corpus = tmp_path / "c"
-    convert_fairseq(FAIRSEQ_FIXTURE / "mmap", corpus, progress=False)
+    convert_fairseq(fairseq_fixture() / "mmap", corpus, progress=False)
     view = build_view(corpus, corpus / "short.view", max_len=10).path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -15,7 +15,7 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._writer import ColumnData, choose_rows_per_batch, write_split
-from tests.conftest import FAIRSEQ_FIXTURE
+from tests.conftest import fairseq_fixture
 
 
 def _offsets(lengths: list[int]) -> np.ndarray:
@@ -55,7 +55,7 @@ def test_single_row_over_limit_and_bad_request() -> None:
 
 def test_list_value_limit_splits_record_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A column past the per-array value limit (2^31-1 in real life) is cut into smaller batches."""
-    ragged = read_indexed(FAIRSEQ_FIXTURE / "mmap" / "valid.de-en.de")
+    ragged = read_indexed(fairseq_fixture() / "mmap" / "valid.de-en.de")
     monkeypatch.setattr(writer, "MAX_LIST_VALUES", 1000)
     meta = write_split(tmp_path / "valid.arrow", "valid", {"source": _column(ragged, 18728)})
     assert meta.rows_per_batch == 64  # 65536 halved until every 64-row window holds <= 1000 values

@@ -12,6 +12,7 @@ import pickle
 import shutil
 import types
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -174,17 +175,20 @@ def test_sampler_batches_equal_fairseq(mode: str, corpus: tuple[Path, Path], fai
         expected = lm.batch_by_size(
             order, max_tokens=max_tokens, max_sentences=max_sentences, required_batch_size_multiple=multiple
         )
-        sampler = BlockBatchSampler(
-            open_blocks(arrow, "train", block_size, mode),
-            max_tokens=max_tokens,
-            max_sentences=max_sentences,
-            required_batch_size_multiple=multiple,
-            max_positions=max_positions,
-            seed=5,
-            skip_invalid_size_inputs=True,
-            num_replicas=1,
-            rank=0,
-        )
+        dropped = len(reference) - len(order)  # a share over 1% warns (a wrong max_positions would skip most)
+        warns = dropped > len(reference) / 100
+        with pytest.warns(UserWarning, match=f" {dropped} of {len(reference)} blocks ") if warns else nullcontext():
+            sampler = BlockBatchSampler(
+                open_blocks(arrow, "train", block_size, mode),
+                max_tokens=max_tokens,
+                max_sentences=max_sentences,
+                required_batch_size_multiple=multiple,
+                max_positions=max_positions,
+                seed=5,
+                skip_invalid_size_inputs=True,
+                num_replicas=1,
+                rank=0,
+            )
         assert [sampler.plan.batch(b).tolist() for b in range(len(sampler.plan))] == [b.tolist() for b in expected]
 
 
@@ -192,7 +196,8 @@ def test_blocks_too_long_raise_unless_skipped(corpus: tuple[Path, Path]) -> None
     ds = open_blocks(corpus[1], "train", 64, "eos")
     with pytest.raises(InputDataError, match=r"max_positions: sample \d+ has \d+ tokens, expected <= max_positions=20"):
         BlockBatchSampler(ds, max_positions=20, num_replicas=1, rank=0)
-    kept = BlockBatchSampler(ds, max_positions=20, skip_invalid_size_inputs=True, num_replicas=1, rank=0)
+    with pytest.warns(UserWarning, match=r"of \d+ blocks \(\d+\.\d%\) exceed max_positions/max_tokens"):
+        kept = BlockBatchSampler(ds, max_positions=20, skip_invalid_size_inputs=True, num_replicas=1, rank=0)
     assert kept.plan.dropped == int(np.count_nonzero(ds.sizes() > 20)) > 0
 
 

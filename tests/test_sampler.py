@@ -151,7 +151,7 @@ def test_default_cache_lives_in_the_dataset_folder(tmp_path: Path) -> None:
     assert sorted(sorted(b) for b in sampler) == [[0], [1, 2], [3]]
 
 
-def test_too_long_samples_error_or_are_skipped_with_a_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_too_long_samples_error_or_are_skipped_with_a_warning(tmp_path: Path) -> None:
     ds = ArrowMTDataset(lengths_dataset(tmp_path / "ds", [2, 9, 3, 2, 1], [2, 2, 8, 2, 1]))
     cache = tmp_path / "cache"
     with pytest.raises(InputDataError, match=r"max_tokens: sample 1 has 9 tokens, expected <= max_tokens=8"):
@@ -160,14 +160,28 @@ def test_too_long_samples_error_or_are_skipped_with_a_log(tmp_path: Path, caplog
         TokenBatchSampler(ds, max_tokens=100, max_source_positions=9, max_target_positions=7, cache_dir=cache)
     with pytest.raises(InputDataError, match=r"max_source_positions: sample 1 has 9 tokens"):
         TokenBatchSampler(ds, max_tokens=100, max_source_positions=8, cache_dir=cache)
-    with caplog.at_level(logging.WARNING, logger="arrowmt.training._sampler"):
+    with pytest.warns(UserWarning, match=r"ds: 2 of 5 samples \(40\.0%\) exceed max_tokens/.* and are skipped"):
         sampler = TokenBatchSampler(ds, max_tokens=7, skip_invalid_size_inputs=True, cache_dir=cache)
-    assert "2 samples exceed" in caplog.text
     assert sorted(i for b in sampler for i in b) == [0, 3, 4]
-    positions = TokenBatchSampler(
-        ds, max_tokens=100, max_target_positions=7, skip_invalid_size_inputs=True, cache_dir=cache
-    )
+    with pytest.warns(UserWarning, match=r"1 of 5 samples \(20\.0%\)"):
+        positions = TokenBatchSampler(
+            ds, max_tokens=100, max_target_positions=7, skip_invalid_size_inputs=True, cache_dir=cache
+        )
     assert sorted(i for b in positions for i in b) == [0, 1, 3, 4]
+
+
+def test_skipping_at_most_one_percent_is_logged_not_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """One too-long sample of 100 is logged; one of 99 (over 1%) warns."""
+    for rows, warns in ((100, False), (99, True)):
+        ds = ArrowMTDataset(lengths_dataset(tmp_path / str(rows), [9] + [2] * (rows - 1)))
+        caplog.clear()
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+            warnings.simplefilter("always")
+            sampler = TokenBatchSampler(ds, max_tokens=8, skip_invalid_size_inputs=True, cache_dir=tmp_path / "c")
+        assert len(sampler.plan.indices) == rows - 1
+        share = f"1 of {rows} samples ({1 / rows:.1%}) exceed"
+        assert [share in str(w.message) for w in caught] == ([True] if warns else [])
+        assert (share in caplog.text) is not warns
 
 
 def test_monolingual_dataset(tmp_path: Path) -> None:

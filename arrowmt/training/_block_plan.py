@@ -51,7 +51,14 @@ from arrowmt.training._blocks import (
     packed_bounds,
     row_starts,
 )
-from arrowmt.training._bucketing import batch_by_size, check_limit, check_seed, compact_counts, drop_too_long
+from arrowmt.training._bucketing import (
+    batch_by_size,
+    check_limit,
+    check_seed,
+    compact_counts,
+    drop_too_long,
+    report_skipped,
+)
 from arrowmt.training._plan_cache import BatchPlan, PlanArrays, exclusive_lock, load_or_build_plan, plan_key
 from arrowmt.training._token_stream import TokenStream
 from arrowmt.training._world import release_free_heap
@@ -325,6 +332,5 @@ def load_block_plan(
     plan = load_or_build_plan(folder, key, len(table), lambda: build_block_plan(table, params))
     if plan.built:
         release_free_heap()
-    if plan.dropped:
-        logger.warning("%s: %d blocks exceed max_positions/max_tokens and are skipped", where, plan.dropped)
+    report_skipped(where, plan.indices.size, plan.dropped, "blocks", "max_positions/max_tokens")
     return plan

@@ -16,14 +16,20 @@ samples) live here once, for every planner.
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import numpy as np
 
 from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 
+logger = logging.getLogger(__name__)
+
 MIN_WINDOW = 16
 CHUNK = 1 << 20  # elements per step of the chunked loops that bound temporaries
 LOW_32 = np.uint64(0xFFFFFFFF)
+SKIPPED_WARN_SHARE = 0.01  # a plan that skips more than this share of its samples for size warns (else logs)
 
 
 def check_limit(name: str, value: int | None) -> None:
@@ -289,6 +295,23 @@ def drop_too_long(
         raise too_long_error(name, limit, int(indices[k]), int(sizes[k]), count)
     keep = ~over
     return indices[keep], sizes[keep], count
+
+
+def report_skipped(where: str, kept: int, skipped: int, what: str, limits: str) -> None:
+    """Tell that ``skipped`` of ``kept + skipped`` samples exceed ``limits`` and are skipped.
+
+    More than :data:`SKIPPED_WARN_SHARE` of them is a ``UserWarning`` (a wrong limit, such as
+    ``max_positions`` below the block size, would otherwise train on a fraction of the data
+    unnoticed); fewer are logged.
+    """
+    if not skipped:
+        return
+    total = kept + skipped
+    message = f"{where}: {skipped} of {total} {what} ({skipped / total:.1%}) exceed {limits} and are skipped"
+    if skipped > SKIPPED_WARN_SHARE * total:
+        warnings.warn(f"{message}; raise the limits to keep them", UserWarning, stacklevel=2)
+    else:
+        logger.warning(message)
 
 
 def tail_overflows(num_tokens: np.ndarray, split: int, full_at: int, max_tokens: int | None) -> bool:

@@ -7,7 +7,6 @@ building it under a lock the first time.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -26,12 +25,11 @@ from arrowmt.training._bucketing import (
     drop_too_long,
     filter_by_size,
     ordered_indices,
+    report_skipped,
     too_long_error,
 )
 from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.training._world import release_free_heap
-
-logger = logging.getLogger(__name__)
 
 LIMIT_FIELDS = (
     "max_tokens",
@@ -167,10 +165,6 @@ def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[s
     plan = load_or_build_plan(folder, key, len(dataset), lambda: build_plan(dataset, params))
     if plan.built:
         release_free_heap()
-    if plan.dropped:
-        logger.warning(
-            "%s: %d samples exceed max_tokens/max_source_positions/max_target_positions and are skipped",
-            dataset.path,
-            plan.dropped,
-        )
+    limits = "max_tokens/max_source_positions/max_target_positions"
+    report_skipped(str(dataset.path), plan.indices.size, plan.dropped, "samples", limits)
     return plan

@@ -203,7 +203,7 @@ def report_test(model: Seq2Seq, data: str, args: argparse.Namespace) -> None:
         print(f"BLEU {bleu.score:.2f} on {scored} test sentences")
 
 
-def save_checkpoint(path: str, model: Seq2Seq, optimizer: torch.optim.Optimizer, loader: Any, at: Progress) -> None:
+def save_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer, loader: Any, at: Progress) -> None:
     """Model, optimizer and data-loader state, written to a temporary file and renamed (never half-written)."""
     state = {
         "model": model.state_dict(),
@@ -218,7 +218,7 @@ def save_checkpoint(path: str, model: Seq2Seq, optimizer: torch.optim.Optimizer,
     print(f"saved {path} (epoch {at.epoch}, step {at.step})", flush=True)
 
 
-def load_checkpoint(path: str, model: Seq2Seq, optimizer: torch.optim.Optimizer, loader: Any) -> Progress:
+def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer, loader: Any) -> Progress:
     state = torch.load(path, weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -228,13 +228,12 @@ def load_checkpoint(path: str, model: Seq2Seq, optimizer: torch.optim.Optimizer,
     return at
 
 
-def stateful_loader(ds: ArrowMTDataset, sampler: TokenBatchSampler, num_workers: int) -> Any:
+def stateful_loader(ds: Any, sampler: Any, collate: Any, num_workers: int) -> Any:
     """torchdata's ``StatefulDataLoader``: its ``state_dict()`` is the position after the last batch it yielded."""
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader
     except ImportError as exc:
         raise SystemExit("this example resumes through torchdata: pip install 'arrowmt[resume]'") from exc
-    collate = PlainCollater(ds.special_ids)
     with warnings.catch_warnings():  # torchdata 0.11 calls torch.set_vital, deprecated in torch 2.13
         warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
         return StatefulDataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
@@ -253,7 +252,7 @@ def train(args: argparse.Namespace) -> None:
     ds = open_dataset(args.data, "train")
     valid = open_dataset(args.data, "valid")
     sampler = TokenBatchSampler(ds, max_tokens=args.max_tokens, seed=args.seed)
-    loader = stateful_loader(ds, sampler, args.num_workers)
+    loader = stateful_loader(ds, sampler, PlainCollater(ds.special_ids), args.num_workers)
     model = build_model(args.data, ds, args.dim)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     at = Progress()

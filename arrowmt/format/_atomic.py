@@ -4,6 +4,12 @@ One file: :func:`atomic_path` writes a temporary file beside the target, fsyncs 
 renames it over the target. A whole folder: :class:`StagedOutput` builds every new file
 in a staging folder beside the target folder and publishes them with renames once all
 are complete, so a failed or killed run never changes what the target folder holds.
+
+Temporary files and staging folders carry their writer's process id, so only those of
+dead processes are ever removed as stale. Writers of one target folder exclude each other
+(:class:`OutputLock`, held from the emptiness check to the end of publishing), and the
+renames of a publish hold an exclusive ``flock`` on the target folder that readers share
+while they open it (:func:`reading`), so no reader ever sees half of a publish.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from arrowmt._errors import OutputExistsError, OutputWriteError
+from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, publishing
 
 logger = logging.getLogger(__name__)
 
-TEMP_PREFIX = ".arrowmt-tmp-"
+TEMP_PREFIX = ".arrowmt-tmp-"  # + "<pid>-<random>.part" (older versions: no pid)
 STAGING_MARK = ".arrowmt-staging-"  # + "<pid>-<random>"; beside the target as ".<name>" + STAGING_MARK + ...
 DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -36,14 +43,19 @@ def atomic_path(path: str | os.PathLike[str], overwrite: bool = True) -> Iterato
 
     On success the file is fsynced, renamed over ``path`` and the folder fsynced.
     On any exception, KeyboardInterrupt included, the temporary file is removed,
-    so a crash never leaves a partial ``path``.
+    so a crash never leaves a partial ``path``; what a SIGKILLed writer left in the
+    folder is removed by the next write there (inside a staging folder, which is
+    removed as a whole, nothing is looked for).
     """
     target = Path(path)
     if not overwrite and target.exists():
         raise OutputExistsError(f"{target}: output exists; pass overwrite=True to replace it")
+    if STAGING_MARK not in target.parent.name:
+        with contextlib.suppress(OSError):
+            remove_stale_temps(target.parent)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".part", dir=target.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(), suffix=".part", dir=target.parent)
         os.close(fd)
     except OSError as exc:
         raise OutputWriteError(f"{target}: cannot create output in {target.parent}: {_reason(exc)}") from exc
@@ -104,12 +116,22 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def temp_prefix() -> str:
+    """The start of this process's temporary file names: ``.arrowmt-tmp-<pid>-``."""
+    return f"{TEMP_PREFIX}{os.getpid()}-"
+
+
 def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
-    """Delete temporary files left in ``folder`` by a killed writer; return what was removed."""
+    """Delete the temporary files killed writers left in ``folder``; return what was removed.
+
+    A temporary file whose process (the pid in its name) still runs is another writer's
+    work in progress and is left alone; one without a pid (older versions) is stale.
+    """
     removed = []
-    for stale in Path(folder).glob(TEMP_PREFIX + "*"):
-        stale.unlink(missing_ok=True)
-        removed.append(stale)
+    for stale in sorted(Path(folder).glob(TEMP_PREFIX + "*")):
+        if _pid_alive(stale.name[len(TEMP_PREFIX) :].partition("-")[0]) is not True:
+            stale.unlink(missing_ok=True)
+            removed.append(stale)
     return removed
 
 
@@ -134,6 +156,9 @@ def remove_unlisted(folder: Path, patterns: tuple[str, ...], keep: set[str]) -> 
 
 # ---------------------------------------------------------------- staged folders
 
+EntryState = tuple[int, int, int, int, int]
+"""An entry of the target folder as ``lstat`` sees it: (mode, device, inode, size, mtime_ns)."""
+
 
 @dataclass
 class StagedOutput:
@@ -145,6 +170,11 @@ class StagedOutput:
     leaving a ``with`` block without publishing) removes the staging folder and any
     parent folders this run created. ``target`` itself is not created before
     :meth:`publish`, and a killed run's staging folder is removed by the next run.
+
+    From :meth:`begin` to the end of :meth:`publish` (or :meth:`abort`) the run holds the
+    target's :class:`OutputLock`, so a second writer fails at once; :meth:`publish` also
+    re-checks ``target`` against what :meth:`begin` saw (``seen``) and changes nothing
+    if another program wrote there meanwhile.
     """
 
     target: Path
@@ -152,16 +182,25 @@ class StagedOutput:
     created: tuple[Path, ...] = ()
     done: bool = False
     owner: int = field(default_factory=os.getpid)  # a forked worker never removes its parent's staging
+    lock: OutputLock | None = None
+    overwrite: bool = True
+    seen: dict[str, EntryState] = field(default_factory=dict)
 
     @classmethod
     def begin(cls, target: str | os.PathLike[str], overwrite: bool) -> StagedOutput:
-        """Check ``target`` may be written, remove what killed runs left, and make a staging folder."""
+        """Lock ``target``, check it may be written, remove what killed runs left, and make a staging folder."""
         out = Path(target)
-        check_output_folder(out, overwrite)
+        if os.path.lexists(out) and not out.is_dir():
+            raise OutputWriteError(f"{out}: expected an output folder, got an existing file")
         created = _make_parents(out)
+        lock = None
         try:
-            return cls(out, _make_staging(out), created)
+            lock = OutputLock.acquire(out)
+            check_output_folder(out, overwrite)
+            return cls(out, _make_staging(out), created, lock=lock, overwrite=overwrite, seen=_entries(out))
         except BaseException:
+            if lock is not None:
+                lock.release()
             _remove_empty(created)
             raise
 
@@ -178,7 +217,9 @@ class StagedOutput:
         caller owns) from ``target`` unless they were just published. SIGINT and SIGTERM
         wait until this is done, so an interrupt never stops it half-way.
         """
+        remove, remove_dirs = set(remove), set(remove_dirs)
         self._check_publishable(names)
+        self._check_unchanged({*names, *remove})
         with deferred_signals():
             if not os.path.lexists(self.target) and sorted(os.listdir(self.path)) == sorted(names):
                 self._publish_folder(names)
@@ -186,15 +227,21 @@ class StagedOutput:
                 self._publish_files(names)
             fsync_dir(self.target)
             self.done = True
-            _remove_names(self.target, set(remove) - set(names), set(remove_dirs) - set(names))
+            _remove_names(self.target, remove - set(names), remove_dirs - set(names))
+            self._release()
 
     def abort(self) -> None:
-        """Remove the staging folder and the parent folders this run created (idempotent)."""
+        """Remove the staging folder and the parent folders this run created, and unlock (idempotent)."""
         if self.done or os.getpid() != self.owner:
             return
         self.done = True
         shutil.rmtree(self.path, ignore_errors=True)
+        self._release()
         _remove_empty(self.created)
+
+    def _release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     def _check_publishable(self, names: Sequence[str]) -> None:
         for name in names:
@@ -203,6 +250,21 @@ class StagedOutput:
                 raise OutputWriteError(f"{final}: expected {staged} to be written before publishing, it is missing")
             if final.is_dir() and not final.is_symlink():
                 raise OutputWriteError(f"{final}: cannot replace a folder with a file; nothing was changed")
+
+    def _check_unchanged(self, names: set[str]) -> None:
+        """Refuse to publish when another program changed ``target`` since :meth:`begin`.
+
+        Without overwrite nothing may have appeared; with it, none of the entries this
+        publish replaces or removes may have changed.
+        """
+        now = _entries(self.target)
+        watched = set(now) | set(self.seen) if not self.overwrite else names
+        changed = sorted(name for name in watched if now.get(name) != self.seen.get(name))
+        if not changed:
+            return
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        error = OutputWriteError if self.overwrite else OutputExistsError
+        raise error(f"{self.target}: another program wrote {shown} there while this run worked; nothing was changed")
 
     def _publish_folder(self, names: Sequence[str]) -> None:
         """A new target: one rename of the whole staging folder (falls back to file renames on a race)."""
@@ -218,8 +280,9 @@ class StagedOutput:
     def _publish_files(self, names: Sequence[str]) -> None:
         try:
             self.target.mkdir(exist_ok=True)
-            for name in names:
-                os.replace(self.path / name, self.target / name)
+            with publishing(self.target):
+                for name in names:
+                    os.replace(self.path / name, self.target / name)
         except OSError as exc:
             raise OutputWriteError(f"{self.target}: publishing the new output failed: {_reason(exc)}") from exc
         shutil.rmtree(self.path, ignore_errors=True)
@@ -229,15 +292,31 @@ def check_output_folder(out: Path, overwrite: bool) -> None:
     """Refuse a ``out`` that is not a folder, or a non-empty one without ``overwrite``.
 
     Staging folders and temporary files that killed arrowmt runs left are removed first
-    (they never count as content).
+    (they never count as content, nor does the output lock).
     """
     if os.path.lexists(out) and not out.is_dir():
         raise OutputWriteError(f"{out}: expected an output folder, got an existing file")
     remove_stale_staging(out)
     if out.is_dir():
         remove_stale_temps(out)
-        if not overwrite and any(out.iterdir()):
+        if not overwrite and _entries(out):
             raise OutputExistsError(f"{out}: output folder exists and is not empty; pass overwrite=True to replace it")
+
+
+def _entries(folder: Path) -> dict[str, EntryState]:
+    """What ``folder`` holds (name -> lstat state), arrowmt's own lock and staging folders left out; {} if missing."""
+    try:
+        with os.scandir(folder) as found:
+            entries = {entry.name: entry.stat(follow_symlinks=False) for entry in found}
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as exc:
+        raise OutputWriteError(f"{folder}: cannot list the output folder: {_reason(exc)}") from exc
+    return {
+        name: (st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        for name, st in entries.items()
+        if name != LOCK_SUFFIX and not name.startswith(STAGING_MARK)
+    }
 
 
 def remove_stale_staging(out: Path) -> list[Path]:
@@ -250,17 +329,17 @@ def remove_stale_staging(out: Path) -> list[Path]:
         candidates += out.glob(f"{STAGING_MARK}*")
     removed = []
     for stale in sorted(candidates):
-        if stale.is_dir() and not stale.is_symlink() and not _owner_alive(stale.name):
+        pid = stale.name.rpartition(STAGING_MARK)[2].partition("-")[0]
+        if stale.is_dir() and not stale.is_symlink() and _pid_alive(pid) is False:
             shutil.rmtree(stale, ignore_errors=True)
             removed.append(stale)
     return removed
 
 
-def _owner_alive(name: str) -> bool:
-    """Whether the process named in a staging folder's name (``...staging-<pid>-...``) still runs."""
-    pid = name.rpartition(STAGING_MARK)[2].partition("-")[0]
+def _pid_alive(pid: str) -> bool | None:
+    """Whether the process ``pid`` (digits from a file name) still runs; None when ``pid`` is not a number."""
     if not pid.isdigit():
-        return True  # not named by arrowmt: leave it alone
+        return None
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -340,8 +419,9 @@ def deferred_signals(signals: Sequence[signal.Signals] = DEFERRED_SIGNALS) -> It
     """Hold ``signals`` (SIGINT, SIGTERM) until the block ends, then act on them as before.
 
     A Ctrl-C during the block raises KeyboardInterrupt right after it; a SIGTERM with the
-    default action then ends the process. Only the main thread can set handlers: elsewhere
-    the block runs unprotected.
+    default action then ends the process. When the block completed, that exception carries
+    the note :data:`COMPLETED_NOTE` (the output was written in full before the signal was
+    acted on). Only the main thread can set handlers: elsewhere the block runs unprotected.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -352,18 +432,28 @@ def deferred_signals(signals: Sequence[signal.Signals] = DEFERRED_SIGNALS) -> It
         handler = signal.getsignal(sig)
         if handler is not None:
             previous[sig] = signal.signal(sig, lambda number, _frame: caught.append(number))
+    completed = False
     try:
         yield
+        completed = True
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if caught:
-            _deliver(caught[0], previous[caught[0]])
+            _deliver(caught[0], previous[caught[0]], completed)
 
 
-def _deliver(sig: int, handler: object) -> None:
+COMPLETED_NOTE = "arrowmt: the signal came while publishing; the new output was written in full"
+
+
+def _deliver(sig: int, handler: object, completed: bool) -> None:
     logger.debug("delivering signal %d held while publishing", sig)
-    if callable(handler):
-        handler(sig, None)
-    elif handler == signal.SIG_DFL:
-        os.kill(os.getpid(), sig)
+    try:
+        if callable(handler):
+            handler(sig, None)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), sig)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or the CLI's SIGTERM
+        if completed:
+            exc.add_note(COMPLETED_NOTE)
+        raise

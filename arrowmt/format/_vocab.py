@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._atomic import write_bytes_atomic
 
@@ -126,13 +127,7 @@ class Dictionary:
         Defined as SHA-256 over ``b"arrowmt.format._vocab.v1\\n"``, the symbol count and each
         symbol's UTF-8 byte length (little-endian int64), then the concatenated symbols.
         """
-        symbols = self._symbol_array()
-        lengths = pc.binary_length(symbols).to_numpy().astype("<i8")
-        digest = hashlib.sha256(HASH_DOMAIN)
-        digest.update(np.array([len(symbols)], dtype="<i8").tobytes())
-        digest.update(lengths.tobytes())
-        digest.update(_join_strings(symbols, "").encode("utf-8"))
-        return digest.hexdigest()
+        return symbols_sha256(self._symbol_array())
 
     def encode_tokens(self, flat_tokens: TokenArrays) -> np.ndarray:
         """Ids (int32) of a flat string array; tokens not in the dictionary become ``unk``."""
@@ -149,7 +144,10 @@ class Dictionary:
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         """The symbols of ``ids`` joined by spaces (for display; specials included)."""
-        ids_np = np.asarray(ids, dtype=np.int64)
+        try:
+            ids_np = np.asarray(ids, dtype=np.int64)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise InvalidParameterError(f"ids: expected int64 ids, got {str(ids)[:80]} ({exc})") from None
         if ids_np.size and (ids_np.min() < 0 or ids_np.max() >= len(self)):
             raise InvalidParameterError(
                 f"ids: expected values in [0, {len(self)}), got {int(ids_np.min())}..{int(ids_np.max())}"
@@ -186,8 +184,7 @@ class Dictionary:
     ) -> Dictionary:
         """:meth:`build` from counts already taken: distinct tokens ``values`` (strings), their ``counts``
         and the number of lines counted (e.g. merged from counts over chunks of a large corpus)."""
-        if padding_factor < 0:
-            raise InvalidParameterError(f"padding_factor: expected >= 0, got {padding_factor}")
+        check_integer("padding_factor", padding_factor, 0, 2**31, high_name="2**31")  # ids are int32
         _check_string_array(values, "values")
         special_counts = _special_counts(values, counts, n_lines)
         symbols, kept_counts = _rank_regular(values, counts, threshold, nwords)
@@ -215,6 +212,18 @@ class Dictionary:
         return self._lookup_cache
 
 
+def symbols_sha256(symbols: Sequence[str] | pa.Array) -> str:
+    """:meth:`Dictionary.sha256` of a symbol list (specials first), e.g. fairseq's ``Dictionary.symbols``."""
+    if not isinstance(symbols, pa.Array):
+        symbols = pa.array(list(symbols), pa.large_string())
+    lengths = pc.binary_length(symbols).to_numpy().astype("<i8")
+    digest = hashlib.sha256(HASH_DOMAIN)
+    digest.update(np.array([len(symbols)], dtype="<i8").tobytes())
+    digest.update(lengths.tobytes())
+    digest.update(_join_strings(symbols, "").encode("utf-8"))
+    return digest.hexdigest()
+
+
 def id_outside(
     values: np.ndarray, offsets: np.ndarray, vocab_size: int, dictionary: str = "the dictionary"
 ) -> tuple[int, str] | None:
@@ -225,6 +234,22 @@ def id_outside(
     at = int(np.flatnonzero((values < 0) | (values >= vocab_size))[0])
     row = int(np.searchsorted(offsets, offsets[0] + at, side="right") - 1)
     return row, f"token id {int(values[at])} outside {dictionary} (expected 0..{vocab_size - 1})"
+
+
+def unterminated_row(values: np.ndarray, offsets: np.ndarray, eos: int) -> tuple[int, str] | None:
+    """The first row (``offsets`` into ``values``, which start at ``offsets[0]``) that is empty or does not
+    end with ``eos`` (every fairseq row ends with ``</s>``): its row and what is wrong, or None."""
+    lengths = np.diff(offsets)
+    if lengths.size == 0:
+        return None
+    ends = np.asarray(offsets[1:], dtype=np.int64) - int(offsets[0]) - 1
+    last = values[np.maximum(ends, 0)] if values.size else np.full(lengths.shape, eos)
+    bad = (lengths <= 0) | (last != eos)
+    if not bad.any():
+        return None
+    row = int(np.argmax(bad))
+    found = "is empty" if lengths[row] <= 0 else f"ends with id {int(last[row])}"
+    return row, f"{found}, expected ids ending with </s> (id {eos})"
 
 
 def _check_specials(symbols: list[str]) -> None:

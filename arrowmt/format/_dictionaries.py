@@ -1,0 +1,96 @@
+"""A folder's dictionary files, checked against the split files encoded with them.
+
+Each column of a split file records the dictionary its ids index: the file name, the
+number of symbols and ``dictionary_sha256`` (:meth:`Dictionary.sha256`). A dictionary
+replaced after conversion (by hand, or by a conversion killed while it published a new
+dataset over an old one) would silently turn the ids into another corpus's words, so
+every reader compares the two: :class:`~arrowmt.format._split.Split` when it opens (a
+present dictionary that differs is refused; a missing one is reported by whoever loads
+it), :func:`load_column_dictionary` when a dictionary is used, exports on their copies,
+``verify`` and the fairseq plugin on the dictionaries they hold.
+
+Dictionaries are small, and each file state (:class:`FileIdentity`) is hashed once per
+process (files changed in the last ``RACY_NS`` are hashed every time, as timestamps
+advance in coarse ticks).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from arrowmt._errors import VocabularyError
+from arrowmt.format._metadata import ColumnInfo
+from arrowmt.format._reader import RACY_NS, FileIdentity, SplitFile
+from arrowmt.format._vocab import Dictionary
+
+Digest = tuple[int, str]
+"""A dictionary's number of symbols and :meth:`Dictionary.sha256`."""
+
+MAX_REMEMBERED = 256
+_DIGESTS: dict[FileIdentity, Digest] = {}
+
+
+REPLACED_HINT = "replaced after conversion, or a conversion was stopped while publishing here: convert again"
+
+
+def mismatch_error(
+    path: Path | str, digest: Digest, where: str, info: ColumnInfo, hint: str = REPLACED_HINT
+) -> VocabularyError | None:
+    """The error when the dictionary ``path`` (``digest``) is not the one ``where`` (a split file's column)
+    was encoded with, else None."""
+    size, sha256 = digest
+    if (size, sha256) == (info.vocab_size, info.dictionary_sha256):
+        return None
+    return VocabularyError(
+        f"{path}: expected the dictionary {where} was encoded with ({info.vocab_size} symbols, sha256 "
+        f"{info.dictionary_sha256[:12]}...), got {size} symbols, sha256 {sha256[:12]}... ({hint})"
+    )
+
+
+def column_place(split_file: Path, column: str) -> str:
+    """How errors name one column of a split file."""
+    return f"{split_file} column {column!r}"
+
+
+def check_split_dictionaries(folder: Path, shards: Iterable[SplitFile]) -> None:
+    """VocabularyError unless every column's dictionary file in ``folder``, where present, is the one it was
+    encoded with (missing files are left to whoever loads them)."""
+    for shard in shards:
+        for column, info in shard.metadata.columns.items():
+            path = folder / info.dictionary  # a plain file name: the reader checked it
+            digest = file_digest(path)
+            if digest is not None and (error := mismatch_error(path, digest, column_place(shard.path, column), info)):
+                raise error
+
+
+def load_column_dictionary(path: Path, shards: Iterable[SplitFile], column: str) -> Dictionary:
+    """The dictionary file ``path``, refused (VocabularyError) unless ``column`` of every one of ``shards``
+    was encoded with it."""
+    dictionary = Dictionary.load(path)
+    digest = (len(dictionary), dictionary.sha256())
+    for shard in shards:
+        if error := mismatch_error(path, digest, column_place(shard.path, column), shard.metadata.columns[column]):
+            raise error
+    return dictionary
+
+
+def file_digest(path: Path) -> Digest | None:
+    """The digest of the dictionary file ``path`` (loaded once per file state); None when it is missing."""
+    try:
+        identity = FileIdentity.of_stat(path.stat())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise VocabularyError(f"{path}: cannot read dictionary: {exc.strerror or exc}") from exc
+    if identity in _DIGESTS:
+        return _DIGESTS[identity]
+    started = time.time_ns()
+    dictionary = Dictionary.load(path)
+    digest = (len(dictionary), dictionary.sha256())
+    if identity.ctime_ns < started - RACY_NS and FileIdentity.of_stat(path.stat()) == identity:
+        if len(_DIGESTS) >= MAX_REMEMBERED:
+            _DIGESTS.pop(next(iter(_DIGESTS)))
+        _DIGESTS[identity] = digest
+    return digest

@@ -15,6 +15,8 @@ from arrowmt.converters._pairs import fairseq_split_name
 
 from arrowmt._errors import FormatError
 from arrowmt.format._atomic import StagedOutput, atomic_path, write_bytes_atomic
+from arrowmt.format._dictionaries import check_split_dictionaries
+from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest, plain_name_error, read_json
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
@@ -54,16 +56,18 @@ def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, p
     nothing else in ``out`` is touched.
     """
     folder = Path(path)
-    manifest = Manifest.load(folder)
+    with reading(folder):  # the manifest and every split file from one publish
+        manifest = Manifest.load(folder)
+        shards = {split: open_shard(folder, manifest, split, "sequential") for split in manifest.files}
     with StagedOutput.begin(out, overwrite) as staged:
         earlier = earlier_export(staged.target)
         dictionaries = sorted(set(manifest.dictionaries.values()))
         for name in dictionaries:
             with atomic_path(staged.path / name) as tmp:
                 shutil.copyfile(folder / name, tmp)
+        check_split_dictionaries(staged.path, shards.values())  # the copies are the splits' dictionaries
         prefixes = []
-        for split in manifest.files:
-            shard = open_shard(folder, manifest, split)
+        for split, shard in shards.items():
             prefixes += [_export_column(shard, split, c, staged.path, manifest, progress) for c in shard.columns]
         names = sorted({f"{p.name}.{ext}" for p in prefixes for ext in ("idx", "bin")} | set(dictionaries))
         write_bytes_atomic(staged.path / EXPORT_RECORD, _record_bytes(names))

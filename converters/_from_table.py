@@ -34,7 +34,7 @@ from arrowmt.format._manifest import Manifest, file_kind
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import IPC_FILE_MAGIC
 from arrowmt.format._schema import SOURCE, TARGET, TOKENS
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format._vocab import Dictionary, unterminated_row
 
 SOURCE_FORMAT = "table"
 COLUMN_SETS = ((SOURCE, TARGET), (TOKENS,))
@@ -80,11 +80,11 @@ def convert_table(
     tables = _tables_by_split(data, split)
     vocabularies = _vocabularies(like, languages, dictionaries)
     roles = tuple(vocabularies)
-    prepared = {name: _read_columns(name, table, roles) for name, table in tables.items()}
+    specials = special_ids_of(vocabularies[roles[0]].dictionary)
+    prepared = {name: _read_columns(name, table, roles, specials.eos) for name, table in tables.items()}
     langs = {role: v.lang for role, v in vocabularies.items()}
     with OutputFolder.prepare(out, langs, SOURCE_FORMAT, overwrite, progress) as folder:
         names = {role: folder.add_dictionary(v.lang, v.dictionary, source=v.file) for role, v in vocabularies.items()}
-        specials = special_ids_of(vocabularies[roles[0]].dictionary)
         for name, raggeds in prepared.items():
             columns = {
                 role: column(ragged, langs[role], names[role], vocabularies[role].dictionary, f"table {name!r}")
@@ -205,12 +205,17 @@ def _check_roles(name: str, roles: tuple[str, ...]) -> None:
         )
 
 
-def _read_columns(split: str, table: pa.Table, roles: tuple[str, ...]) -> dict[str, Ragged]:
-    """The token columns ``roles`` of ``table`` as ragged id arrays, after the schema checks."""
+def _read_columns(split: str, table: pa.Table, roles: tuple[str, ...], eos: int) -> dict[str, Ragged]:
+    """The token columns ``roles`` of ``table`` as ragged id arrays, after the schema checks; every row
+    must end with ``eos`` (as every row fairseq binarizes does)."""
     missing = [role for role in roles if role not in table.column_names]
     if missing:
         raise InputDataError(f"table {split!r}: expected columns {list(roles)}, missing {missing}")
-    return {role: _ragged(f"table {split!r} column {role!r}", table.column(role)) for role in roles}
+    columns = {role: _ragged(f"table {split!r} column {role!r}", table.column(role)) for role in roles}
+    for role, ragged in columns.items():
+        if bad := unterminated_row(ragged.values, ragged.offsets, eos):
+            raise InputDataError(f"table {split!r} column {role!r}: row {bad[0]} {bad[1]}")
+    return columns
 
 
 def _ragged(where: str, array: pa.ChunkedArray) -> Ragged:

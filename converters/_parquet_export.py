@@ -20,10 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from arrowmt.converters._from_table import Vocabulary, folder_vocabularies
 
 from arrowmt._errors import FormatError
 from arrowmt.format._atomic import StagedOutput, atomic_path
+from arrowmt.format._dictionaries import check_split_dictionaries
+from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._ragged import Ragged
@@ -50,24 +51,23 @@ def export_parquet(
     same names are replaced and nothing else in ``out`` is touched.
     """
     folder = Path(path)
-    manifest = Manifest.load(folder)
-    vocabularies = folder_vocabularies(folder)
+    with reading(folder):  # the manifest and every split from one publish
+        manifest = Manifest.load(folder)
+        splits = [Split(folder, split, manifest, access="sequential") for split in manifest.splits()]
     with StagedOutput.begin(out, overwrite) as staged:
-        names = _copy_dictionaries(vocabularies, staged.path)
-        for split in manifest.splits():
-            names.append(
-                _export_split(Split(folder, split, manifest), staged.path, vocabularies if text else {}, progress)
-            )
+        names = _copy_dictionaries(folder, manifest, staged.path)
+        for split in splits:
+            check_split_dictionaries(staged.path, split.shards)  # the copies are the splits' dictionaries
+            names.append(_export_split(split, staged.path, text, progress))
         staged.publish(names)
     return [staged.target / name for name in names if name.endswith(PARQUET_SUFFIX)]
 
 
-def _copy_dictionaries(vocabularies: dict[str, Vocabulary], dest: Path) -> list[str]:
-    names = sorted({v.file.name for v in vocabularies.values() if v.file is not None})
-    for vocabulary in vocabularies.values():
-        if vocabulary.file is not None:
-            with atomic_path(dest / vocabulary.file.name) as tmp:
-                shutil.copyfile(vocabulary.file, tmp)
+def _copy_dictionaries(folder: Path, manifest: Manifest, dest: Path) -> list[str]:
+    names = sorted(set(manifest.dictionaries.values()))
+    for name in names:
+        with atomic_path(dest / name) as tmp:
+            shutil.copyfile(folder / name, tmp)
     return names
 
 
@@ -79,10 +79,10 @@ def parquet_schema(split: Split, text_columns: tuple[str, ...]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _export_split(split: Split, dest: Path, vocabularies: dict[str, Vocabulary], progress: bool) -> str:
-    """Write ``<split>.parquet`` into ``dest`` and return its name."""
+def _export_split(split: Split, dest: Path, text: bool, progress: bool) -> str:
+    """Write ``<split>.parquet`` into ``dest`` and return its name (``text``: with the columns' symbols)."""
     target = dest / f"{split.split}{PARQUET_SUFFIX}"
-    symbols = {name: pa.array(v.dictionary.symbols, pa.large_string()) for name, v in vocabularies.items()}
+    symbols = {name: pa.array(split.dictionary(name).symbols, pa.large_string()) for name in split.columns if text}
     schema = parquet_schema(split, tuple(symbols))
     eos = split.special_ids.eos
     bar = progress_bar(len(split), f"export {target.name}", "rows", progress)

@@ -112,7 +112,7 @@ def test_explicit_languages_and_dictionaries_path_or_object(corpus: Path, tmp_pa
 def test_monolingual_tokens_and_any_integer_list_type(tmp_path: Path) -> None:
     dictionary = Dictionary([*Dictionary().symbols, "a", "b"])
     chunks = pa.chunked_array(
-        [pa.array([[4, 5, 2]], pa.large_list(pa.uint8())), pa.array([[], [5, 2]], pa.large_list(pa.uint8()))]
+        [pa.array([[4, 5, 2]], pa.large_list(pa.uint8())), pa.array([[2], [5, 2]], pa.large_list(pa.uint8()))]
     )
     table = pa.table({"tokens": chunks, "note": ["x", "y", "z"]})  # extra columns are ignored
     convert_table(
@@ -120,7 +120,7 @@ def test_monolingual_tokens_and_any_integer_list_type(tmp_path: Path) -> None:
     )
     split = open_split(tmp_path / "lm")
     assert split.columns == ("tokens",)
-    assert rows_of(split, "tokens") == [[], [5, 2]]
+    assert rows_of(split, "tokens") == [[2], [5, 2]]  # an empty line is </s> alone
     assert (tmp_path / "lm" / "dict.txt").is_file()
 
 

@@ -61,10 +61,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from arrowmt._errors import ArrowMTError, FormatError, InvalidParameterError, OutputWriteError
 from arrowmt._optional import require
 from arrowmt.format._atomic import (
-    TEMP_PREFIX,
     StagedOutput,
     atomic_path,
     remove_unlisted,
+    temp_prefix,
     write_bytes_atomic,
 )
 from arrowmt.format._manifest import Manifest, split_path
@@ -268,7 +268,7 @@ def _copy(src: Path, dst: Path) -> str:
 
 def _link_atomic(src: Path, dst: Path, link: LinkMode) -> None:
     """Create the link under a temporary name, then rename it over ``dst``."""
-    tmp = dst.with_name(f"{TEMP_PREFIX}{dst.name}.{os.getpid()}.link")
+    tmp = dst.with_name(f"{temp_prefix()}{dst.name}.link")
     tmp.unlink(missing_ok=True)
     try:
         if link == "hardlink":

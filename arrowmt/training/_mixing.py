@@ -43,11 +43,12 @@ def as_sizes(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 def check_weights(weights: Sequence[float] | np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Weights as float64, one per corpus: finite, >= 0, some corpus with rows weighted above 0."""
+    """Weights as float64, one per corpus: finite, >= 0 with a finite sum, some corpus with rows weighted above 0."""
     arr = np.asarray(weights, dtype=np.float64) if _numeric(weights) else None
-    if arr is None or arr.shape != sizes.shape or not np.isfinite(arr).all() or (arr < 0).any():
+    if arr is None or arr.shape != sizes.shape or not np.isfinite(arr).all() or (arr < 0).any() or _overflows(arr):
         raise InvalidParameterError(
-            f"weights: expected {sizes.shape[0]} finite numbers >= 0 (one per corpus), got {weights!r}"
+            f"weights: expected {sizes.shape[0]} finite numbers >= 0 (one per corpus) with a finite sum, "
+            f"got {weights!r}"
         )
     empty = np.flatnonzero((sizes == 0) & (arr > 0))
     if empty.size:
@@ -57,6 +58,12 @@ def check_weights(weights: Sequence[float] | np.ndarray, sizes: np.ndarray) -> n
     if not (arr > 0).any():
         raise InvalidParameterError(f"weights: expected some corpus weighted above 0, got {weights!r}")
     return arr
+
+
+def _overflows(weights: np.ndarray) -> bool:
+    """Whether the sum of ``weights`` (finite) is not a finite float64 (the ratios would be nan)."""
+    with np.errstate(over="ignore"):
+        return not np.isfinite(weights.sum())
 
 
 def _numeric(values: object) -> bool:

@@ -22,8 +22,11 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
+from arrowmt.format._dictionaries import mismatch_error
 from arrowmt.format._manifest import Manifest
+from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format._vocab import symbols_sha256
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
     batch_iterator,
@@ -37,6 +40,8 @@ from arrowmt.training._dataset import ArrowMTDataset, open_dataset
 from arrowmt.training._view_dataset import open_view_dataset
 
 logger = logging.getLogger(__name__)
+
+TASK_HINT = "the task reads its dictionaries from the first --data folder; every folder must use them"
 
 TASK_NAME = "translation_arrow"
 
@@ -205,3 +210,13 @@ def _check_dictionary(arrow: ArrowMTDataset, column: str, dictionary: Dictionary
             f"{arrow.path}: split {arrow.split!r} column {column!r} was converted with a dictionary of "
             f"(size, bos, pad, eos, unk) = {expected}, the task's {info.dictionary} gives {got}"
         )
+    check_symbols(dictionary, info, f"{arrow.path} split {arrow.split!r} column {column!r}")
+
+
+def check_symbols(dictionary: Dictionary, info: ColumnInfo, where: str) -> None:
+    """VocabularyError unless the task's ``dictionary`` starts with the symbols ``where`` was encoded with
+    (the same SHA-256 as the split file records; symbols the task adds after them, like language tokens, aside)."""
+    symbols = dictionary.symbols[: info.vocab_size]
+    digest = (len(symbols), symbols_sha256(symbols))
+    if error := mismatch_error(f"the task's dictionary ({info.dictionary})", digest, where, info, TASK_HINT):
+        raise error

@@ -43,6 +43,7 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM (kill, a job scheduler's stop)
 STOPPED = "arrowmt: {}; no partially written file was left"
 INTERRUPTED_MESSAGE = STOPPED.format("interrupted")
 TERMINATED_MESSAGE = STOPPED.format("terminated")
+STOPPED_AFTER = "arrowmt: {} after the new output was published in full (the signal came while publishing)"
 
 
 class Terminated(KeyboardInterrupt):
@@ -88,12 +89,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a path the user named that the OS refuses; ArrowMTError covers what arrowmt checks
         message = _os_error_message(exc)
     except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
-        print(TERMINATED_MESSAGE if terminated else INTERRUPTED_MESSAGE, file=sys.stderr)
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        print(_stopped_message(exc), file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     hint = _dataset_hint(args)
     print(f"arrowmt: error: {message}{f'; {hint}' if hint else ''}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def _stopped_message(exc: KeyboardInterrupt) -> str:
+    """What Ctrl-C or SIGTERM left: nothing new, or (held while publishing) the complete new output."""
+    from arrowmt.format._atomic import COMPLETED_NOTE
+
+    how = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    return (STOPPED_AFTER if COMPLETED_NOTE in getattr(exc, "__notes__", ()) else STOPPED).format(how)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,6 +237,7 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="convert the bundled Multi30k sample and iterate training batches")
     demo.add_argument("--out", default=None, help="keep the converted sample here (default: a temp folder)")
     demo.add_argument("--max-tokens", type=int, default=2048, help="token budget per batch (default 2048)")
+    demo.add_argument("--overwrite", action="store_true", help="replace an existing dataset in --out")
     demo.set_defaults(func=_cmd_demo)
 
 
@@ -454,14 +463,9 @@ def _add_filter(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_filter(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from arrowmt.format._view import REASONS, build_view
 
-    rows = None
-    if args.rows is not None:
-        path = Path(args.rows)
-        rows = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.array(path.read_text().split(), int)
+    rows = None if args.rows is None else _row_list(Path(args.rows))
     report = build_view(
         args.corpus,
         args.out_view,
@@ -481,10 +485,25 @@ def _cmd_filter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row_list(path: Path) -> Any:
+    """The ``--rows`` file as an array: a ``.npy`` array, else decimal row numbers separated by white space."""
+    import numpy as np
+
+    try:
+        if path.suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        return np.array(path.read_text(encoding="utf-8").split(), dtype=np.int64)
+    except (ValueError, OverflowError, EOFError) as exc:  # not numbers, past int64, not UTF-8, a damaged .npy
+        raise InvalidParameterError(
+            f"rows: expected {path} to hold row numbers (a .npy array of integers, or decimal numbers separated "
+            f"by white space), got: {str(exc)[:200]}"
+        ) from None
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from arrowmt._demo import run_demo
 
-    run_demo(out=args.out, max_tokens=args.max_tokens)
+    run_demo(out=args.out, max_tokens=args.max_tokens, overwrite=args.overwrite)
     return 0
 
 

@@ -17,7 +17,6 @@ from arrowmt._info import format_summary, summarize
 from arrowmt.converters._parallel_text import convert_with_options
 from arrowmt.converters._text_inputs import TextConversion
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._vocab import Dictionary
 from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
 from arrowmt.training._sampler import TokenBatchSampler
@@ -25,29 +24,32 @@ from arrowmt.training._sampler import TokenBatchSampler
 SAMPLE = Path(__file__).parent / "sample_data" / "multi30k"
 
 
-def run_demo(out: str | None = None, max_tokens: int = 2048) -> None:
-    """Convert the sample (into ``out`` or a temporary folder), summarize it and time one epoch."""
+def run_demo(out: str | None = None, max_tokens: int = 2048, overwrite: bool = False) -> None:
+    """Convert the sample (into ``out`` or a temporary folder), summarize it and time one epoch.
+
+    ``out`` follows the converters' rules: a non-empty folder is replaced only with ``overwrite``.
+    """
     if out is not None:
-        _run(Path(out), max_tokens)
+        _run(Path(out), max_tokens, overwrite)
         return
     with tempfile.TemporaryDirectory(prefix="arrowmt-demo-") as tmp:
-        _run(Path(tmp) / "multi30k-de-en", max_tokens)
+        _run(Path(tmp) / "multi30k-de-en", max_tokens, overwrite=False)
 
 
-def _run(folder: Path, max_tokens: int) -> None:
+def _run(folder: Path, max_tokens: int, overwrite: bool) -> None:
     options = TextConversion(
         src_lang="de",
         tgt_lang="en",
         prefixes={"train": str(SAMPLE / "train"), "valid": str(SAMPLE / "val"), "test": str(SAMPLE / "test")},
     )
     start = time.perf_counter()
-    convert_with_options(options, folder, overwrite=True, progress=False)
+    convert_with_options(options, folder, overwrite=overwrite, progress=False)
     print(f"converted bundled Multi30k de-en text in {time.perf_counter() - start:.2f} s -> {folder}\n")
     print(format_summary(folder, summarize(folder)), "\n")
     sys.stdout.flush()  # the epoch runs in a fresh process writing to the same stdout
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         report = pool.submit(measured_epoch, str(folder), max_tokens).result()
-    _show_pair(folder, open_dataset(folder, "train"))
+    _show_pair(open_dataset(folder, "train"))
     print(f"\n{summary_line(report)}")
 
 
@@ -116,9 +118,8 @@ def summary_line(report: EpochReport) -> str:
     )
 
 
-def _show_pair(folder: Path, ds: ArrowMTDataset) -> None:
-    src_dict = Dictionary.load(folder / "dict.de.txt")
-    tgt_dict = Dictionary.load(folder / "dict.en.txt")
+def _show_pair(ds: ArrowMTDataset) -> None:
+    src_dict, tgt_dict = ds.dictionary(SOURCE), ds.dictionary(TARGET)
     item = ds[0]
     source, target = item[SOURCE], item[TARGET]
     assert isinstance(source, torch.Tensor) and isinstance(target, torch.Tensor)

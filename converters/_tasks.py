@@ -46,7 +46,8 @@ class TaskRunner:
         source = iter(tasks)
         try:
             for task in source:
-                pending.append(self.executor.submit(fn, task))
+                with _sigint_blocked():  # a local pool may start a worker here: it starts immune to Ctrl-C
+                    pending.append(self.executor.submit(fn, task))
                 if len(pending) >= window:
                     yield _result(pending.popleft())
             while pending:
@@ -106,9 +107,29 @@ def open_runner(executor: Executor | None = None, workers: int = 1) -> Iterator[
             raise
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread for the block (a Ctrl-C then waits, it is not lost).
+
+    A process started meanwhile inherits the blocked signal, so a Ctrl-C that reaches the
+    whole process group cannot interrupt a worker (with a traceback) before
+    :func:`end_with_parent` ignores it; the converting process alone handles it.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def end_with_parent(parent: int) -> None:
-    """Worker initializer: end when the converting process ends, even by SIGKILL (Linux: the kernel's
-    parent-death signal), so that a killed conversion leaves no idle worker processes behind."""
+    """Worker initializer: ignore Ctrl-C (the converting process stops the pool) and end when the converting
+    process ends, even by SIGKILL (Linux: the kernel's parent-death signal), so that a killed conversion
+    leaves no idle worker processes behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -135,9 +156,9 @@ def dask_executor(scheduler: str) -> Iterator[tuple[Executor, int]]:
     distributed = require("distributed", "dask", "conversion on a Dask cluster")
     try:
         client = distributed.Client(scheduler)
-    except OSError as exc:
+    except (OSError, ValueError, TypeError) as exc:  # unreachable, or not an address ('missing port number')
         raise InvalidParameterError(
-            f"dask_scheduler: expected a reachable Dask scheduler, got {scheduler!r} ({exc})"
+            f"dask_scheduler: expected a reachable Dask scheduler address (tcp://host:8786), got {scheduler!r} ({exc})"
         ) from None
     try:
         threads = max(1, sum(client.nthreads().values()))

@@ -40,7 +40,7 @@ from arrowmt.converters._text import (
     tokenize,
 )
 
-from arrowmt._errors import VocabularyError
+from arrowmt._errors import OutputWriteError, VocabularyError
 from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import DEFAULT_ROWS_PER_BATCH, MAX_LIST_VALUES
@@ -185,8 +185,12 @@ def tokenize_chunk(task: TokenizeTask) -> TokenizedChunk:
 
 def _write_spill(path: str, rows: pa.ListArray) -> None:
     schema = pa.schema([pa.field(SPILL_COLUMN, rows.type, nullable=False)])
-    with pa.OSFile(path, "wb") as sink, ipc.new_stream(sink, schema) as writer:
-        writer.write_batch(pa.record_batch([rows], schema=schema))
+    try:
+        with pa.OSFile(path, "wb") as sink, ipc.new_stream(sink, schema) as writer:
+            writer.write_batch(pa.record_batch([rows], schema=schema))
+    except OSError as exc:  # pyarrow's message names no file ("Error writing bytes to file")
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OutputWriteError(f"{path}: writing the conversion's temporary data failed: {reason}") from exc
 
 
 def _read_spill(path: str) -> pa.ListArray:

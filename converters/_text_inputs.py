@@ -20,10 +20,12 @@ from pathlib import Path
 from arrowmt.converters._pairs import check_distinct_splits, check_language, pair_split, parse_pair
 from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
 
+from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._schema import SOURCE, TARGET
 
 SPLITS = ("train", "valid", "test")
+MAX_WORKERS = 4096  # local worker processes
 NO_THRESHOLD = 0  # fairseq-preprocess's default --thresholdsrc/--thresholdtgt: keep every word
 ALL_WORDS = -1  # its default --nwordssrc/--nwordstgt: no cap
 JOINED = "joined"  # the dictionary key of a joined dictionary (one for every language)
@@ -59,16 +61,22 @@ class TextConversion:
     def __post_init__(self) -> None:
         object.__setattr__(self, "pairs", self._resolve_pairs())
         self._check_dictionary_options()
-        for name, value, minimum in (("workers", self.workers, 1), ("chunk_bytes", self.chunk_bytes, 1)):
-            if value < minimum:
-                raise InvalidParameterError(f"{name}: expected >= {minimum}, got {value}")
+        check_integer("workers", self.workers, 1, MAX_WORKERS)
+        check_integer("chunk_bytes", self.chunk_bytes, 1, 2**63, high_name="2**63")
+        for side, suffix in enumerate(("src", "tgt")):  # counts are int64
+            check_integer(f"threshold{suffix}", self.thresholds[side], -(2**63), 2**63, high_name="2**63")
+            check_integer(f"nwords{suffix}", self.nwords[side], -(2**63), 2**63, high_name="2**63")
         if self.shard_rows is not None and self.shard_rows < 1:
             raise InvalidParameterError(
                 f"shard_rows: expected >= 1 (or None: one file per prefix), got {self.shard_rows}"
             )
         for split, value in self.prefixes.items():
             if value:
-                self.shards[split] = [p for p in value.split(",") if p]
+                self.shards[split] = value.split(",")
+                if not all(self.shards[split]):
+                    raise InvalidParameterError(
+                        f"{split}pref: expected file prefixes separated by commas, got an empty one in {value!r}"
+                    )
 
     @property
     def multi(self) -> bool:

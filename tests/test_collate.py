@@ -17,9 +17,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_path
+from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._ragged import Ragged
+from arrowmt.format._vocab import Dictionary
 from arrowmt.format._writer import ColumnData, write_split
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._collate import FairseqCollater, PlainCollater
@@ -76,11 +77,6 @@ def slice_rows(ragged: Ragged, start: int, stop: int) -> Ragged:
     return Ragged(ragged.offsets[start : stop + 1] - lo, ragged.values[lo:hi])
 
 
-def dictionary_size(path: Path) -> int:
-    """Entries in a fairseq dict.txt plus the four specials it does not list."""
-    return len(path.read_text(encoding="utf-8").splitlines()) + 4
-
-
 def write_dataset(
     folder: Path,
     columns: dict[str, tuple[Ragged, str]],
@@ -101,12 +97,13 @@ def write_dataset(
     for lang in manifest.dictionaries:
         dict_file = folder / f"dict.{lang}.txt"
         source_dict = fixture_file(f"dict.{lang}.txt")
-        dict_file.write_bytes(source_dict.read_bytes() if source_dict.exists() else b"")
+        if source_dict.exists():
+            dict_file.write_bytes(source_dict.read_bytes())
+        else:  # specials and made-up words, vocab_size in all (readers check the recorded hash)
+            Dictionary.build(padding_factor=vocab_size or 1).save(dict_file)
     for k, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         name = split if k == 0 else f"{split}{k}"
-        data = {
-            col: _column(folder, slice_rows(rows, lo, hi), lang, vocab_size) for col, (rows, lang) in columns.items()
-        }
+        data = {col: _column(folder, slice_rows(rows, lo, hi), lang) for col, (rows, lang) in columns.items()}
         path = split_path(folder, name)
         meta = write_split(path, name, data, rows_per_batch=rows_per_batch, source_format="fairseq-mmap")
         manifest.files[name] = file_entry(path, meta.rows)
@@ -114,10 +111,10 @@ def write_dataset(
     return folder
 
 
-def _column(folder: Path, rows: Ragged, lang: str, vocab_size: int | None) -> ColumnData:
+def _column(folder: Path, rows: Ragged, lang: str) -> ColumnData:
     dict_file = folder / f"dict.{lang}.txt"
-    size = vocab_size if vocab_size is not None else dictionary_size(dict_file)
-    return ColumnData(rows, lang, dict_file.name, file_sha256(dict_file), size, f"test {lang}")
+    dictionary = Dictionary.load(dict_file)
+    return ColumnData(rows, lang, dict_file.name, dictionary.sha256(), len(dictionary), f"test {lang}")
 
 
 @pytest.fixture(scope="module")

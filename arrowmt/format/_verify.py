@@ -22,15 +22,18 @@ import pyarrow.ipc as ipc
 from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError, FormatError
+from arrowmt.format._dictionaries import column_place, mismatch_error
 from arrowmt.format._manifest import FileEntry, Manifest, file_sha256, split_path
 from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._schema import MANIFEST_NAME
-from arrowmt.format._vocab import Dictionary, id_outside
+from arrowmt.format._vocab import Dictionary, id_outside, unterminated_row
 
 VocabSizes = dict[str, tuple[int, str] | None]
 """Dictionary file name listed by the manifest -> (number of symbols, content SHA-256), None if unreadable."""
+
+TERMINATED_FORMATS = ("text", "table")  # what arrowmt's own converters write: every row ends with </s>
 
 Tick = Callable[[int], object]
 """Advances the progress bar by a number of steps."""
@@ -116,9 +119,10 @@ def _dictionary_sizes(folder: Path, manifest: Manifest, report: VerifyReport) ->
 def _check_split(split: SplitFile, entry: FileEntry, vocab_sizes: VocabSizes, tick: Tick) -> None:
     if len(split) != entry.rows:
         raise FormatError(f"{split.path}: expected {entry.rows} rows (manifest), got {len(split)} (metadata)")
+    eos = split.metadata.special_ids.eos if split.metadata.source_format in TERMINATED_FORMATS else None
     for name, info in split.metadata.columns.items():
         _check_dictionary(split.path, name, info, vocab_sizes)
-        _check_column(split, name, info.vocab_size, info.tokens, tick)
+        _check_column(split, name, info.vocab_size, info.tokens, tick, eos)
     _validate_with_pyarrow(split.path)
 
 
@@ -128,12 +132,9 @@ def _check_dictionary(path: Path, name: str, info: ColumnInfo, vocab_sizes: Voca
             f"{path}: column {name!r} names dictionary {info.dictionary!r}, which is not in the folder "
             f"(the manifest lists {sorted(vocab_sizes)})"
         )
-    size, sha = vocab_sizes[info.dictionary] or (info.vocab_size, info.dictionary_sha256)  # unreadable: reported
-    if sha != info.dictionary_sha256 or size != info.vocab_size:
-        raise FormatError(
-            f"{path}: column {name!r} was encoded with a dictionary of {info.vocab_size} symbols "
-            f"(sha256 {info.dictionary_sha256[:12]}), but {info.dictionary} has {size} (sha256 {sha[:12]})"
-        )
+    digest = vocab_sizes[info.dictionary] or (info.vocab_size, info.dictionary_sha256)  # unreadable: reported
+    if error := mismatch_error(path.parent / info.dictionary, digest, column_place(path, name), info):
+        raise error
 
 
 def _validate_with_pyarrow(path: Path) -> None:
@@ -152,13 +153,17 @@ def _validate_batch(path: Path, k: int, batch: pa.RecordBatch) -> None:
         raise FormatError(f"{path}: record batch {k} fails full validation: {exc}") from exc
 
 
-def _check_column(split: SplitFile, name: str, vocab_size: int, tokens: int, tick: Tick) -> None:
-    """Every offset (the reader's check), every id of every record batch, and the token total."""
+def _check_column(split: SplitFile, name: str, vocab_size: int, tokens: int, tick: Tick, eos: int | None) -> None:
+    """Every offset (the reader's check), every id of every record batch, the token total, and (``eos``
+    given) that every row ends with ``eos``."""
     total = 0
     for batch in split.batch_offsets(name):
         split.batch_lengths(name, batch)
         values = split.words[batch.values_pos : batch.values_pos + batch.values_len]
-        if bad := id_outside(values, batch.offsets, vocab_size):
+        bad = id_outside(values, batch.offsets, vocab_size)
+        if bad is None and eos is not None:
+            bad = unterminated_row(values, batch.offsets, eos)
+        if bad:
             raise FormatError(f"{split.path}: row {batch.first_row + bad[0]} ({name}): {bad[1]}")
         total += batch.values_len
         tick(1)

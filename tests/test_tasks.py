@@ -102,7 +102,7 @@ def test_dask_missing_or_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
         dask.config.set({"distributed.comm.timeouts.connect": "1s"}),
         pytest.raises(
             InvalidParameterError,
-            match=r"dask_scheduler: expected a reachable Dask scheduler, got 'tcp://127\.0\.0\.1:9'",
+            match=r"dask_scheduler: expected a reachable Dask scheduler address \(tcp://host:8786\), got 'tcp://127\.0\.0\.1:9'",
         ),
         dask_executor("tcp://127.0.0.1:9"),
     ):

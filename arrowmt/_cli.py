@@ -273,7 +273,7 @@ def _add_convert_fairseq(kinds: argparse._SubParsersAction) -> None:
 
 
 def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
-    cmd = kinds.add_parser("text", help="raw parallel text ({pref}.{lang}, plain or .gz), one pair or several")
+    cmd = kinds.add_parser("text", help="raw text ({pref}.{lang}, plain or .gz): one pair, several, or one language")
     cmd.add_argument("out", help="output arrowmt folder")
     cmd.add_argument("--src-lang", "--source-lang", dest="src_lang", help="source language: reads {pref}.{src-lang}")
     cmd.add_argument("--tgt-lang", "--target-lang", dest="tgt_lang", help="target language: reads {pref}.{tgt-lang}")
@@ -282,6 +282,12 @@ def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
         default=None,
         help="instead of -s/-t: several pairs into one folder, e.g. de-en,fr-en (splits {split}.{src}-{tgt}, one "
         "dictionary for every language); a pair reads {pref}.{src}-{tgt}.{lang}, else {pref}.{lang}",
+    )
+    cmd.add_argument(
+        "--lang",
+        default=None,
+        help="instead: one language, monolingual text {pref}.{lang} into column 'tokens' (a language model's corpus; "
+        "fairseq's --only-source --source-lang); its dictionary takes the source options",
     )
     for split in ("train", "valid", "test"):
         cmd.add_argument(f"--{split}pref", default=None, help=f"{split} prefix(es), comma separated for shards")
@@ -336,6 +342,7 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
             src_lang=args.src_lang,
             tgt_lang=args.tgt_lang,
             lang_pairs=args.lang_pairs,
+            lang=args.lang,
             validpref=args.validpref,
             testpref=args.testpref,
             srcdict=args.srcdict,

@@ -48,7 +48,7 @@ from arrowmt.converters._text_inputs import (
     NO_THRESHOLD,
     PrefixFiles,
     TextConversion,
-    pair_of,
+    column_roles,
     prefix_files,
 )
 from tqdm import tqdm
@@ -59,7 +59,7 @@ from arrowmt.format._atomic import TEMP_PREFIX
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import ColumnInfo, SpecialIds
 from arrowmt.format._progress import progress_bar
-from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format._schema import SOURCE, TARGET, TOKENS
 from arrowmt.format._vocab import Dictionary
 
 SOURCE_FORMAT = "text"
@@ -74,6 +74,7 @@ def convert_text(
     src_lang: str | None = None,
     tgt_lang: str | None = None,
     lang_pairs: str | list[str] | tuple[str, ...] | None = None,
+    lang: str | None = None,
     validpref: str | None = None,
     testpref: str | None = None,
     srcdict: str | None = None,
@@ -103,6 +104,10 @@ def convert_text(
       one dictionary for every language (built over every train file as
       ``--joined-dictionary`` builds it, or ``srcdict``) saved as ``dict.{lang}.txt``. A pair
       reads ``{pref}.{src}-{tgt}.{lang}`` if it exists, else ``{pref}.{lang}``.
+    * ``lang`` (instead): monolingual text ``{pref}.{lang}``, as ``fairseq-preprocess
+      --only-source --source-lang {lang}`` binarizes it (a language model's corpus): one column
+      ``tokens``, its dictionary ``dict.{lang}.txt`` built with the source options (``srcdict``,
+      ``thresholdsrc``, ``nwordssrc``); read it with ``open_blocks`` or the fairseq plugin.
     * ``workers``: local worker processes (1: all in this process); with ``executor``, how
       many tasks it runs at once (read from the executor when not given).
     * ``executor``: any ``concurrent.futures.Executor`` to run the chunks on, e.g.
@@ -120,6 +125,7 @@ def convert_text(
         src_lang=src_lang,
         tgt_lang=tgt_lang,
         lang_pairs=split_lang_pairs(lang_pairs),
+        lang=lang,
         srcdict=srcdict,
         tgtdict=tgtdict,
         joined_dictionary=joined_dictionary,
@@ -195,9 +201,10 @@ def convert_with_options(
         counted = {lang: options.dictionary_key(lang) for lang in options.languages}
         counted = {lang: key for lang, key in counted.items() if key not in given}
         plan = _TokenizePlan(counted, _Spills(folder.path), options.chunk_bytes, spm)
+        files = Spilled(options, prefixes)
         try:
-            with open_runner(options.executor, options.workers) as runner:
-                spilled, counts = _tokenize_all(runner, Spilled(options, prefixes), prefixes, plan, progress)
+            with open_runner(options.executor, _parallelism(options, files)) as runner:
+                spilled, counts = _tokenize_all(runner, files, prefixes, plan, progress)
                 _check_line_counts(prefixes, spilled)
                 dicts = _dictionaries(options, given, counts)
                 infos = {lang: _column_info(folder, lang, dicts[lang]) for lang in options.languages}
@@ -214,6 +221,15 @@ def convert_with_options(
         if options.multi:
             folder.manifest.language_pairs = list(options.lang_pairs)
         return folder.finish()
+
+
+def _parallelism(options: TextConversion, files: Spilled) -> int:
+    """Local worker processes: ``workers``, but no more than ``chunk_bytes`` go into the text (on disk): a
+    process costs about 0.4 s of CPU to start, a 32 MiB chunk 0.5 s to tokenize. With an executor, ``workers``."""
+    if options.executor is not None:
+        return options.workers
+    size = sum(target.path.stat().st_size for target in files.values())
+    return max(1, min(options.workers, -(-size // options.chunk_bytes)))
 
 
 def _column_info(folder: OutputFolder, lang: str, dictionary: Dictionary) -> ColumnInfo:
@@ -348,8 +364,9 @@ def _tokenize_all(
 
 def _check_line_counts(prefixes: list[PrefixFiles], spilled: Spilled) -> None:
     for p in prefixes:
-        src, tgt = (spilled.file(p, lang) for lang in p.langs)
-        check_same_line_count(src.path, src.rows, tgt.path, tgt.rows)
+        first, *others = (spilled.file(p, lang) for lang in p.langs)
+        for other in others:
+            check_same_line_count(first.path, first.rows, other.path, other.rows)
 
 
 # ----- pass 2 -----------------------------------------------------------------------------------
@@ -389,8 +406,8 @@ class _Stream:
     files: dict[str, list[SpilledFile]]  # per language (source first), in order
 
     @property
-    def langs(self) -> tuple[str, str]:
-        return pair_of(self.files)
+    def langs(self) -> tuple[str, ...]:
+        return tuple(self.files)
 
 
 def _streams(options: TextConversion, prefixes: list[PrefixFiles], spilled: Spilled) -> list[_Stream]:
@@ -437,9 +454,8 @@ def _write_tasks(
     """One task per output file, with the on-disk bytes of text it stands for (progress)."""
     tasks = []
     for stream in _streams(options, prefixes, spilled):
-        columns_of = {
-            lang: replace(infos[lang], role=role) for role, lang in zip((SOURCE, TARGET), stream.langs, strict=True)
-        }
+        roles = column_roles(stream.langs)
+        columns_of = {lang: replace(infos[lang], role=role) for role, lang in zip(roles, stream.langs, strict=True)}
         rows = sum(f.rows for f in stream.files[stream.langs[0]])
         for name, start, stop in _file_ranges(stream, rows, options.shard_rows):
             columns = {
@@ -506,7 +522,7 @@ def unknown_report(prefixes: list[PrefixFiles], spilled: Spilled) -> dict[str, d
     for split in dict.fromkeys(p.split for p in prefixes):
         members = [p for p in prefixes if p.split == split]
         report[split] = {}
-        for role, lang in zip((SOURCE, TARGET), members[0].langs, strict=True):
+        for role, lang in zip(column_roles(members[0].langs), members[0].langs, strict=True):
             chunks = [chunk for p in members for chunk in spilled.file(p, lang).chunks]
             tokens, unknown = sum(c.tokens for c in chunks), sum(c.unknown for c in chunks)
             percent = round(100.0 * unknown / tokens, 3) if tokens else 0.0
@@ -530,8 +546,9 @@ def unknown_lines(manifest: Manifest) -> tuple[list[str], list[str]]:
             share = unknown / tokens if tokens else 0.0
             lines.append(f"[{lang}] {split} {role}: {tokens} tokens, {100 * share:.2f}% replaced by <unk>")
             if share > UNKNOWN_WARNING_RATE:
-                option = "--srcdict" if role == SOURCE else "--tgtdict"
-                dictionary = "joined dictionary" if joined else f"{role} dictionary ({option} or the train text)"
+                option = "--tgtdict" if role == TARGET else "--srcdict"
+                side = "" if role == TOKENS else f"{role} "
+                dictionary = "joined dictionary" if joined else f"{side}dictionary ({option} or the train text)"
                 warnings.append(
                     f"{100 * share:.1f}% of the {role} ({lang}) tokens of {split} became <unk> "
                     f"(more than {100 * UNKNOWN_WARNING_RATE:.0f}%): check that the {dictionary} "

@@ -26,18 +26,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from arrowmt.converters._text import (
     GZIP_ERRORS,
     BadBytes,
     BadUtf8,
     SentencePieceModel,
-    append_row_end,
+    encode_token_ids,
     gzip_error,
     read_error,
     split_lines,
-    tokenize,
+    token_ids,
 )
 
 from arrowmt._errors import OutputWriteError, VocabularyError
@@ -172,11 +171,10 @@ def tokenize_chunk(task: TokenizeTask) -> TokenizedChunk:
     except BadUtf8 as exc:
         return TokenizedChunk(0, 0, bad=exc.bad)
     del data
-    tokens = task.spm.pieces(lines) if task.spm is not None else tokenize(lines)
+    rows = token_ids(task.spm.piece_text(lines) if task.spm is not None else lines)
     del lines
-    local = pc.dictionary_encode(tokens.flatten())
-    rows = pa.ListArray.from_arrays(tokens.offsets, local)
     _write_spill(task.spill, rows)
+    local = rows.flatten()
     if not task.count:
         return TokenizedChunk(len(rows), len(local))
     counts = np.bincount(local.indices.to_numpy(), minlength=len(local.dictionary)).astype(np.int64)
@@ -226,13 +224,10 @@ class EncodedChunk:
 def encode_chunk(task: EncodeTask) -> EncodedChunk:
     """Pass 2 for one chunk (runs in a worker): only the chunk's distinct tokens are looked up."""
     dictionary = _saved_dictionary(task.dictionary_file, task.dictionary_sha256)
-    rows = _read_spill(task.spill)
-    ids, is_unknown = dictionary.lookup(rows.values.dictionary)
-    local = rows.values.indices.to_numpy()
-    offsets = rows.offsets.to_numpy().astype(np.int64)
-    encoded = append_row_end(Ragged(offsets, ids[local]), dictionary.eos)
-    _write_spill(task.encoded, pa.ListArray.from_arrays(pa.array(encoded.offsets), pa.array(encoded.values)))
-    return EncodedChunk(len(encoded), int(encoded.values.shape[0]), int(np.count_nonzero(is_unknown[local])))
+    encoded = encode_token_ids(_read_spill(task.spill), dictionary)
+    ragged = encoded.ragged
+    _write_spill(task.encoded, pa.ListArray.from_arrays(pa.array(ragged.offsets), pa.array(ragged.values)))
+    return EncodedChunk(encoded.n_lines, encoded.n_tokens, encoded.n_unk)
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,11 +1,12 @@
 """What a raw-text conversion reads: its options (fairseq-preprocess's), language pairs and input files.
 
 One pair (``src_lang``/``tgt_lang``) reads ``{pref}.{lang}`` and names its splits ``train``,
-``valid``, ``test`` as fairseq-preprocess does. Several pairs (``lang_pairs``, fairseq's
-``--lang-pairs de-en,fr-en``) go into one folder as fairseq's multilingual recipe lays them
-out: split ``{split}.{src}-{tgt}`` per pair, one dictionary shared by every language (built
-over every train file, as ``--joined-dictionary`` builds it, or given) and saved as
-``dict.{lang}.txt`` per language. A pair reads ``{pref}.{src}-{tgt}.{lang}`` (the recipe's
+``valid``, ``test`` as fairseq-preprocess does; one language (``lang``, fairseq's ``--only-source``)
+reads ``{pref}.{lang}`` into the one column ``tokens`` (a language model's corpus). Several
+pairs (``lang_pairs``, fairseq's ``--lang-pairs de-en,fr-en``) go into one folder as fairseq's
+multilingual recipe lays them out: split ``{split}.{src}-{tgt}`` per pair, one dictionary shared
+by every language (built over every train file, as ``--joined-dictionary`` builds it, or given)
+and saved as ``dict.{lang}.txt`` per language. A pair reads ``{pref}.{src}-{tgt}.{lang}`` (the recipe's
 per-pair files) or, when those do not exist, ``{pref}.{lang}`` (a corpus aligned across
 all its languages, like Multi30k); a file shared by several pairs is read once.
 """
@@ -22,7 +23,7 @@ from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format._schema import SOURCE, TARGET, TOKENS
 
 SPLITS = ("train", "valid", "test")
 MAX_WORKERS = 4096  # local worker processes
@@ -36,14 +37,16 @@ TEXT_SUFFIXES = ("", ".gz")
 class TextConversion:
     """What to convert and how (the fairseq-preprocess options that matter for the data, and how to run).
 
-    Either ``src_lang`` and ``tgt_lang`` (one pair) or ``lang_pairs`` (``("de-en", "fr-en")``:
-    several pairs, one shared dictionary) name the languages.
+    Either ``src_lang`` and ``tgt_lang`` (one pair), ``lang_pairs`` (``("de-en", "fr-en")``:
+    several pairs, one shared dictionary) or ``lang`` (monolingual text: column ``tokens``, the
+    source options for its dictionary) name the languages.
     """
 
     prefixes: dict[str, str | None]
     src_lang: str | None = None
     tgt_lang: str | None = None
     lang_pairs: tuple[str, ...] = ()
+    lang: str | None = None
     srcdict: str | None = None
     tgtdict: str | None = None
     joined_dictionary: bool = False
@@ -55,7 +58,7 @@ class TextConversion:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     shard_rows: int | None = None
     executor: Executor | None = field(default=None, compare=False, repr=False)
-    pairs: tuple[tuple[str, str], ...] = field(init=False)
+    pairs: tuple[tuple[str, ...], ...] = field(init=False)  # each corpus's column languages (one when monolingual)
     shards: dict[str, list[str]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -84,6 +87,11 @@ class TextConversion:
         return bool(self.lang_pairs)
 
     @property
+    def mono(self) -> bool:
+        """Monolingual text (``lang``): one column, ``tokens``."""
+        return self.lang is not None
+
+    @property
     def joined(self) -> bool:
         """One dictionary for every language (``joined_dictionary``, always with ``lang_pairs``)."""
         return self.joined_dictionary or self.multi
@@ -97,7 +105,7 @@ class TextConversion:
         """The manifest's languages per column: the pair's, or None with several pairs (each split names its own)."""
         if self.multi:
             return {SOURCE: None, TARGET: None}
-        return {SOURCE: self.pairs[0][0], TARGET: self.pairs[0][1]}
+        return dict(zip(column_roles(self.pairs[0]), self.pairs[0], strict=True))
 
     def dictionary_key(self, lang: str) -> str:
         """Which dictionary encodes ``lang``: :data:`JOINED` or the language itself."""
@@ -108,7 +116,7 @@ class TextConversion:
         if self.joined:
             given = self.srcdict or self.tgtdict
             return {JOINED: given} if given else {}
-        paths = {self.pairs[0][0]: self.srcdict, self.pairs[0][1]: self.tgtdict}
+        paths = dict(zip(self.pairs[0], (self.srcdict, self.tgtdict), strict=False))
         return {lang: path for lang, path in paths.items() if path}
 
     def limits(self, key: str) -> tuple[int, int]:
@@ -116,7 +124,9 @@ class TextConversion:
         side = 1 if key == self.tgt_lang and not self.joined else 0
         return self.thresholds[side], self.nwords[side]
 
-    def _resolve_pairs(self) -> tuple[tuple[str, str], ...]:
+    def _resolve_pairs(self) -> tuple[tuple[str, ...], ...]:
+        if self.lang is not None:
+            return (self._resolve_mono(),)
         if self.lang_pairs:
             for name, value in (("src_lang", self.src_lang), ("tgt_lang", self.tgt_lang)):
                 if value is not None:
@@ -136,6 +146,28 @@ class TextConversion:
             check_language(name, lang)
         return ((self.src_lang, self.tgt_lang),)
 
+    def _resolve_mono(self) -> tuple[str]:
+        """``(lang,)``, after checking that no option of a second language is set."""
+        if not self.lang:
+            raise InvalidParameterError(f"lang: expected a language code (files {{pref}}.{{lang}}), got {self.lang!r}")
+        check_language("lang", self.lang)
+        pair_options = {
+            "src_lang": self.src_lang,
+            "tgt_lang": self.tgt_lang,
+            "lang_pairs": self.lang_pairs or None,
+            "tgtdict": self.tgtdict,
+            "joined_dictionary": self.joined_dictionary or None,
+            "thresholdtgt": self.thresholds[1] if self.thresholds[1] != NO_THRESHOLD else None,
+            "nwordstgt": self.nwords[1] if self.nwords[1] != ALL_WORDS else None,
+        }
+        for name, value in pair_options.items():
+            if value is not None:
+                raise InvalidParameterError(
+                    f"{name}: expected it unset with lang (monolingual text: one language, whose dictionary the "
+                    f"source options set), got {value!r}"
+                )
+        return (self.lang,)
+
     def _check_dictionary_options(self) -> None:
         if self.joined and self.srcdict and self.tgtdict and not _same_file(self.srcdict, self.tgtdict):
             raise InvalidParameterError(
@@ -154,7 +186,7 @@ class TextConversion:
         if not self.prefixes.get("train") and not needed <= set(self.given_dictionaries()):
             raise InvalidParameterError(
                 "trainpref: expected a training prefix (dictionaries are built from it) unless every dictionary "
-                "is given (srcdict and tgtdict; one of them for a joined one), got none"
+                "is given (srcdict and tgtdict; one of them for a joined one; srcdict with lang), got none"
             )
 
     def data_options(self) -> dict[str, object]:
@@ -163,6 +195,7 @@ class TextConversion:
             "source_lang": self.src_lang,
             "target_lang": self.tgt_lang,
             "lang_pairs": list(self.lang_pairs) or None,
+            "lang": self.lang,
             "trainpref": self.prefixes.get("train"),
             "validpref": self.prefixes.get("valid"),
             "testpref": self.prefixes.get("test"),
@@ -208,25 +241,24 @@ class PrefixFiles:
     repeat: int = 0  # how many earlier prefixes of this pair and split are the same text (read again)
 
     @property
-    def langs(self) -> tuple[str, str]:
-        return pair_of(self.files)
+    def langs(self) -> tuple[str, ...]:
+        return tuple(self.files)
 
 
-def pair_of(by_language: dict[str, object]) -> tuple[str, str]:
-    """The (source, target) languages of a mapping keyed by language, source first."""
-    src, tgt = by_language
-    return src, tgt
+def column_roles(langs: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns that text in ``langs`` fills: ``tokens`` for one language, ``source`` and ``target`` for a pair."""
+    return (TOKENS,) if len(langs) == 1 else (SOURCE, TARGET)
 
 
 def prefix_files(options: TextConversion) -> list[PrefixFiles]:
     """Every prefix of every pair and split, its files found (plain or .gz); missing files raise at once."""
     named = []
-    for src, tgt in options.pairs:
+    for langs in options.pairs:
         for kind in SPLITS:
-            split = pair_split(kind, src, tgt) if options.multi else kind
+            split = pair_split(kind, *langs) if options.multi else kind
             shards = options.shards.get(kind, [])
             for k, prefix in enumerate(shards):
-                files = pair_files(prefix, src, tgt) if options.multi else single_files(prefix, src, tgt)
+                files = pair_files(prefix, *langs) if options.multi else single_files(prefix, langs)
                 named.append(PrefixFiles(kind, split, f"{split}{k or ''}", files, shards[:k].count(prefix)))
     return named
 
@@ -241,9 +273,9 @@ def text_file(prefixes: list[str], lang: str) -> Path:
     raise InputDataError(f"{candidates[0]}: text file missing (also looked for {others})")
 
 
-def single_files(prefix: str, src: str, tgt: str) -> dict[str, Path]:
-    """One pair's files: ``{prefix}.{lang}``, as fairseq-preprocess reads them."""
-    return {lang: text_file([prefix], lang) for lang in (src, tgt)}
+def single_files(prefix: str, langs: tuple[str, ...]) -> dict[str, Path]:
+    """One pair's (or one language's) files: ``{prefix}.{lang}``, as fairseq-preprocess reads them."""
+    return {lang: text_file([prefix], lang) for lang in langs}
 
 
 def pair_files(prefix: str, src: str, tgt: str) -> dict[str, Path]:

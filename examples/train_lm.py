@@ -27,48 +27,34 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import math
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 from train_plain import Progress, load_checkpoint, parameters_sha256, save_checkpoint, stateful_loader
 
 import arrowmt
-from arrowmt import BlockBatchSampler, BlockDataset, Dictionary, Manifest, PlainBlockCollater, open_blocks
+from arrowmt import BlockBatchSampler, BlockDataset, Manifest, PlainBlockCollater, open_blocks
 
 SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"
 
 
 def convert_sample(out: Path, train_lines: int | None = None) -> Path:
-    """The bundled English captions (train, its first ``train_lines``, and val) as a monolingual arrowmt folder."""
-    words = {}
-    for split, name, limit in (("train", "train.en.gz", train_lines), ("valid", "val.en.gz", None)):
-        with gzip.open(SAMPLE / name, "rt", encoding="utf-8") as handle:
-            words[split] = pc.utf8_split_whitespace(pa.array(handle.read().splitlines()[:limit]))
-    dictionary = Dictionary.build(words["train"])
-    tables = {split: pa.table({"tokens": encode(lines, dictionary)}) for split, lines in words.items()}
-    arrowmt.convert_table(
-        tables, out, languages={"tokens": "en"}, dictionaries={"tokens": dictionary}, overwrite=True, progress=False
-    )
+    """The bundled English captions (train, its first ``train_lines``, and val) as a monolingual arrowmt folder:
+    ``convert_text(..., lang="en")``, the dictionary and ids of ``fairseq-preprocess --only-source``."""
+    with tempfile.TemporaryDirectory(prefix="arrowmt-lm-text-") as tmp:
+        train = SAMPLE / "train"
+        if train_lines is not None:  # the first lines only, as a text file of their own
+            train = Path(tmp) / "train"
+            with gzip.open(SAMPLE / "train.en.gz", "rb") as handle:
+                Path(f"{train}.en").write_bytes(b"".join(itertools.islice(handle, train_lines)))
+        arrowmt.convert_text(str(train), out, lang="en", validpref=str(SAMPLE / "val"), overwrite=True, progress=False)
     return out
-
-
-def encode(lines: pa.ListArray, dictionary: Dictionary) -> pa.ListArray:
-    """Each line's ids followed by ``</s>``, as fairseq binarizes a line."""
-    lengths = pc.list_value_length(lines).to_numpy(zero_copy_only=False) + 1
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    ids = np.full(int(offsets[-1]), dictionary.eos, dtype=np.int32)
-    words = np.ones(ids.shape[0], dtype=bool)
-    words[offsets[1:] - 1] = False
-    ids[words] = dictionary.encode_tokens(pc.list_flatten(lines))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))
 
 
 class TinyGPT(nn.Module):

@@ -42,6 +42,7 @@ from arrowmt._errors import (
 )
 from arrowmt._info import summarize
 from arrowmt.format._atomic import COMPLETED_NOTE, TEMP_PREFIX, StagedOutput, deferred_signals
+from arrowmt.format._dictionaries import file_digest
 from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, lock_path
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
@@ -49,7 +50,7 @@ from arrowmt.format._schema import METADATA_KEY, SOURCE, TARGET
 from arrowmt.format._split import open_split
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._view import build_view, open_view
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format._vocab import Dictionary, text_symbols_digest
 from arrowmt.training._mixing import check_weights
 from tests.conftest import MULTI30K, ROOT, gz_lines
 
@@ -560,7 +561,7 @@ def test_a_sigkilled_filters_temporary_is_removed_by_the_next(corpus_a: Path, tm
     done = subprocess.run([sys.executable, "-c", SIGKILLED_FILTER, str(corpus_a), str(view)], env=ENV)
     assert done.returncode == -signal.SIGKILL
     assert [p.name.startswith(TEMP_PREFIX) for p in tmp_path.iterdir()] == [True]
-    assert run_cli("filter", str(corpus_a), str(view)).returncode == 0
+    assert run_cli("filter", str(corpus_a), str(view), "--max-len", "1000").returncode == 0
     assert [p.name for p in tmp_path.iterdir()] == ["clean.view"]
 
 
@@ -647,3 +648,30 @@ def test_lock_inside_the_folder_is_not_content(tmp_path: Path) -> None:
     (out / LOCK_SUFFIX).write_bytes(b"")  # a lock file left inside OUT (parent not writable)
     convert(out)  # an "empty" folder: the lock file does not count
     assert verify_dataset(out, progress=False).ok
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"", b"a 1\n", b"a 1", b" 5\n", b"a b 3\nc 4\n", "\u00e9t\u00e9 2\nx 0\n".encode(), b"a 1\r\n", b"a -1\n",
+     b"a 1\nb 2 #fairseq:overwrite\n", b"a 1 \n"],
+)  # fmt: skip
+def test_dictionary_digest_from_bytes_equals_the_loaded_one(tmp_path: Path, text: bytes) -> None:
+    path = tmp_path / "dict.txt"
+    path.write_bytes(text)
+    dictionary = Dictionary.load(path)
+    fast = text_symbols_digest(text)
+    assert fast is None or fast == (len(dictionary), dictionary.sha256())  # None: loaded in full instead
+    assert file_digest(path) == (len(dictionary), dictionary.sha256())
+
+
+def test_opening_a_split_adds_no_private_memory(corpus_a: Path) -> None:
+    """The dictionary check on open must not pull pyarrow's compute kernels (about 25 MB per process) into
+    every training rank: the corpus is opened in a fresh process and its private memory measured."""
+    script = (
+        "import arrowmt._demo as d, arrowmt.format._split as s\n"
+        "before = d.private_mb()\n"
+        f"s.open_split({str(corpus_a)!r})\n"
+        "print(d.private_mb() - before)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV, check=True)
+    assert float(done.stdout) < 8.0, done.stdout

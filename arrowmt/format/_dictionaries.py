@@ -16,14 +16,16 @@ advance in coarse ticks).
 
 from __future__ import annotations
 
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from arrowmt._errors import VocabularyError
+from arrowmt.format._manifest import file_kind
 from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._reader import RACY_NS, FileIdentity, SplitFile
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format._vocab import Dictionary, text_symbols_digest
 
 Digest = tuple[int, str]
 """A dictionary's number of symbols and :meth:`Dictionary.sha256`."""
@@ -77,20 +79,38 @@ def load_column_dictionary(path: Path, shards: Iterable[SplitFile], column: str)
 
 
 def file_digest(path: Path) -> Digest | None:
-    """The digest of the dictionary file ``path`` (loaded once per file state); None when it is missing."""
+    """The digest of the dictionary file ``path`` (once per file state); None when it is missing.
+
+    The plain layout converters write is hashed from the bytes (numpy only, see
+    :func:`text_symbols_digest`); anything else is loaded as :meth:`Dictionary.load` loads it.
+    """
     try:
-        identity = FileIdentity.of_stat(path.stat())
+        st = path.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         raise VocabularyError(f"{path}: cannot read dictionary: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader
+        raise VocabularyError(f"{path}: expected a dictionary file, got {file_kind(st.st_mode)}")
+    identity = FileIdentity.of_stat(st)
     if identity in _DIGESTS:
         return _DIGESTS[identity]
     started = time.time_ns()
-    dictionary = Dictionary.load(path)
-    digest = (len(dictionary), dictionary.sha256())
+    digest = _digest(path)
     if identity.ctime_ns < started - RACY_NS and FileIdentity.of_stat(path.stat()) == identity:
         if len(_DIGESTS) >= MAX_REMEMBERED:
             _DIGESTS.pop(next(iter(_DIGESTS)))
         _DIGESTS[identity] = digest
+    return digest
+
+
+def _digest(path: Path) -> Digest:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise VocabularyError(f"{path}: cannot read dictionary: {exc.strerror or exc}") from exc
+    digest = text_symbols_digest(data)
+    if digest is None:
+        dictionary = Dictionary.load(path)
+        digest = (len(dictionary), dictionary.sha256())
     return digest

@@ -142,8 +142,9 @@ class Dictionary:
         positions_np = _to_numpy(positions.fill_null(missing))
         return np.append(ids, np.int32(self.unk))[positions_np], positions_np == missing
 
-    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
-        """The symbols of ``ids`` joined by spaces (for display; specials included)."""
+    def decode(self, ids: Sequence[int] | np.ndarray, include_eos: bool = False) -> str:
+        """The symbols of ``ids`` joined by spaces, for display; ``</s>`` left out unless ``include_eos``
+        (as fairseq's ``Dictionary.string``), the other specials shown."""
         try:
             ids_np = np.asarray(ids, dtype=np.int64)
         except (OverflowError, TypeError, ValueError) as exc:
@@ -152,6 +153,8 @@ class Dictionary:
             raise InvalidParameterError(
                 f"ids: expected values in [0, {len(self)}), got {int(ids_np.min())}..{int(ids_np.max())}"
             )
+        if not include_eos:
+            ids_np = ids_np[ids_np != self.eos]
         return _join_strings(self._symbol_array().take(pa.array(ids_np)), " ")
 
     @classmethod
@@ -234,6 +237,44 @@ def id_outside(
     at = int(np.flatnonzero((values < 0) | (values >= vocab_size))[0])
     row = int(np.searchsorted(offsets, offsets[0] + at, side="right") - 1)
     return row, f"token id {int(values[at])} outside {dictionary} (expected 0..{vocab_size - 1})"
+
+
+def text_symbols_digest(data: bytes) -> tuple[int, str] | None:
+    """(number of symbols, :meth:`Dictionary.sha256`) of the ``dict.txt`` bytes ``data``, without loading it.
+
+    Only for the plain layout every converter writes (UTF-8, ``\\n`` line ends, lines
+    ``<symbol> <decimal count>``, no ``#fairseq:overwrite`` flag), where the symbols are
+    exactly what :meth:`Dictionary.load` reads; None for anything else (then load it).
+    Uses numpy only: no pyarrow compute kernel (and its memory) in a reading process.
+    """
+    if b"\r" in data or OVERWRITE_FLAG.encode() in data:
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    raw = np.frombuffer(data if not data or data.endswith(b"\n") else data + b"\n", dtype=np.uint8)
+    ends = np.flatnonzero(raw == ord("\n"))
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    spaces = np.flatnonzero(raw == ord(" "))
+    before = np.searchsorted(spaces, ends) - 1  # the last space before each line end
+    if ends.size and (before < 0).any():
+        return None
+    last = spaces[before] if ends.size else ends
+    non_digits = np.concatenate([[0], np.cumsum((raw < ord("0")) | (raw > ord("9")))])
+    if ((last < starts) | (ends - last < 2) | (non_digits[ends] != non_digits[last + 1])).any():
+        return None  # a line without a space, or a count that is not plain decimal digits
+    edges = np.zeros(raw.shape[0] + 1, dtype=np.int64)
+    np.add.at(edges, starts, 1)
+    np.add.at(edges, last, -1)
+    words = raw[np.cumsum(edges)[:-1] > 0].tobytes()
+    specials = [symbol.encode("utf-8") for symbol in SPECIALS]
+    lengths = np.concatenate([[len(symbol) for symbol in specials], last - starts]).astype("<i8")
+    digest = hashlib.sha256(HASH_DOMAIN)
+    digest.update(np.array([lengths.shape[0]], dtype="<i8").tobytes())
+    digest.update(lengths.tobytes())
+    digest.update(b"".join(specials) + words)
+    return int(lengths.shape[0]), digest.hexdigest()
 
 
 def unterminated_row(values: np.ndarray, offsets: np.ndarray, eos: int) -> tuple[int, str] | None:

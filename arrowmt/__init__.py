@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from arrowmt.training._collate import FairseqBatch, FairseqCollater, PlainCollater
     from arrowmt.training._dataset import ArrowMTDataset, open_dataset
     from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture
+    from arrowmt.training._resume import load_loader_state
     from arrowmt.training._sampler import TokenBatchSampler
     from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
     from arrowmt.training._view_dataset import ArrowMTViewDataset, open_view_dataset
@@ -87,6 +88,7 @@ _LAZY = {
     "langtok_tags": "arrowmt.training._tags",
     "language_token_ids": "arrowmt.training._tags",
     "length_ratio": "arrowmt.format._ratio",
+    "load_loader_state": "arrowmt.training._resume",
     "open_blocks": "arrowmt.training._block_dataset",
     "open_dataset": "arrowmt.training._dataset",
     "open_mixture": "arrowmt.training._mixture",
@@ -153,6 +155,7 @@ __all__ = [
     "langtok_tags",
     "language_token_ids",
     "length_ratio",
+    "load_loader_state",
     "open_blocks",
     "open_dataset",
     "open_mixture",

@@ -12,8 +12,8 @@ The data side is three arrowmt pieces meeting at torchdata's ``StatefulDataLoade
 Every epoch: the training loss of each step, then the loss per target token on the
 ``valid`` split, then a checkpoint (model, optimizer and the loader's state, so
 ``--resume`` continues with exactly the batch that comes next, also mid-epoch after
-``--save-every`` or ``--stop-after``). At the end: greedy decoding of a few ``test``
-sentences and, when ``sacrebleu`` is installed, BLEU over ``--bleu-sentences`` of them
+``--save-every`` or ``--stop-after``, also with another ``--num-workers``). At the end:
+greedy decoding of a few ``test`` sentences and, when ``sacrebleu`` is installed, BLEU over ``--bleu-sentences`` of them
 (on the corpus' own tokenization). Positions are sized from the longest row of every split.
 """
 
@@ -32,7 +32,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from arrowmt import ArrowMTDataset, Dictionary, Manifest, PlainCollater, TokenBatchSampler, open_dataset, open_split
+from arrowmt import (
+    ArrowMTDataset,
+    Dictionary,
+    Manifest,
+    PlainCollater,
+    TokenBatchSampler,
+    load_loader_state,
+    open_dataset,
+    open_split,
+)
 
 SPM_SPACE = "\u2581"  # sentencepiece's word-start mark
 
@@ -222,7 +231,7 @@ def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimize
     state = torch.load(path, weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    loader.load_state_dict(state["loader"])
+    load_loader_state(loader, state["loader"])  # loader.load_state_dict, also with another --num-workers
     at = Progress(state["epoch"], state["step"])
     print(f"resumed from {path} (epoch {at.epoch}, step {at.step})", flush=True)
     return at

@@ -11,13 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 from builders import multi30k_dataset
-from state_helpers import SamplerLoader, check_resume, check_resume_in_fresh_process, torch_roundtrip
+from state_helpers import SamplerLoader, check_resume, check_resume_in_fresh_process, interrupt, torch_roundtrip
 from torch.utils.data import DataLoader
 
+from arrowmt._errors import InvalidParameterError
 from arrowmt.format._metadata import SpecialIds
 from arrowmt.training._bucketing import epoch_batch_order, shard_batches
 from arrowmt.training._collate import PlainCollater
 from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.training._resume import load_loader_state, sampler_state, saved_workers
 from arrowmt.training._sampler import TokenBatchSampler
 
 stateful_dataloader = pytest.importorskip("torchdata.stateful_dataloader")
@@ -250,3 +252,63 @@ def test_elastic_resume_through_stateful_dataloaders(corpus: str, cache: str) ->
     remaining = n - 4 * steps
     trained = Counter(b for batches in before + after for b in batches)
     assert len(trained) == n and sum(trained.values()) == n + (2 * len(after[0]) - remaining)
+
+
+# ------------------------------------------------------------------ another number of workers
+
+
+@pytest.mark.parametrize(("saved", "resumed"), [(2, 0), (2, 1), (0, 2), (2, 2)])
+def test_load_loader_state_resumes_with_another_number_of_workers(
+    corpus: str, cache: str, saved: int, resumed: int
+) -> None:
+    """torchdata's own load_state_dict fails with a bare AssertionError when num_workers changes; the helper
+    continues at the next batch, then the next epoch is the usual one."""
+    full = list(stateful_loader(corpus, cache, epoch=3, num_workers=0))
+    consume = len(full) // 2
+    iterator, state = interrupt(lambda: stateful_loader(corpus, cache, epoch=3, num_workers=saved), full, consume)
+    del iterator
+    assert saved_workers(state) == saved
+    loader = stateful_loader(corpus, cache, epoch=3, num_workers=resumed)
+    load_loader_state(loader, state)
+    loader.batch_sampler.set_epoch(3)  # as a training loop does after loading: keeps the resumed position
+    assert list(loader) == full[consume:]
+    loader.batch_sampler.set_epoch(4)
+    assert list(loader) == list(stateful_loader(corpus, cache, epoch=4, num_workers=0))
+
+
+def test_sampler_state_counts_the_batches_after_the_last_snapshot(corpus: str, cache: str) -> None:
+    """With snapshot_every_n_steps=3 the saved snapshot lags the yielded batches: they are counted in."""
+    ds = ArrowMTDataset(corpus, "valid")
+    sampler = make_sampler(corpus, cache, 2, ds=ds)
+    kwargs = {"collate_fn": BatchIds(ds.special_ids), "num_workers": WORKERS, "snapshot_every_n_steps": 3}
+    loader = StatefulDataLoader(ds, batch_sampler=sampler, **kwargs)
+    full = list(stateful_loader(corpus, cache, epoch=2, num_workers=0))
+    iterator = iter(loader)
+    assert list(itertools.islice(iterator, 7)) == full[:7]
+    state = torch_roundtrip(loader.state_dict())
+    del iterator
+    assert state["_steps_since_snapshot"] == 1 and sampler_state(state)["batches_done"] == 7
+    resumed = stateful_loader(corpus, cache, epoch=2, num_workers=0)
+    load_loader_state(resumed, state)
+    assert list(resumed) == full[7:]
+
+
+@pytest.mark.parametrize(
+    ("state", "match"),
+    [
+        ({"_snapshot": {"_main_snapshot": {}}}, r"state: expected a StatefulDataLoader state_dict\(\) with _snapshot"),
+        ({"_num_yielded": 3}, r"state: expected the state_dict\(\) of a StatefulDataLoader over a stateful batch"),
+        ([1, 2], r"state: expected a StatefulDataLoader state_dict\(\), got list"),
+    ],
+)
+def test_sampler_state_refuses_what_is_not_a_loader_state(state: Any, match: str) -> None:
+    with pytest.raises(InvalidParameterError, match=match):
+        sampler_state(state)
+
+
+def test_load_loader_state_refuses_a_loader_without_a_stateful_sampler(corpus: str, cache: str) -> None:
+    state = torch_roundtrip(stateful_loader(corpus, cache, num_workers=0).state_dict())
+    ds = ArrowMTDataset(corpus, "valid")
+    plain = StatefulDataLoader(ds, batch_size=4, num_workers=2, collate_fn=BatchIds(ds.special_ids))
+    with pytest.raises(InvalidParameterError, match="loader: expected a DataLoader whose batch_sampler has"):
+        load_loader_state(plain, state)

@@ -67,6 +67,7 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+PROG = "arrowmt"
 CONVERT_HINT = "make one with 'arrowmt convert fairseq DATA_BIN OUT' or 'arrowmt convert text OUT ...'"
 
 
@@ -74,7 +75,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors as one ``arrowmt: error:`` line (exit 2) pointing at ``--help``."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"arrowmt: error: {self.prog}: {message} (see '{self.prog} --help')\n")
+        command = self.prog.removeprefix(PROG).strip()  # a subcommand names itself once: "error: info: ..."
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_ERROR, f"{PROG}: error: {where}{message} (see '{self.prog} --help')\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,7 +108,7 @@ def _stopped_message(exc: KeyboardInterrupt) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="arrowmt", description="Memory-mapped Arrow corpora for MT training.")
+    parser = _Parser(prog=PROG, description="Memory-mapped Arrow corpora for MT training.")
     parser.add_argument("--version", action="version", version=f"arrowmt {__version__}", help="print the version")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_convert(commands)
@@ -470,9 +473,15 @@ def _add_filter(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_filter(args: argparse.Namespace) -> int:
+FILTER_CRITERIA = ("max_len", "min_len", "max_len_ratio", "dedup", "rows")
+
+
     from arrowmt.format._view import REASONS, build_view
 
     rows = None if args.rows is None else _row_list(Path(args.rows))
+    if not any(getattr(args, name) not in (None, False) for name in FILTER_CRITERIA):
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in FILTER_CRITERIA)
+        raise InvalidParameterError(f"expected at least one of {flags}, got none (the view would keep every row)")
     report = build_view(
         args.corpus,
         args.out_view,

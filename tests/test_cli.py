@@ -150,7 +150,7 @@ def test_unreadable_manifest(
 def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     done = run("convert", "text", str(tmp_path / "x"), "--src-lang", "de")
     assert_one_line_error(done, "--src-lang, --tgt-lang: expected both languages (or --lang-pairs), got 'de', None")
-    assert_one_line_error(run("info"), "arrowmt info: the following arguments are required: path")
+    assert_one_line_error(run("info"), "error: info: the following arguments are required: path")
     assert_one_line_error(run("nonsense"), "invalid choice: 'nonsense'")
 
 
@@ -411,3 +411,29 @@ def test_convert_output_is_left_alone_by_info(dataset: Path) -> None:
     assert run("verify", str(dataset)).returncode == 0
     assert {p.name: p.read_bytes() for p in dataset.iterdir()} == before
     shutil.rmtree(dataset)
+
+
+# ---------------------------------------------------------------- first contact (issue 19)
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (["nonsense"], "arrowmt: error: argument COMMAND: invalid choice: 'nonsense'"),
+        (["info"], "arrowmt: error: info: the following arguments are required: path"),
+        (["convert", "nope"], "arrowmt: error: convert: argument SOURCE: invalid choice: 'nope'"),
+    ],
+)
+def test_usage_errors_name_the_program_once(args: list[str], start: str) -> None:
+    """A mistyped command printed 'arrowmt: error: arrowmt: ...'."""
+    line = assert_one_line_error(run(*args))
+    assert line.startswith(start) and line.count("arrowmt") == 2, line  # the prefix and the --help hint
+
+
+def test_filter_without_a_criterion_is_refused(dataset: Path, tmp_path: Path) -> None:
+    """It wrote a view of every row, silently."""
+    out = tmp_path / "all.view"
+    done = run("filter", str(dataset), str(out))
+    assert_one_line_error(done, "expected at least one of --max-len, --min-len, --max-len-ratio, --dedup, --rows")
+    assert not out.exists()
+    assert run("filter", str(dataset), str(out), "--dedup", "--quiet").returncode == 0 and out.is_file()

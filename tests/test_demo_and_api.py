@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -30,6 +31,18 @@ def test_demo_converts_bundled_sample_and_iterates_batches(tmp_path: Path) -> No
     assert re.search(summary + r"[+-]\d+\.\d MB for the data path, \d+ MB for the whole process$", text, re.M)
     assert text.rstrip().splitlines()[-1].startswith("summary: ")
     assert arrowmt.verify_dataset(out).ok
+
+
+def test_demo_without_out_never_shows_the_temporary_folder_it_removes(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "arrowmt._cli", "demo", "--max-tokens", "8192"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert str(tmp_path) not in done.stdout and "arrowmt-demo-" not in done.stdout
+    first = "-> a temporary folder, removed at the end (--out DIR keeps the dataset)"
+    assert first in done.stdout.splitlines()[0]
+    assert "\na temporary folder, removed at the end (--out DIR keeps the dataset): source=de, target=en" in done.stdout
+    assert list(tmp_path.iterdir()) == []  # removed indeed
 
 
 def test_public_api_round_trip(tmp_path: Path) -> None:

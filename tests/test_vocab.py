@@ -12,6 +12,7 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 from arrowmt.converters._text import read_lines, tokenize
 from conftest import MULTI30K, fairseq_fixture
 
@@ -209,10 +210,22 @@ def test_encode_tokens_rejects_bad_input() -> None:
         d.encode_tokens(pa.array(["a", None]))
 
 
+def test_decode_equals_fairseq_string(fairseq_data: ModuleType) -> None:
+    """``decode`` shows what fairseq's ``Dictionary.string`` shows: no ``</s>``, other specials and ids as they are."""
+    ours, theirs = Dictionary.load(dict_file("de")), fairseq_data.Dictionary.load(str(dict_file("de")))
+    for row in ([5, 9, 4, ours.eos], [ours.unk, 7, ours.eos, 9], [ours.pad, 5, ours.eos, ours.eos], []):
+        assert ours.decode(row) == theirs.string(torch.tensor(row, dtype=torch.long))
+        assert ours.decode(row, include_eos=True) == theirs.string(
+            torch.tensor(row, dtype=torch.long), include_eos=True
+        )
+
+
 def test_decode_and_symbol() -> None:
     d = Dictionary.load(dict_file("de"))
     ids = d.encode_tokens(pa.array(["zwei", "junge", "männer", "."]))
-    assert d.decode([*ids, d.eos]) == "zwei junge männer . </s>"
+    assert d.decode([*ids, d.eos]) == "zwei junge männer ."  # as fairseq's Dictionary.string: no </s>
+    assert d.decode([*ids, d.eos], include_eos=True) == "zwei junge männer . </s>"
+    assert d.decode([d.eos, d.pad, d.unk, d.eos]) == "<pad> <unk>"
     assert d.decode([]) == ""
     with pytest.raises(InvalidParameterError, match="expected values in"):
         d.decode([0, len(d)])

@@ -118,14 +118,17 @@ def summary_dict(path: str | os.PathLike[str], summaries: list[SplitSummary]) ->
     }
 
 
-def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary]) -> str:
-    """Human-readable report of :func:`summarize` output: header, provenance, one table row per column."""
+def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], *, shown_as: str | None = None) -> str:
+    """Human-readable report of :func:`summarize` output: header, provenance, one table row per column.
+
+    ``shown_as`` names ``path`` in the header (``arrowmt demo``: a temporary folder it removes).
+    """
     manifest = Manifest.load(Path(path))
     langs = ", ".join(f"{k}={v}" for k, v in manifest.languages.items() if v)
     if manifest.language_pairs:
         pairs = manifest.language_pairs
         langs = f"{len(pairs)} language pair{'s' if len(pairs) > 1 else ''} ({', '.join(pairs)})"
-    lines = [f"{path}: {langs or 'monolingual'}; from {manifest.source_format}"]
+    lines = [f"{path if shown_as is None else shown_as}: {langs or 'monolingual'}; from {manifest.source_format}"]
     lines += [f"  {key}: {_compact(value)}" for key, value in sorted(manifest.provenance.items())]
     width = max([10, *(len(s.split) for s in summaries)])
     header = f"{'split':<{width}} {'column':<8} {'lang':<5} {'rows':>10} {'tokens':>12} {'vocab':>7} "

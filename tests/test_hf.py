@@ -14,17 +14,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+import torch
 from arrowmt.converters._fairseq_binary import read_indexed
 from arrowmt.converters._fairseq_folder import convert_fairseq
 
-from arrowmt._errors import FormatError, MissingDependencyError, OutputExistsError, OutputWriteError
+from arrowmt._errors import (
+    FormatError,
+    InvalidParameterError,
+    MissingDependencyError,
+    OutputExistsError,
+    OutputWriteError,
+)
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._vocab import Dictionary
 from arrowmt.format._writer import ColumnData, write_split
 from arrowmt.integrations import hf
+from arrowmt.training._block_sampler import BlockBatchSampler
+from arrowmt.training._collate import FairseqCollater, PlainCollater
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+from arrowmt.training._sampler import TokenBatchSampler
 from tests.builders import fairseq_mmap as fixture_mmap
 
 datasets = pytest.importorskip("datasets")
@@ -472,3 +482,40 @@ def test_reconversion_keeps_hf_cache_files(tmp_path: Path, hf_cache: Path) -> No
     assert all(f.is_file() for f in cache_files), cache_files
     again = hf.load_split(out, "test")  # the links now see the new files: checked again, same rows
     assert again["source"] == ds["source"]
+
+
+# ---------------------------------------------------------------- HF rows with arrowmt's batching (issue 19)
+
+
+def test_collaters_refuse_hf_rows_without_an_id_and_say_what_to_use(corpus: Path) -> None:
+    """PlainCollater on HF rows raised KeyError: 'id'; with an id given by map(with_indices) they collate as ours."""
+    ds = hf.load_split(corpus, "valid")
+    ours = open_dataset(corpus, "valid")
+    rows = [ds[i] for i in (3, 0, 7)]
+    for collate in (PlainCollater(ours.special_ids), FairseqCollater(ours.special_ids)):
+        with pytest.raises(
+            InvalidParameterError, match=r"batch: expected samples with an 'id'.*arrowmt \(open_dataset"
+        ):
+            collate(rows)
+    numbered = ds.map(lambda row, i: {"id": i}, with_indices=True, keep_in_memory=True)
+    theirs = PlainCollater(ours.special_ids)([numbered[i] for i in (3, 0, 7)])
+    expected = PlainCollater(ours.special_ids)([ours[i] for i in (3, 0, 7)])
+    assert theirs.keys() == expected.keys()
+    assert all(torch.equal(theirs[key], expected[key]) for key in expected)
+
+
+def test_samplers_refuse_a_hf_dataset_and_say_what_to_use(corpus: Path, tmp_path: Path) -> None:
+    """TokenBatchSampler(hf_dataset) raised AttributeError: ... 'fingerprint'."""
+    ds = hf.load_split(corpus, "valid")
+    hint = r"got datasets\.arrow_dataset\.Dataset; Hugging Face datasets carry no arrowmt row ids"
+    with pytest.raises(InvalidParameterError, match=r"dataset: expected an arrowmt dataset \(arrowmt\.open_dataset"):
+        TokenBatchSampler(ds, max_tokens=1024, cache_dir=tmp_path)
+    with pytest.raises(InvalidParameterError, match=hint):
+        TokenBatchSampler(ds, max_tokens=1024, cache_dir=tmp_path)
+    with pytest.raises(
+        InvalidParameterError, match=r"dataset: expected a BlockDataset \(arrowmt\.open_blocks.*" + hint
+    ):
+        BlockBatchSampler(ds, num_replicas=1, rank=0)
+    with pytest.raises(InvalidParameterError, match=r"got builtins\.list \(it has no fingerprint, lengths, columns"):
+        TokenBatchSampler([[1, 2]], max_tokens=1024, cache_dir=tmp_path)  # type: ignore[arg-type]
+    assert len(TokenBatchSampler(open_dataset(corpus, "valid"), max_tokens=1024, cache_dir=tmp_path)) > 0

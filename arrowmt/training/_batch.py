@@ -10,6 +10,7 @@ import torch
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._spans import Spans, exclusive_cumsum
+from arrowmt.training._sources import check_row_ids
 
 Sample = dict[str, "torch.Tensor | int"]
 
@@ -56,6 +57,7 @@ class GatheredBatch(Sequence[Sample]):
             return samples
         if len(samples) == 0:
             return cls(np.zeros(0, dtype=np.int64), {})
+        check_row_ids(samples)
         names = [key for key, value in samples[0].items() if key != "id" and value is not None]
         ids = np.array([int(s["id"]) for s in samples], dtype=np.int64)
         return cls(ids, {name: _spans_of(samples, name) for name in names})

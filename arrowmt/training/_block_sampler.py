@@ -9,7 +9,10 @@ from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_bl
 from arrowmt.training._bucketing import check_seed
 from arrowmt.training._prefetch import DEFAULT_DEPTH, check_depth
 from arrowmt.training._sampler import PlanSampler
+from arrowmt.training._sources import check_source
 from arrowmt.training._world import resolve_world
+
+BLOCK_SOURCE = "a BlockDataset (arrowmt.open_blocks(folder, split, tokens_per_sample, break_mode))"
 
 
 class BlockBatchSampler(PlanSampler):
@@ -38,6 +41,7 @@ class BlockBatchSampler(PlanSampler):
         skip_invalid_size_inputs: bool = False,
         prefetch: int = DEFAULT_DEPTH,
     ) -> None:
+        check_source("dataset", dataset, BLOCK_SOURCE, ("split", "table", "cache_dir"))
         check_seed("seed", seed)
         num_replicas, rank = resolve_world(num_replicas, rank)  # before the (possibly long) plan build
         check_depth(prefetch)

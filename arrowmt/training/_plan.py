@@ -29,6 +29,7 @@ from arrowmt.training._bucketing import (
     too_long_error,
 )
 from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.training._sources import check_source
 from arrowmt.training._world import release_free_heap
 
 LIMIT_FIELDS = (
@@ -160,6 +161,7 @@ def build_plan(dataset: Split, params: PlanParams) -> PlanArrays:
 
 def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> BatchPlan:
     """The plan of ``dataset`` for ``params``: from ``cache_dir`` (default ``<corpus>/.arrowmt-cache``), else built."""
+    check_source("dataset", dataset)
     key = plan_key({"dataset": dataset.fingerprint(), "rows": len(dataset), **key_fields(params)})
     folder = Path(cache_dir) if cache_dir is not None else Path(dataset.path) / CACHE_DIR_NAME
     plan = load_or_build_plan(folder, key, len(dataset), lambda: build_plan(dataset, params))

@@ -22,7 +22,7 @@ import torch
 from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 from torch.utils.data import DataLoader
 
-from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._split import Split
 from arrowmt.training._block_collate import FairseqBlockCollater, PlainBlockCollater
@@ -31,6 +31,7 @@ from arrowmt.training._block_sampler import BlockBatchSampler
 from arrowmt.training._blocks import BREAK_MODES, block_bounds, row_starts
 from tests.builders import multi30k_dataset
 from tests.conftest import fairseq_rows, import_fairseq
+from tests.hostile_files import fifo_at, flip_bit, within
 from tests.lm_data import documents_text, fairseq_mono, mono_corpus, preprocess_mono
 from tests.state_helpers import SamplerLoader, check_resume
 
@@ -340,6 +341,31 @@ def test_block_table_is_cached_and_rebuilt_when_corrupt(
     assert np.array_equal(rebuilt.table.ends, expected)
     assert open_blocks(corpus[1], "train", 41, "complete_doc", cache_dir=cache).table.built  # other parameters
     assert len(list(cache.glob("blocks-*.bin"))) == 2
+
+
+def test_a_block_table_changed_within_range_is_rebuilt(
+    corpus: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row offset 0 <-> 1 passes every range check (offsets <= 2): only the checksum sees it."""
+    cache = tmp_path / "cache"
+    first = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)
+    (table,) = cache.glob("blocks-*.bin")
+    offsets = first.table.row_offsets.copy()
+    k = int(np.flatnonzero(offsets < 2)[0])
+    flip_bit(table, 128 + 16 * len(offsets) + k)  # the header, starts and ends, then one byte per block
+    with caplog.at_level(logging.WARNING):
+        rebuilt = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)
+    assert rebuilt.table.built and "rebuilding block table" in caplog.text and "block table checksum" in caplog.text
+    assert np.array_equal(rebuilt.table.row_offsets, offsets)
+
+
+def test_a_fifo_at_the_block_table_path_is_refused(corpus: tuple[Path, Path], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    open_blocks(corpus[1], "valid", 40, "complete", cache_dir=cache)
+    (table,) = cache.glob("blocks-*.bin")
+    fifo_at(table)
+    with within(10), pytest.raises(FormatError, match=r"\(block table\): expected a regular file, got a FIFO"):
+        open_blocks(corpus[1], "valid", 40, "complete", cache_dir=cache)
 
 
 def test_bad_input_is_named(corpus: tuple[Path, Path], tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import hashlib
 import logging
 import multiprocessing
 import pickle
+import stat
 import time
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._schema import CACHE_DIR_NAME
+from arrowmt.training._dataset import open_dataset
 from arrowmt.training._plan_cache import (
     HEADER_BYTES,
     PlanArrays,
@@ -24,6 +27,9 @@ from arrowmt.training._plan_cache import (
     read_plan,
     write_plan,
 )
+from arrowmt.training._sampler import TokenBatchSampler
+from tests.builders import lengths_dataset
+from tests.hostile_files import fifo_at, within
 
 ROWS = 10
 KEY = plan_key({"dataset": "abc", "max_tokens": 8})
@@ -235,3 +241,32 @@ def test_concurrent_builders_share_one_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [plan_path(tmp_path, KEY).name, plan_path(tmp_path, KEY).name + ".lock"]
     )
+
+
+# ---------------------------------------------------------------- what is at the plan's path
+
+
+def test_a_fifo_at_the_plan_path_is_refused_not_opened(tmp_path: Path) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: the plan cache must never open one."""
+    path = fifo_at(plan_path(tmp_path, KEY))
+    with within(10):
+        with pytest.raises(FormatError, match=r"plan-\w+\.bin \(plan\): expected a regular file, got a FIFO"):
+            read_plan(path, KEY, ROWS)
+        with pytest.raises(FormatError, match=r"\(batch plan\): expected a regular file, got a FIFO"):
+            load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN)  # refused, not built over
+    assert stat.S_ISFIFO(path.lstat().st_mode)
+
+
+def test_a_fifo_at_the_plan_path_fails_the_sampler_at_once(tmp_path: Path) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [3, 4, 5, 6], [3, 4, 5, 6])
+    TokenBatchSampler(open_dataset(corpus), max_tokens=16, seed=1)
+    (plan,) = (corpus / CACHE_DIR_NAME).glob("plan-*.bin")
+    fifo_at(plan)
+    with within(10), pytest.raises(FormatError, match="expected a regular file, got a FIFO"):
+        TokenBatchSampler(open_dataset(corpus), max_tokens=16, seed=1)
+
+
+def test_a_folder_at_the_plan_path_is_refused(tmp_path: Path) -> None:
+    plan_path(tmp_path, KEY).mkdir(parents=True)
+    with pytest.raises(FormatError, match=r"\(batch plan\): expected a regular file, got a folder"):
+        load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN)

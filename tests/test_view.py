@@ -14,15 +14,19 @@ from arrowmt._errors import FormatError, InvalidParameterError, OutputExistsErro
 from arrowmt.format import _view
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
 from arrowmt.format._split import Split
+from arrowmt.format._verify import verify_dataset
 from arrowmt.format._view import HEADER_BYTES, build_view, open_view
 from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.training._block_plan import write_table
 from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import open_dataset
+from arrowmt.training._plan_cache import plan_key
 from arrowmt.training._sampler import TokenBatchSampler
 from arrowmt.training._view_dataset import open_view_dataset
 from tests.builders import lengths_dataset, multi30k_dataset
+from tests.hostile_files import fifo_at, flip_bit, within
 
 VOCAB = 50
 
@@ -172,6 +176,101 @@ def test_file_costs_four_bytes_per_kept_row_and_is_checked(tmp_path: Path) -> No
         broken.write_bytes(data)
         with pytest.raises(FormatError, match=match):
             open_view(broken, corpus)
+
+
+def alternating_view(tmp_path: Path) -> tuple[Path, Path]:
+    """(corpus, view): rows alternate 10 and 16 tokens; the view keeps rows of at most 15 (the even rows)."""
+    corpus = lengths_dataset(tmp_path / "c", [10, 16] * 20, [10, 16] * 20)
+    return corpus, build_view(corpus, tmp_path / "v.view", max_len=15).path
+
+
+def test_a_flipped_bit_in_a_row_number_is_refused(tmp_path: Path) -> None:
+    """Row 4 -> 5 keeps the rows increasing: without the checksum the view served a row its filter dropped."""
+    corpus, path = alternating_view(tmp_path)
+    view = open_view(path, corpus)
+    assert view.lengths(SOURCE).max() == 10
+    at = path.stat().st_size - 4 * len(view) + 4 * 2  # the third kept row: corpus row 4
+    assert int(view.rows[2]) == 4
+    del view
+    flip_bit(path, at)
+    with pytest.raises(FormatError, match=r"v\.view: view checksum: expected CRC-32 [0-9a-f]{8} \(header\)"):
+        open_view(path, corpus)
+
+
+def test_every_flipped_bit_is_refused(tmp_path: Path) -> None:
+    """One bit flipped in any byte the checksum covers (all but the header's padding) fails the open."""
+    corpus, path = alternating_view(tmp_path)
+    raw = path.read_bytes()
+    broken = tmp_path / "broken.view"
+    covered = [k for k in range(len(raw)) if not 112 + 4 <= k < HEADER_BYTES]  # the CRC-32 sits at 112
+    for k in covered:
+        data = bytearray(raw)
+        data[k] ^= 1 << (k % 8)
+        broken.write_bytes(bytes(data))
+        with pytest.raises(FormatError):
+            open_view(broken, corpus)
+    assert open_view(path, corpus).rows.tolist() == list(range(0, 40, 2))
+
+
+def test_a_version_1_view_is_refused_with_the_command_that_rebuilds_it(tmp_path: Path) -> None:
+    corpus, path = alternating_view(tmp_path)
+    raw = bytearray(path.read_bytes())
+    raw[16:20] = (1).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match=r"view magic/version: .* v2, found .* v1; rebuild it with `arrowmt filter`"):
+        open_view(path, corpus)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_view_path_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path: Path, kind: str) -> None:
+    corpus = lengths_dataset(tmp_path / "c", [3, 4], [3, 4])
+    path = tmp_path / "v.view"
+    if kind == "fifo":
+        fifo_at(path)
+    else:
+        path.mkdir()
+    expected = {"fifo": "a FIFO", "folder": "a folder"}[kind]
+    with within(10), pytest.raises(FormatError, match=f"v.view \\(view\\): expected a regular file, got {expected}"):
+        open_view(path, corpus)
+
+
+def test_verify_checks_views_and_cache_files(tmp_path: Path) -> None:
+    """``verify`` opens every view beside the corpus and checks every cached plan and block table."""
+    corpus, _ = alternating_view(tmp_path)
+    baseline = verify_dataset(corpus, progress=False).problems  # the synthetic corpus has no dictionary file
+    views = corpus / "views"
+    good = build_view(corpus, views / "good.view", max_len=12).path
+    bad = build_view(corpus, views / "bad.view", min_len=12).path
+    TokenBatchSampler(open_dataset(corpus), max_tokens=64, seed=1)  # caches a plan in the corpus
+    cache = corpus / CACHE_DIR_NAME
+    (plan,) = cache.glob("plan-*.bin")
+    key = plan_key({"test": "blocks"})
+    table = cache / f"blocks-{key[:32]}.bin"
+    write_table(table, key, 2, 30, np.array([0, 10]), np.array([10, 30]), np.array([0, 0]))
+    report = verify_dataset(corpus, progress=False)
+    assert report.problems == baseline and report.side_files == 4 and good.exists()
+    for path, byte in ((bad, -4), (plan, HEADER_BYTES), (table, HEADER_BYTES + 8)):
+        flip_bit(path, path.stat().st_size + byte if byte < 0 else byte)
+    fifo_at(corpus / "stray.view")
+    problems = [p for p in verify_dataset(corpus, progress=False).problems if p not in baseline]
+    assert len(problems) == 4, problems
+    assert any(p.startswith(f"{bad}: view checksum") for p in problems), problems
+    assert any(p.startswith(f"{plan}: plan checksum") and "delete it" in p for p in problems), problems
+    assert any(p.startswith(f"{table}: block table checksum") for p in problems), problems
+    assert any("stray.view (view): expected a regular file, got a FIFO" in p for p in problems), problems
+
+
+def test_verify_skips_cache_files_of_another_version(tmp_path: Path) -> None:
+    """A plan of another format version is never read (plans are named by a key holding the version)."""
+    corpus = lengths_dataset(tmp_path / "c", [3, 4], [3, 4])
+    TokenBatchSampler(open_dataset(corpus), max_tokens=64, seed=1)
+    (plan,) = (corpus / CACHE_DIR_NAME).glob("plan-*.bin")
+    before = verify_dataset(corpus, progress=False)
+    raw = bytearray(plan.read_bytes())
+    raw[16:20] = (1).to_bytes(4, "little")
+    plan.write_bytes(bytes(raw))
+    after = verify_dataset(corpus, progress=False)
+    assert (before.side_files, after.side_files) == (1, 0) and after.problems == before.problems
 
 
 def test_view_refuses_another_corpus_and_needs_one(tmp_path: Path) -> None:

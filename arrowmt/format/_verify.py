@@ -8,6 +8,13 @@ reads here safe; pyarrow's full validation runs last, as a backstop.
 
 The folder-level checks: the manifest lists at least one split file, every listed
 dictionary loads, and every column names a dictionary the manifest lists.
+
+Side files found beside the corpus are checked too: every view (``*.view`` in the
+folder or in a folder inside it) is opened over the corpus as a reader opens it
+(header, description, row order, CRC-32, made from this corpus), and every cached batch
+plan and block table in ``.arrowmt-cache`` must be a regular file whose header and
+CRC-32 hold. Cache files of another format version are never read (their names
+differ) and are skipped.
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from arrowmt.format._manifest import FileEntry, Manifest, file_sha256, split_pat
 from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
-from arrowmt.format._schema import MANIFEST_NAME
+from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME
+from arrowmt.format._sidefile import BLOCKS_FORMAT, PLAN_FORMAT, SideFormat, open_side_file, stored_version
+from arrowmt.format._view import VIEW_SUFFIX, View
 from arrowmt.format._vocab import Dictionary, id_outside, unterminated_row
 
 VocabSizes = dict[str, tuple[int, str] | None]
@@ -38,6 +47,9 @@ TERMINATED_FORMATS = ("text", "table")  # what arrowmt's own converters write: e
 Tick = Callable[[int], object]
 """Advances the progress bar by a number of steps."""
 
+CACHE_FILES = (("plan-*.bin", PLAN_FORMAT), ("blocks-*.bin", BLOCKS_FORMAT))
+_STALE_CACHE = " (a cache file: delete it and it is rebuilt when needed)"
+
 
 @dataclass
 class VerifyReport:
@@ -47,6 +59,7 @@ class VerifyReport:
     rows: int = 0
     tokens: int = 0
     problems: list[str] = field(default_factory=list)
+    side_files: int = 0  # views and cache files found sound
 
     @property
     def ok(self) -> bool:
@@ -68,6 +81,7 @@ def verify_dataset(path: str | os.PathLike[str], *, progress: bool = True) -> Ve
     with progress_bar(total=len(manifest.files), desc="verify", unit="step", enabled=progress) as bar:
         for name, entry in sorted(manifest.files.items()):
             _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar)
+        _verify_side_files(folder, report, bar)
     return report
 
 
@@ -79,7 +93,7 @@ def _verify_file(file: Path, entry: FileEntry, vocab_sizes: VocabSizes, report: 
     problems = _checksum_problems(file, entry)
     bar.update(1)
     try:
-        split = SplitFile(file)
+        split = SplitFile(file, "sequential")
         bar.total += len(split.layouts[split.columns[0]].values_len) * len(split.columns)
         bar.refresh()
         _check_split(split, entry, vocab_sizes, bar.update)
@@ -169,3 +183,46 @@ def _check_column(split: SplitFile, name: str, vocab_size: int, tokens: int, tic
         tick(1)
     if total != tokens:
         raise FormatError(f"{split.path}: column {name!r}: expected {tokens} tokens (metadata), got {total}")
+
+
+# ---------------------------------------------------------------- side files
+
+
+def find_views(folder: Path) -> list[Path]:
+    """View files in ``folder`` or in a (not hidden) folder inside it, where views over it are kept."""
+    found = list(folder.glob(f"*{VIEW_SUFFIX}"))
+    for inner in folder.iterdir():
+        if inner.is_dir() and not inner.name.startswith("."):
+            found.extend(inner.glob(f"*{VIEW_SUFFIX}"))
+    return sorted(found)
+
+
+def _verify_side_files(folder: Path, report: VerifyReport, bar: tqdm) -> None:
+    views = find_views(folder)
+    cache = folder / CACHE_DIR_NAME
+    cached = [(path, fmt) for pattern, fmt in CACHE_FILES for path in sorted(cache.glob(pattern))]
+    bar.total += len(views) + len(cached)
+    bar.refresh()
+    for path in views:
+        _count_or_report(report, lambda path=path: View(path, folder), "")
+        bar.update(1)
+    for path, fmt in cached:
+        _count_or_report(report, lambda path=path, fmt=fmt: _check_cache_file(path, fmt), _STALE_CACHE)
+        bar.update(1)
+
+
+def _count_or_report(report: VerifyReport, check: Callable[[], object], advice: str) -> None:
+    try:
+        if check() is not None:
+            report.side_files += 1
+    except (ArrowMTError, OSError) as exc:
+        report.problems.append(f"{exc}{advice}")
+
+
+def _check_cache_file(path: Path, fmt: SideFormat) -> SideFormat | None:
+    """``fmt`` once ``path`` is found sound, None for a file of another version (never read); FormatError if bad."""
+    version = stored_version(path, fmt)
+    if version is not None and version != fmt.version:
+        return None
+    open_side_file(path, fmt, None).map.close()
+    return fmt

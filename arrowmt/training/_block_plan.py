@@ -10,37 +10,44 @@ Two cached parts, each named by the hash of what it depends on:
   ``max_positions`` filter and ``batch_by_size``): an ordinary batch-plan file of
   :mod:`arrowmt.training._plan_cache`, its "rows" being blocks.
 
-Block table layout (little-endian)::
+A block table is a side file (:mod:`arrowmt.format._sidefile`: one header with a
+CRC-32 of the whole contents checked on open, atomic write, build-once lock,
+read-only map; a FIFO, folder or device at its path is refused). Layout (little-endian)::
 
-    header (128 bytes): magic b"ARROWMT-BLOCKS\\0\\0", u32 version, u32 zero, 32-byte SHA-256
-                        of the key, u64 split rows, u64 split tokens, u64 block count, zero padding
+    header (128 bytes): magic b"ARROWMT-BLOCKS\\0\\0", u32 version (2), u32 zero, 32-byte SHA-256
+                        of the key, u64 split rows, u64 split tokens, u64 block count,
+                        u32 CRC-32 of the header fields and everything after the header, zero padding
     starts:             int64 [block count], flat position of each block's first token
     ends:               int64 [block count], one past its last token
     offsets:            uint8 [block count], how far the block starts inside its row, capped at 2;
                         zero-padded to a multiple of 8 bytes
 
-Written atomically by one process under the same ``flock`` protocol as batch
-plans; every other process maps it read-only (shared page cache, no private copy).
+Version 1 (no checksum) is never read: the version is part of the key that names the
+file. Every process but the builder maps the file read-only (shared page cache, no
+private copy).
 """
 
 from __future__ import annotations
 
-import logging
-import mmap
 import os
-import struct
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError
-from arrowmt.format._atomic import atomic_path
 from arrowmt.format._reader import check_indices
 from arrowmt.format._schema import CACHE_DIR_NAME
+from arrowmt.format._sidefile import (
+    BLOCKS_FORMAT,
+    HEADER_BYTES,
+    SideFile,
+    load_or_build,
+    open_side_file,
+    write_side_file,
+)
 from arrowmt.format._split import Split
 from arrowmt.training._blocks import (
     HEADS,
@@ -59,16 +66,10 @@ from arrowmt.training._bucketing import (
     drop_too_long,
     report_skipped,
 )
-from arrowmt.training._plan_cache import BatchPlan, PlanArrays, exclusive_lock, load_or_build_plan, plan_key
+from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.training._token_stream import TokenStream
 from arrowmt.training._world import release_free_heap
 
-logger = logging.getLogger(__name__)
-
-BLOCKS_MAGIC = b"ARROWMT-BLOCKS\x00\x00"
-BLOCKS_VERSION = 1
-HEADER_BYTES = 128
-_HEADER = struct.Struct("<16sII32sQQQ")
 CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
 
 
@@ -135,10 +136,12 @@ class MappedBlocks:
 
     def __init__(self, path: Path, key: str, rows: int, total: int, built: bool = False) -> None:
         self.path, self.key, self.rows, self.total, self.built = path, key, rows, total, built
-        count, self._map = _open_table(path, key, rows, total)
-        self.starts = np.frombuffer(self._map, dtype="<i8", count=count, offset=HEADER_BYTES)
-        self.ends = np.frombuffer(self._map, dtype="<i8", count=count, offset=HEADER_BYTES + 8 * count)
-        self.row_offsets = np.frombuffer(self._map, dtype=np.uint8, count=count, offset=HEADER_BYTES + 16 * count)
+        side = _open_table(path, key, rows, total)
+        count = side.values[-1]
+        self._map = side.map
+        self.starts = side.array("<i8", count, 0)
+        self.ends = side.array("<i8", count, 8 * count)
+        self.row_offsets = side.array(np.uint8, count, 16 * count)
         _check_table(path, self.starts, self.ends, self.row_offsets, total)
 
     def __len__(self) -> int:
@@ -171,27 +174,18 @@ def _checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
 # ---------------------------------------------------------------- the block table file
 
 
-def _open_table(path: Path, key: str, rows: int, total: int) -> tuple[int, mmap.mmap]:
-    """Map ``path`` read-only after checking its header against ``key``, ``rows``, ``total`` and its size."""
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            raw = handle.read(HEADER_BYTES)
-            if len(raw) < HEADER_BYTES:
-                raise FormatError(f"{path}: block table header: expected {HEADER_BYTES} bytes, found {len(raw)}")
-            magic, version, _, digest, got_rows, got_total, count = _HEADER.unpack_from(raw)
-            expected = (BLOCKS_MAGIC, BLOCKS_VERSION, key, rows, total, table_size(count))
-            found = (magic, version, digest.hex(), got_rows, got_total, size)
-            if found != expected:
-                raise FormatError(
-                    f"{path}: block table (magic, version, key, rows, tokens, bytes): expected {expected}, "
-                    f"found {found} (stale or corrupt)"
-                )
-            return count, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError as exc:
-        raise FormatError(f"{path}: no block table file") from exc
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"{path}: unreadable block table: {exc}") from exc
+def _open_table(path: Path, key: str, rows: int, total: int) -> SideFile:
+    """Map ``path`` read-only after checking its header against ``key``, ``rows``, ``total``, its size and CRC-32."""
+
+    def check(side: SideFile) -> None:
+        _, digest, got_rows, got_total, _ = side.values
+        if (digest.hex(), got_rows, got_total) != (key, rows, total):
+            raise FormatError(
+                f"{path}: block table (key, rows, tokens): expected {(key, rows, total)}, "
+                f"found {(digest.hex(), got_rows, got_total)} (stale)"
+            )
+
+    return open_side_file(path, BLOCKS_FORMAT, lambda _path, values: table_size(values[-1]), check)
 
 
 def table_size(count: int) -> int:
@@ -221,32 +215,13 @@ def write_table(
 ) -> None:
     """Write a block table atomically at ``path``."""
     count = starts.shape[0]
-    header = _HEADER.pack(BLOCKS_MAGIC, BLOCKS_VERSION, 0, bytes.fromhex(key), rows, total, count)
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        handle.write(header.ljust(HEADER_BYTES, b"\x00"))
-        handle.write(np.ascontiguousarray(starts, dtype="<i8").tobytes())
-        handle.write(np.ascontiguousarray(ends, dtype="<i8").tobytes())
-        handle.write(np.ascontiguousarray(offsets, dtype=np.uint8).tobytes())
-        handle.write(b"\x00" * (table_size(count) - HEADER_BYTES - 16 * count - count))
-
-
-T = TypeVar("T")
-
-
-def load_or_build(path: Path, read: Callable[[], T], build: Callable[[], None]) -> tuple[T, bool]:
-    """``read()`` if the file is valid, else ``build()`` it once under the plan lock and read it: (result, built)."""
-    try:
-        return read(), False
-    except FormatError:
-        pass
-    with exclusive_lock(path.with_name(path.name + ".lock")):
-        try:
-            return read(), False
-        except FormatError as exc:
-            if path.exists():
-                logger.warning("rebuilding block table: %s", exc)
-        build()
-        return read(), True
+    sections = [
+        np.ascontiguousarray(starts, dtype="<i8"),
+        np.ascontiguousarray(ends, dtype="<i8"),
+        np.ascontiguousarray(offsets, dtype=np.uint8),
+        b"\x00" * (table_size(count) - HEADER_BYTES - 17 * count),
+    ]
+    write_side_file(path, BLOCKS_FORMAT, (0, bytes.fromhex(key), rows, total, count), sections)
 
 
 # ---------------------------------------------------------------- loading
@@ -260,7 +235,8 @@ def cache_folder(split: Split, cache_dir: str | os.PathLike[str] | None) -> Path
 def load_blocks(stream: TokenStream, params: BlockParams, cache_dir: str | os.PathLike[str] | None) -> BlockTable:
     """The blocks of ``stream``'s split for ``params``: arithmetic, rows, or the cached table (built once)."""
     split = stream.split
-    key = plan_key({"blocks": split.fingerprint(), "rows": len(split), **params.key_fields()})
+    fields = {"blocks": split.fingerprint(), "blocks_version": BLOCKS_FORMAT.version, "rows": len(split)}
+    key = plan_key({**fields, **params.key_fields()})
     if params.break_mode == "eos":
         return RowBlocks(key, stream)
     path = cache_folder(split, cache_dir) / f"blocks-{key[:32]}.bin"
@@ -268,7 +244,7 @@ def load_blocks(stream: TokenStream, params: BlockParams, cache_dir: str | os.Pa
     def build() -> None:
         write_table(path, key, len(split), stream.total, *build_table(stream.row_lengths(), params))
 
-    table, built = load_or_build(path, lambda: MappedBlocks(path, key, len(split), stream.total), build)
+    table, built = load_or_build(path, "block table", lambda: MappedBlocks(path, key, len(split), stream.total), build)
     if built:
         table.built = True
         release_free_heap()

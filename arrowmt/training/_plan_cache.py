@@ -1,6 +1,7 @@
 """A batch plan (flat sample indices + batch offsets) computed once and shared through a mapped file.
 
-Layout of a plan file (little-endian)::
+A plan file is a side file (:mod:`arrowmt.format._sidefile`: one header, CRC-32,
+atomic write, build-once lock, read-only map). Layout (little-endian)::
 
     header (128 bytes): magic b"ARROWMT-PLAN\\0\\0\\0\\0", u32 version (2), u32 index itemsize (4 or 8),
                         32-byte SHA-256 of the key, u64 dataset rows, u64 index count,
@@ -19,43 +20,40 @@ a deliberate forgery (the range checks still keep every index inside the dataset
 Version 1 files (no checksum) are never read: the version is part of the key, so a
 version 2 reader looks for another file name and builds its plan once.
 
-The file is named by the key's hash and written with :func:`arrowmt.format._atomic.atomic_path`
-(temporary file + rename) by one process holding an exclusive ``fcntl.flock`` on
-``<name>.lock``; every other process waits on the lock, then maps the finished
-file read-only, so the plan lives in shared page cache and not in each rank's
-private memory. A file with a bad header, another key, another row count, the
-wrong size, a wrong checksum or inconsistent contents is rebuilt.
+The file is named by the key's hash and built by one process under the side-file lock
+(:func:`arrowmt.format._sidefile.load_or_build`); every other process waits on the
+lock, then maps the finished file read-only, so the plan lives in shared page cache and
+not in each rank's private memory. A file with a bad header, another key, another row
+count, the wrong size, a wrong checksum or inconsistent contents is rebuilt; a FIFO,
+folder or device at the plan's path is refused (FormatError), never opened.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import fcntl
 import hashlib
 import json
 import logging
-import mmap
 import os
-import struct
-import zlib
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from arrowmt._errors import ArrowMTError, FormatError, InvalidParameterError
-from arrowmt.format._atomic import atomic_path
-from arrowmt.format._header import unpack_header
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._sidefile import (
+    HEADER_BYTES,
+    PLAN_FORMAT,
+    SideFile,
+    checksum,
+    load_or_build,
+    open_side_file,
+    write_side_file,
+)
 
 logger = logging.getLogger(__name__)
 
-PLAN_MAGIC = b"ARROWMT-PLAN\x00\x00\x00\x00"
-PLAN_VERSION = 2
-HEADER_BYTES = 128
-_FIELDS = struct.Struct("<16sII32sQQQQ")  # the header fields the checksum covers
-_CHECKSUM = struct.Struct("<I")  # follows them
+PLAN_VERSION = PLAN_FORMAT.version
 INT32_LIMIT = 2**31 - 1
 
 
@@ -70,7 +68,7 @@ class PlanArrays:
 
 @dataclass(frozen=True)
 class PlanHeader:
-    """The fixed-size header of a plan file."""
+    """The header fields of a plan file (after magic and version)."""
 
     itemsize: int
     digest: bytes
@@ -78,23 +76,13 @@ class PlanHeader:
     n_indices: int
     n_batches: int
     dropped: int
-    checksum: int = 0
+
+    def values(self) -> tuple[int, bytes, int, int, int, int]:
+        return (self.itemsize, self.digest, self.rows, self.n_indices, self.n_batches, self.dropped)
 
     def fields(self) -> bytes:
         """The packed fields before the checksum (the first bytes the checksum covers)."""
-        return _FIELDS.pack(
-            PLAN_MAGIC,
-            PLAN_VERSION,
-            self.itemsize,
-            self.digest,
-            self.rows,
-            self.n_indices,
-            self.n_batches,
-            self.dropped,
-        )
-
-    def pack(self) -> bytes:
-        return (self.fields() + _CHECKSUM.pack(self.checksum)).ljust(HEADER_BYTES, b"\x00")
+        return PLAN_FORMAT.pack(self.values())
 
     def indices_bytes(self) -> int:
         """Bytes of the index array including its padding to 8."""
@@ -104,9 +92,9 @@ class PlanHeader:
         return HEADER_BYTES + self.indices_bytes() + 8 * (self.n_batches + 1)
 
 
-def contents_checksum(header: PlanHeader, body: bytes | memoryview | mmap.mmap) -> int:
+def contents_checksum(header: PlanHeader, body: bytes | memoryview) -> int:
     """CRC-32 of the header fields and ``body`` (the indices with their padding, then the offsets)."""
-    return zlib.crc32(body, zlib.crc32(header.fields()))
+    return checksum(header.fields(), [body])
 
 
 class BatchPlan:
@@ -117,16 +105,11 @@ class BatchPlan:
         self.key = key
         self.rows = rows
         self.built = built
-        self.header, self._map = _open_checked(path, key, rows)
-        self.indices = np.frombuffer(
-            self._map, dtype=f"<i{self.header.itemsize}", count=self.header.n_indices, offset=HEADER_BYTES
-        )
-        self.offsets = np.frombuffer(
-            self._map,
-            dtype="<i8",
-            count=self.header.n_batches + 1,
-            offset=HEADER_BYTES + self.header.indices_bytes(),
-        )
+        side = open_side_file(path, PLAN_FORMAT, _plan_size, lambda side: _check_header(side, key, rows))
+        self.header = PlanHeader(*side.values)
+        self._map = side.map
+        self.indices = side.array(f"<i{self.header.itemsize}", self.header.n_indices, 0)
+        self.offsets = side.array("<i8", self.header.n_batches + 1, self.header.indices_bytes())
         _check_contents(path, self.indices, self.offsets, rows)
 
     def __len__(self) -> int:
@@ -165,11 +148,8 @@ def write_plan(path: Path, key: str, rows: int, plan: PlanArrays) -> None:
     itemsize = 4 if rows <= INT32_LIMIT else 8
     indices = np.ascontiguousarray(plan.indices, dtype=f"<i{itemsize}")
     header = PlanHeader(itemsize, bytes.fromhex(key), rows, indices.shape[0], offsets.shape[0] - 1, plan.dropped)
-    body = indices.tobytes() + b"\x00" * (header.indices_bytes() - indices.nbytes) + offsets.tobytes()
-    header = dataclasses.replace(header, checksum=contents_checksum(header, body))
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        handle.write(header.pack())
-        handle.write(body)
+    padding = b"\x00" * (header.indices_bytes() - indices.nbytes)
+    write_side_file(path, PLAN_FORMAT, header.values(), [indices, padding, offsets])
 
 
 def _check_plan_arrays(plan: PlanArrays) -> None:
@@ -185,46 +165,27 @@ def _check_plan_arrays(plan: PlanArrays) -> None:
 # ---------------------------------------------------------------- reading and checking
 
 
-def _open_checked(path: Path, key: str, rows: int) -> tuple[PlanHeader, mmap.mmap]:
-    """Map ``path`` read-only after checking its header against ``key``, ``rows`` and its size."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        header = _parse_header(path, handle.read(HEADER_BYTES))
-        _check_header(path, header, key, rows, size)
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    _check_checksum(path, header, mapped)
-    return header, mapped
-
-
-def _check_checksum(path: Path, header: PlanHeader, mapped: mmap.mmap) -> None:
-    with memoryview(mapped) as view, view[HEADER_BYTES:] as body:
-        found = contents_checksum(header, body)
-    if found != header.checksum:
-        raise FormatError(
-            f"{path}: plan checksum: expected CRC-32 {header.checksum:08x} (header), found {found:08x} "
-            "(contents changed on disk)"
-        )
+def _plan_size(path: Path, values: tuple) -> int:
+    """The file size a plan header implies; FormatError for an index itemsize other than 4 or 8."""
+    header = PlanHeader(*values)
+    if header.itemsize not in (4, 8):
+        raise FormatError(f"{path}: plan index itemsize: expected 4 or 8, found {header.itemsize}")
+    return header.file_size()
 
 
 def _parse_header(path: Path, raw: bytes) -> PlanHeader:
-    fields = unpack_header(path, raw, HEADER_BYTES, _FIELDS, PLAN_MAGIC, PLAN_VERSION, "plan")
-    _, _, itemsize, digest, rows, n_indices, n_batches, dropped = fields
-    if itemsize not in (4, 8):
-        raise FormatError(f"{path}: plan index itemsize: expected 4 or 8, found {itemsize}")
-    (checksum,) = _CHECKSUM.unpack_from(raw, _FIELDS.size)
-    return PlanHeader(itemsize, digest, rows, n_indices, n_batches, dropped, checksum)
+    """The header of the plan file ``path`` from its first bytes ``raw``."""
+    header = PlanHeader(*PLAN_FORMAT.unpack(path, raw))
+    _plan_size(path, header.values())
+    return header
 
 
-def _check_header(path: Path, header: PlanHeader, key: str, rows: int, size: int) -> None:
+def _check_header(side: SideFile, key: str, rows: int) -> None:
+    header = PlanHeader(*side.values)
     if header.digest.hex() != key:
-        raise FormatError(f"{path}: plan key: expected {key}, found {header.digest.hex()} (stale plan)")
+        raise FormatError(f"{side.path}: plan key: expected {key}, found {header.digest.hex()} (stale plan)")
     if header.rows != rows:
-        raise FormatError(f"{path}: plan dataset rows: expected {rows}, found {header.rows} (stale plan)")
-    if size != header.file_size():
-        raise FormatError(
-            f"{path}: plan size: expected {header.file_size()} bytes for {header.n_indices} indices and "
-            f"{header.n_batches} batches, found {size} (truncated or corrupt)"
-        )
+        raise FormatError(f"{side.path}: plan dataset rows: expected {rows}, found {header.rows} (stale plan)")
 
 
 def _check_contents(path: Path, indices: np.ndarray, offsets: np.ndarray, rows: int) -> None:
@@ -241,32 +202,10 @@ def _check_contents(path: Path, indices: np.ndarray, offsets: np.ndarray, rows: 
 
 def read_plan(path: str | os.PathLike[str], key: str, rows: int) -> BatchPlan:
     """Map the plan at ``path``; FormatError if it is missing, corrupt or for another key/dataset."""
-    try:
-        return BatchPlan(Path(path), key, rows)
-    except FileNotFoundError as exc:
-        raise FormatError(f"{path}: no plan file") from exc
-    except (ValueError, struct.error) as exc:
-        raise FormatError(f"{path}: unreadable plan: {exc}") from exc
+    return BatchPlan(Path(path), key, rows)
 
 
 # ---------------------------------------------------------------- load or build
-
-
-@contextmanager
-def exclusive_lock(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive ``fcntl.flock`` on ``lock_path`` (created if needed) for the block."""
-    try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ArrowMTError(
-            f"cache_dir: cannot create {lock_path} ({exc.strerror or exc}); pass a writable cache_dir"
-        ) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def load_or_build_plan(
@@ -282,19 +221,12 @@ def load_or_build_plan(
     waiting. ``BatchPlan.built`` tells whether this call built it.
     """
     path = plan_path(cache_dir, key)
-    try:
-        return read_plan(path, key, rows)
-    except FormatError:
-        pass
-    with exclusive_lock(path.with_name(path.name + ".lock")):
-        try:
-            return read_plan(path, key, rows)
-        except FormatError as exc:
-            if path.exists():
-                logger.warning("rebuilding batch plan: %s", exc)
+
+    def write() -> None:
         plan = build()
         _check_plan_arrays(plan)
         write_plan(path, key, rows, plan)
-        result = read_plan(path, key, rows)
-    result.built = True
+
+    result, built = load_or_build(path, "batch plan", lambda: read_plan(path, key, rows), write)
+    result.built = built
     return result

@@ -34,13 +34,18 @@ from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt._errors import FormatError
 from arrowmt.format import _reader as reader_module
 from arrowmt.format._manifest import Manifest, file_entry, split_path
+from arrowmt.format._offsets_crc import OFFSETS_CRC_KEY, offsets_crc
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile, ensure_offsets_checked
 from arrowmt.format._schema import MANIFEST_NAME, METADATA_KEY
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._vocab import SPECIALS, Dictionary
 from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.training._block_dataset import open_blocks
 from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.training._mixture import open_mixture
+from arrowmt.training._sampler import TokenBatchSampler
+from tests.builders import lengths_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 30
@@ -644,18 +649,135 @@ def test_whole_column_lengths_check_offsets_as_spans_does(dataset: Path, case: s
             split.lengths("source", dtype=np.int16)
 
 
-def test_shifted_offset_is_only_caught_by_the_checksum(dataset: Path, worker: ReadWorker) -> None:
-    """A middle offset moved within its neighbours is valid Arrow: rows shift, only the SHA-256 differs."""
+def shift_offset(path: Path, column: str, batch: int, index: int, to: Callable[[int, int, int], int]) -> None:
+    """Overwrite offset ``index`` of a record batch with ``to(old, previous, next)``."""
+    pos, old, _ = offset_word(path, column, batch, index)
+    previous, following = (offset_word(path, column, batch, index + d)[1] for d in (-1, 1))
+    poke(path, pos, to(old, previous, following))
+
+
+def test_shifted_offset_is_caught_by_the_offsets_checksum(dataset: Path, worker: ReadWorker) -> None:
+    """A middle offset moved within its neighbours is valid Arrow and passes every range check: rows 11 and 12
+    would shift. The record batch's offsets checksum refuses them before any of its rows is returned."""
     path = split_path(dataset, SPLIT)
-    pos, old, _ = offset_word(path, "target", 1, 4)
-    following = offset_word(path, "target", 1, 5)[1]
-    assert old < following, "corpus changed: pick an offset followed by a non-empty row"
-    poke(path, pos, old + 1)
+    shift_offset(path, "target", 1, 4, lambda old, previous, following: old + 1 if old < following else old - 1)
     mine = assert_consistent(path, worker.read(path))
-    assert mine["status"] == "ok" and mine["rows"] != corpus()
-    assert worker.verify(dataset)["problems"] == [
-        f"{path}: SHA-256 differs from the manifest (file changed or corrupt)"
-    ]
+    assert mine["status"] == "error" and "record batch 1 (target): offsets checksum: expected CRC-32" in mine["message"]
+    split = SplitFile(path)  # in-process is safe: every offset stays inside its batch
+    assert split.row("target", 7).tolist() == corpus()["target"][7]  # other record batches read fine
+    assert split.row("source", 12).tolist() == corpus()["source"][12]  # and so does the other column
+    for read in (lambda: split.row("target", 12), lambda: split.lengths("target"), lambda: ArrowMTDataset(dataset)[9]):
+        with pytest.raises(FormatError, match=r"record batch 1 \(target\): offsets checksum"):
+            read()
+    problems = worker.verify(dataset)["problems"]
+    assert problems[0] == f"{path}: SHA-256 differs from the manifest (file changed or corrupt)"
+    assert any("record batch 1 (target): offsets checksum" in p for p in problems[1:]), problems
+
+
+def test_a_decreasing_offset_never_gives_a_longer_row(dataset: Path) -> None:
+    """Offset 4 of batch 1 below offset 3: row 11 fails the range check, row 12 would read longer."""
+    path = split_path(dataset, SPLIT)
+    shift_offset(path, "source", 1, 4, lambda old, previous, following: previous - 1)
+    ds = ArrowMTDataset(dataset)
+    with pytest.raises(FormatError, match=r"row 11 \(source\): offsets"):
+        ds[11]
+    with pytest.raises(FormatError, match=r"record batch 1 \(source\): offsets checksum"):
+        ds[12]
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_plan_cached_before_the_corruption_serves_only_sound_batches(dataset: Path, prefetch: int) -> None:
+    """The batch plan, cached while the file was sound, is reused: every batch served before the error is correct,
+    and none holds a row of the corrupt record batch (rows 8..15). Read-ahead meets the error a few batches early."""
+    sampler = TokenBatchSampler(ArrowMTDataset(dataset), max_tokens=12, seed=9, prefetch=0)
+    reference = [(list(b), ArrowMTDataset(dataset).__getitems__(list(b))) for b in sampler]
+    first_corrupt = next(k for k, (ids, _) in enumerate(reference) if set(ids) & set(range(8, 16)))
+    assert first_corrupt > 0, "corpus or seed changed: pick a seed whose first batch is sound"
+    shift_offset(split_path(dataset, SPLIT), "target", 1, 4, lambda old, previous, following: old + 1)
+    ds = ArrowMTDataset(dataset)
+    served = []
+    with pytest.raises(FormatError, match="offsets checksum"):
+        for ids in TokenBatchSampler(ds, max_tokens=12, seed=9, prefetch=prefetch):
+            served.append((list(ids), ds.__getitems__(list(ids))))
+    assert len(served) == first_corrupt if prefetch == 0 else len(served) <= first_corrupt
+    for (ids, got), (want_ids, want) in zip(served, reference, strict=False):
+        assert ids == want_ids and not set(ids) & set(range(8, 16))
+        assert [row["target"].tolist() for row in got] == [row["target"].tolist() for row in want]
+
+
+def test_a_mixture_gather_checks_the_offsets_checksum(tmp_path: Path) -> None:
+    """A mixture locates rows of every corpus in one gather, past the readers: it checks the checksum too."""
+    a, b = make_dataset(tmp_path / "a"), make_dataset(tmp_path / "b")
+    mixture = open_mixture({"a": a, "b": b})
+    ids = np.arange(2 * ROWS)
+    want = mixture.__getitems__(ids)  # sound: record batches checked on this first use
+    shift_offset(split_path(b, SPLIT), "target", 1, 4, lambda old, previous, following: old + 1)
+    mixture = open_mixture({"a": a, "b": b})
+    assert [row["target"].tolist() for row in mixture.__getitems__(ids[:ROWS])] == [
+        row["target"].tolist() for row in want
+    ][:ROWS]
+    for rows in (ids[ROWS:], np.array([3, ROWS + 12])):
+        with pytest.raises(FormatError, match=r"b/train.arrow: record batch 1 \(target\): offsets checksum"):
+            mixture.__getitems__(rows)
+
+
+def test_lm_document_starts_check_the_offsets_checksum(tmp_path: Path) -> None:
+    """LM blocks read flat token ranges; the rows' starts inside a block come from the offsets: checked first."""
+    corpus = lengths_dataset(tmp_path / "lm", [5] * 40)  # one column "tokens", one record batch
+    ds = open_blocks(corpus, "train", 12, "none")
+    assert ds.__getitems__([0, 1]).document_starts()[1].tolist() == [5, 10, 3, 8]
+    shift_offset(split_path(corpus, "train"), "tokens", 0, 2, lambda old, previous, following: old + 1)
+    gathered = open_blocks(corpus, "train", 12, "none").__getitems__([0, 1])
+    with pytest.raises(FormatError, match=r"record batch 0 \(tokens\): offsets checksum"):
+        gathered.document_starts()
+
+
+def rewrite(path: Path, custom: list[dict[bytes, bytes]] | None) -> Path:
+    """``path`` written again by pyarrow, each record batch with the custom metadata ``custom`` (None: none)."""
+    table = read_table(path)
+    out = path.with_name("rewritten.arrow")
+    with ipc.new_stream(str(out), table.schema) as writer:
+        for k, batch in enumerate(table.to_batches(max_chunksize=RPB)):
+            writer.write_batch(batch, custom_metadata=None if custom is None else custom[k])
+    os.replace(out, path)
+    return path
+
+
+def test_record_batches_without_offsets_checksums_read_as_before(dataset: Path, worker: ReadWorker) -> None:
+    """Batches without a checksum (written before it existed, or rewritten by another Arrow tool): read, no warning."""
+    path = rewrite(split_path(dataset, SPLIT), None)
+    manifest = Manifest.load(dataset)
+    manifest.files[SPLIT] = file_entry(path, ROWS)
+    manifest.save(dataset)
+    assert not SplitFile(path).offset_checks.present.any()
+    assert assert_consistent(path, worker.read(path))["rows"] == corpus()
+    assert verify_dataset(dataset, progress=False).ok
+    shift_offset(path, "source", 1, 4, lambda old, previous, following: following + 1)
+    with pytest.raises(FormatError, match=r"row 12 \(source\): offsets .* are invalid"):  # the range checks remain
+        SplitFile(path).lengths("source")
+
+
+def test_the_writer_records_every_batch_offsets_checksum(split_file: Path) -> None:
+    split = SplitFile(split_file)
+    assert split.offset_checks.present.tolist() == [True] * 4
+    for column in split.columns:
+        assert [offsets_crc(b.offsets) for b in split.batch_offsets(column)] == split.offset_checks.expected[
+            :, split.columns.index(column)
+        ].tolist()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b"{not json", "record batch 0: offsets checksum: expected JSON"),
+        (b'{"source":1}', "offsets checksum: expected a CRC-32 per column ['source', 'target'], got"),
+        (b'{"source":1,"target":-1}', "offsets checksum: expected a CRC-32 per column"),
+        (b'{"source":1,"target":"1"}', "offsets checksum: expected a CRC-32 per column"),
+    ],
+    ids=["not json", "a column missing", "negative", "text"],
+)
+def test_malformed_offsets_checksums_are_named_on_open(split_file: Path, value: bytes, expected: str) -> None:
+    expect_format_error(rewrite(split_file, [{OFFSETS_CRC_KEY: value}] * 4), expected)
 
 
 def test_token_outside_dictionary_is_flagged_by_verify(dataset: Path, worker: ReadWorker) -> None:

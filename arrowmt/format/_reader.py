@@ -8,7 +8,9 @@ is two integer reads and a slice: no pyarrow object is touched after opening.
 Opening reads O(record batches) numbers: each batch's buffers must lie inside the
 file and its offsets must run from 0 to the batch's value count. Middle offsets are
 checked on every access (:meth:`SplitFile.spans`), or all at once by
-:meth:`SplitFile.check_offsets`; :func:`ensure_offsets_checked` does that once per
+:meth:`SplitFile.check_offsets`; a record batch's offsets checksum (recorded at
+conversion, :mod:`arrowmt.format._offsets_crc`) is checked the first time any of its
+rows is used; :func:`ensure_offsets_checked` does that once per
 file state before a file is handed to a library that trusts offsets (pyarrow,
 Hugging Face ``datasets``).
 """
@@ -29,6 +31,7 @@ import pyarrow.ipc as ipc
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._manifest import DICTIONARY_SUFFIX, plain_name_error
 from arrowmt.format._metadata import ColumnInfo, SplitMetadata
+from arrowmt.format._offsets_crc import OffsetChecks
 from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, advise, check_access, will_need
 from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
 
@@ -111,7 +114,7 @@ class SplitFile:
         advise(self._map, self.access)
         self.stamp = FileStamp(self.identity.size, self.identity.mtime_ns)
         self.words = np.frombuffer(self._map, dtype=np.int32, count=len(self._map) // 4)
-        schema, batches = _read_stream(self.path, self._map)
+        schema, batches, batch_metadata = _read_stream(self.path, self._map)
         self.metadata = _parse_metadata(self.path, schema)
         self.columns = tuple(self.metadata.columns)
         _check_schema(self.path, schema, self.columns)
@@ -122,6 +125,7 @@ class SplitFile:
             name: _column_layout(self.path, name, [b.column(k) for b in batches], base, self.words)
             for k, name in enumerate(self.columns)
         }
+        self.offset_checks = OffsetChecks.of(self.path, self.columns, batch_metadata, self.stored_offsets)
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "stamp": self.stamp, "access": self.access}
@@ -189,6 +193,7 @@ class SplitFile:
         bad = (start.view(np.uint32) > end.view(np.uint32)) | (end.view(np.uint32) > limit)
         if np.count_nonzero(bad):
             self._raise_bad_offsets(column, rows, start, end, limit, bad)
+        self.offset_checks.ensure(column, batch)  # each record batch's checksum, on its first use
         return layout.values_pos[batch] + start, np.subtract(end, start, dtype=np.int64)
 
     def lengths(self, column: str, rows: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
@@ -223,7 +228,8 @@ class SplitFile:
     def batch_lengths(self, column: str, batch: BatchOffsets) -> np.ndarray:
         """Row lengths of one record batch of :meth:`batch_offsets`, after checking every offset.
 
-        FormatError (naming the first bad row) unless ``0 <= start <= end <= values`` for every row.
+        FormatError (naming the first bad row) unless ``0 <= start <= end <= values`` for every row,
+        then unless the offsets' CRC-32 is the one recorded at conversion (files that record it).
         """
         offsets = batch.offsets
         counts = np.diff(offsets)
@@ -235,6 +241,7 @@ class SplitFile:
                 f"{self.path}: record batch {batch.batch} ({column}): offsets are invalid; the file is corrupt"
             )
         return counts
+        self.offset_checks.ensure_one(column, batch.batch)
 
     def will_need_offsets(self, column: str) -> None:
         """Start reading every offset of ``column`` (one read-ahead per record batch) before a pass over them."""
@@ -243,7 +250,15 @@ class SplitFile:
         will_need([self.ranges(layout.offsets_pos, counts + 1)])
 
     def batch_offsets(self, column: str) -> Iterator[BatchOffsets]:
-        """Each record batch of ``column``: its rows' offsets (an unchecked view) and where its values are."""
+    def stored_offsets(self, column: str, b: int) -> np.ndarray:
+        """Record batch ``b``'s offsets of ``column`` as stored (an unchecked view of the map)."""
+        pos = int(self.layouts[column].offsets_pos[b])
+        return self.words[pos : pos + min(self.rows_per_batch, len(self) - b * self.rows_per_batch) + 1]
+
+        """Each record batch of ``column``: its rows' offsets (an unchecked view) and where its values are.
+
+        :meth:`batch_lengths` checks a batch's offsets (range and checksum) before its rows are used.
+        """
         layout, n, rpb = self.layouts[column], len(self), self.rows_per_batch
         places = zip(layout.offsets_pos.tolist(), layout.values_pos.tolist(), layout.values_len.tolist(), strict=True)
         for b, (pos, values_pos, values_len) in enumerate(places):
@@ -336,10 +351,17 @@ def _check_head(path: Path, size: int, head: bytes) -> None:
         raise FormatError(f"{path}: this is an Arrow IPC *file* (Feather v2); arrowmt splits are Arrow IPC streams")
 
 
-def _read_stream(path: Path, mapped: mmap.mmap) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+def _read_stream(
+    path: Path, mapped: mmap.mmap
+) -> tuple[pa.Schema, list[pa.RecordBatch], list[pa.KeyValueMetadata | None]]:
+    """The schema, the record batches and each batch's custom metadata (its offsets checksum)."""
     try:
         reader = ipc.open_stream(pa.BufferReader(pa.py_buffer(mapped)))
-        return reader.schema, list(reader)
+        batches, metadata = [], []
+        for batch, custom in reader.iter_batches_with_custom_metadata():
+            batches.append(batch)
+            metadata.append(custom)
+        return reader.schema, batches, metadata
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise FormatError(f"{path}: not a readable Arrow IPC stream (truncated or corrupt): {exc}") from exc
 

@@ -5,7 +5,9 @@ streams rows in pieces of any size (a converter's chunks) into record batches of
 ``rows_per_batch`` rows, in bounded memory. The split's metadata (rows, tokens per
 column, rows per batch) sits in the stream's schema, before the first batch, so the
 streaming writer is opened with it and checks at the end that the rows match it.
-Both produce the same bytes for the same rows, whatever the pieces.
+Both produce the same bytes for the same rows, whatever the pieces. Each record batch
+carries the CRC-32 of each column's offsets (see :mod:`arrowmt.format._offsets_crc`), which
+readers check before they first use the batch's rows.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tqdm import tqdm
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._atomic import atomic_path
 from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
+from arrowmt.format._offsets_crc import encode_offsets_crcs, offsets_crc
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import DEFAULT_ROWS_PER_BATCH, MAX_LIST_VALUES, token_schema
@@ -307,17 +310,24 @@ class SplitWriter:
         return next(iter(self._pending.values())).rows
 
     def _write_batch(self, rows: int) -> None:
-        arrays = [self._list_array(name, *self._pending[name].take(rows)) for name in self._meta.columns]
-        self._stream.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+        """One record batch of ``rows`` rows, recording each column's offsets CRC-32."""
+        arrays, crcs = [], {}
+        for name in self._meta.columns:
+            offsets, raw = self._pending[name].take(rows)
+            stored = offsets.astype("<i4")
+            arrays.append(self._list_array(name, stored, raw))
+            crcs[name] = offsets_crc(stored)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        self._stream.write_batch(batch, custom_metadata=encode_offsets_crcs(crcs))
         self._written += rows
         self._bar.update(rows)
 
     def _list_array(self, name: str, offsets: np.ndarray, raw: np.ndarray) -> pa.ListArray:
-        """Rows as a ``list<int32>`` array (offsets start at 0), every id checked against the dictionary."""
+        """Rows as a ``list<int32>`` array (int32 ``offsets`` from 0), every id checked against the dictionary."""
         self._check_ids(name, raw, offsets)
         self._tokens[name] += int(raw.shape[0])
         values = raw.astype(np.int32, copy=False)
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
 
     def _check_ids(self, name: str, raw: np.ndarray, offsets: np.ndarray) -> None:
         """Every id must index the column's dictionary; name the first offending row if not."""

@@ -7,7 +7,8 @@ shard they come from, are located with a fixed number of numpy operations instea
 loop over corpora. Only positions the readers validated are ever read: a row's offsets
 come from its record batch's offsets buffer (checked inside the map when the file was
 opened) and its tokens lie between offsets checked against that record batch's value
-count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them. The rows'
+count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them, and each
+record batch's offsets checksum is checked on first use, as there. The rows'
 tokens are then copied into one compact array, so no window of a later padding step
 ever reads outside a row's own file. Anything unexpected (a corpus of another kind,
 offsets that fail the check) falls back to the corpora's own readers, which raise.
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from arrowmt.format._offsets_crc import ManyOffsetChecks
 from arrowmt.format._spans import Spans, exclusive_cumsum
 from arrowmt.format._split import Split
 from arrowmt.format._view import View
@@ -89,6 +91,7 @@ class MixtureGather:
                     places[column][1].append(layout.values_pos + base)
                     places[column][2].append(layout.values_len)
                 batches += shard.layouts[self.columns[0]].offsets_pos.shape[0]
+        self.offset_checks = ManyOffsetChecks([shard.offset_checks for split in splits for shard in split.shards])
         self.shard_start = np.array(shard_start, dtype=np.int64)
         self.rows_per_batch = np.array(rows_per_batch, dtype=np.int64)
         self.batch_base = np.array(batch_base, dtype=np.int64)
@@ -117,6 +120,7 @@ class MixtureGather:
                 return None  # the readers name the corrupt row
             starts.append(values_pos[table] + start)
             lengths.append(np.subtract(end, start, dtype=np.int64))
+        self.offset_checks.ensure(table)  # each record batch's offsets checksum, on its first use
         every = np.concatenate(lengths)
         first = exclusive_cumsum(every)
         positions = np.repeat(np.concatenate(starts) - first, every)  # as flat_positions, reusing ``first``

@@ -145,7 +145,7 @@ class TokenStream:
         for p in np.unique(seg.piece).tolist():
             sel = np.flatnonzero(seg.piece == p)
             shift = self.first_offset[p] - self.flat_start[p]
-            offsets = self.offsets[p]
+            offsets = self.checked_offsets(p)
             low = np.searchsorted(offsets, seg.start[sel] + shift, side="right")
             high = np.searchsorted(offsets, seg_end[sel] + shift, side="left")
             count = np.maximum(high - low, 0)
@@ -158,6 +158,12 @@ class TokenStream:
         keep = np.ones(block.shape[0], dtype=bool)
         keep[1:] = (block[1:] != block[:-1]) | (relative[1:] != relative[:-1])
         return block[keep], relative[keep]
+
+    def checked_offsets(self, piece: int) -> np.ndarray:
+        """The row offsets of ``piece`` (a record batch), its offsets checksum checked on first use."""
+        shard = int(self.shard[piece])
+        self.split.shards[shard].offset_checks.ensure_one(self.column, piece - int(self.shard_first_piece[shard]))
+        return self.offsets[piece]
 
     def row_ranges(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat (start, end) of each row (global row indices), bounds-checked."""

@@ -169,6 +169,81 @@ def test_weights_schedule_changes_the_draw_between_epochs(corpora: dict[str, Pat
     assert sampler.epoch_counts() == {"a": 0, "b": 300, "c": 0}
 
 
+def test_temperature_schedule_changes_the_draw_between_epochs(corpora: dict[str, Path], tmp_path: Path) -> None:
+    """A function of the epoch as the temperature: each epoch draws with its own T (fairseq's ratios)."""
+    sampler = sampler_for(open_mixture(corpora), tmp_path, temperature=lambda epoch: 1.0 + 4.0 * (epoch - 1))
+    counts = []
+    for epoch in (1, 2, 3):
+        sampler.set_epoch(epoch)
+        ratios = temperature_ratios(SIZES, 1.0 + 4.0 * (epoch - 1))
+        assert sampler.epoch_ratios(epoch).tolist() == ratios.tolist()
+        counts.append(sampler.epoch_counts())
+        expected = resample_counts(SIZES, ratios, None, 3, epoch)
+        assert list(counts[-1].values()) == expected.tolist()
+        ids = np.concatenate([np.asarray(b) for b in sampler])
+        assert np.bincount(sampler.mixture.corpus_of(ids), minlength=3).tolist() == expected.tolist()
+    assert counts[0]["c"] < counts[1]["c"] < counts[2]["c"]  # hotter: the small corpus drawn more
+
+
+def test_set_temperature_and_set_weights_change_the_rule_from_the_next_epoch(
+    corpora: dict[str, Path], tmp_path: Path
+) -> None:
+    """Temperature could not change mid-run (set_weights refused while a temperature was set)."""
+    sampler = sampler_for(open_mixture(corpora), tmp_path, temperature=1.0, epoch_size=300)
+    sampler.set_epoch(1)
+    assert len(list(sampler)) > 0  # epoch 1 drawn
+    first = sampler.epoch_counts()
+    assert list(first.values()) == resample_counts(SIZES, temperature_ratios(SIZES, 1.0), 300, 3, 1).tolist()
+    sampler.set_temperature(100.0)
+    assert sampler.epoch_counts() == first  # the current epoch keeps its draw
+    sampler.set_epoch(2)
+    assert len(list(sampler)) > 0
+    hot = resample_counts(SIZES, temperature_ratios(SIZES, 100.0), 300, 3, 2).tolist()
+    assert list(sampler.epoch_counts().values()) == hot and max(hot) - min(hot) <= 6  # nearly uniform
+    sampler.set_weights([0.0, 1.0, 0.0])  # from temperature to weights
+    assert sampler.temperature is None and list(sampler.epoch_counts().values()) == hot
+    sampler.set_epoch(3)
+    assert sampler.epoch_counts() == {"a": 0, "b": 300, "c": 0}
+    assert np.unique(sampler.mixture.corpus_of(np.concatenate([np.asarray(b) for b in sampler]))).tolist() == [1]
+    sampler.set_temperature(lambda epoch: 2.0)  # and back, as a schedule
+    sampler.set_epoch(4)
+    assert (
+        list(sampler.epoch_counts().values())
+        == resample_counts(SIZES, temperature_ratios(SIZES, 2.0), 300, 3, 4).tolist()
+    )
+    sampler.set_weights(None)  # plain concatenation
+    sampler.set_epoch(5)
+    assert sampler.epoch_counts() == dict(zip("abc", SIZES, strict=True))
+
+
+def test_a_resumed_epoch_keeps_its_temperature_when_the_schedule_changed(
+    corpora: dict[str, Path], tmp_path: Path
+) -> None:
+    sampler = sampler_for(open_mixture(corpora), tmp_path, temperature=lambda epoch: float(epoch), epoch_size=150)
+    sampler.set_epoch(2)
+    iterator = iter(sampler)
+    head = [next(iterator) for _ in range(3)]
+    state = torch_roundtrip(sampler.state_dict())
+    rest = list(iterator)
+    assert state["ratios"] == temperature_ratios(SIZES, 2.0).tolist()
+    changed = sampler_for(open_mixture(corpora), tmp_path, temperature=lambda epoch: 50.0, epoch_size=150)
+    changed.load_state_dict(state)
+    assert list(changed) == rest and head
+    changed.set_epoch(3)
+    assert changed.epoch_ratios(3).tolist() == temperature_ratios(SIZES, 50.0).tolist()
+
+
+def test_bad_temperatures_are_refused(corpora: dict[str, Path], tmp_path: Path) -> None:
+    sampler = sampler_for(open_mixture(corpora), tmp_path, temperature=lambda epoch: 0.0 if epoch == 2 else 1.0)
+    with pytest.raises(InvalidParameterError, match=r"temperature schedule at epoch 2: expected a finite number > 0"):
+        sampler.set_epoch(2)
+        sampler.epoch_counts()
+    with pytest.raises(InvalidParameterError, match=r"temperature: expected a finite number > 0, got -1"):
+        sampler.set_temperature(-1)
+    with pytest.raises(InvalidParameterError, match=r"temperature: expected a finite number > 0, got True"):
+        sampler_for(open_mixture(corpora), tmp_path, temperature=True)
+
+
 def test_plans_are_cached_shared_and_pruned(corpora: dict[str, Path], tmp_path: Path) -> None:
     first = sampler_for(open_mixture(corpora), tmp_path, temperature=2.0)
     assert first.plan.built

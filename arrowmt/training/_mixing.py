@@ -73,10 +73,10 @@ def _numeric(values: object) -> bool:
         return False
 
 
-def check_temperature(temperature: float) -> float:
-    """A sampling temperature is a finite number > 0."""
+def check_temperature(temperature: object, name: str = "temperature") -> float:
+    """A sampling temperature is a finite number > 0 (``name`` says which one in the message)."""
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 < temperature < math.inf:
-        raise InvalidParameterError(f"temperature: expected a finite number > 0, got {temperature!r}")
+        raise InvalidParameterError(f"{name}: expected a finite number > 0, got {temperature!r}")
     return float(temperature)
 
 

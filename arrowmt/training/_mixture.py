@@ -11,8 +11,8 @@ temperature over the sizes (:mod:`arrowmt.training._mixing`: fairseq's
 plans fairseq's token-budget batches over them (:func:`arrowmt.training._plan.build_plan`,
 tags counted) and stores the plan as a memory-mapped file shared by every rank
 (:mod:`arrowmt.training._plan_cache`). The plan of an epoch is named by its
-content (corpora, batching, ratios, epoch size, seed, epoch), so weights may
-change from one epoch to the next (a schedule) and nothing is reconverted. Each
+content (corpora, batching, ratios, epoch size, seed, epoch), so weights or the
+temperature may change from one epoch to the next (a schedule) and nothing is reconverted. Each
 mixture keeps its last ``keep_plans`` epoch plans in ``<cache>/mixture-<id>/``.
 """
 
@@ -53,8 +53,8 @@ from arrowmt.training._mixing import (
 )
 from arrowmt.training._mixture_gather import MixtureGather
 from arrowmt.training._plan import PlanParams, build_plan, key_fields
-from arrowmt.training._prefetch import DEFAULT_DEPTH
 from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.training._prefetch import DEFAULT_DEPTH
 from arrowmt.training._sampler import PlanSampler
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset
@@ -66,6 +66,7 @@ PLAN_FOLDER_PREFIX = "mixture-"
 PLAN_GLOB = "plan-*.bin"
 Weights = Sequence[float] | Mapping[str, float] | np.ndarray
 WeightSchedule = Weights | Callable[[int], Weights]
+TemperatureSchedule = float | Callable[[int], float]
 
 
 class Corpus(Protocol):
@@ -367,7 +368,10 @@ class MixtureBatchSampler(PlanSampler):
 
     Sampling: ``weights`` (one per corpus, a ``name -> weight`` mapping, or a function
     of the epoch giving either: a schedule), or ``temperature`` T (corpus ``i``
-    drawn in proportion to ``n_i ** (1 / T)``), or neither: every row once per epoch.
+    drawn in proportion to ``n_i ** (1 / T)``; a number, or a function of the epoch giving
+    one: a schedule), or neither: every row once per epoch. :meth:`set_weights` and
+    :meth:`set_temperature` change the rule (either one replaces the other) from the next
+    epoch on.
     With weights or a temperature, each epoch draws ``epoch_size`` rows (default: as
     many as draw the largest corpus once, at most 1.5 times all rows), corpus ``i``
     about ``epoch_size * p_i`` of them: fewer than it has (down-sampled, without
@@ -396,7 +400,7 @@ class MixtureBatchSampler(PlanSampler):
         skip_invalid_size_inputs: bool = False,
         *,
         weights: WeightSchedule | None = None,
-        temperature: float | None = None,
+        temperature: TemperatureSchedule | None = None,
         epoch_size: int | None = None,
         resample_seed: int | None = None,
         keep_plans: int = 2,
@@ -416,16 +420,19 @@ class MixtureBatchSampler(PlanSampler):
             seed if shuffle else None,
             skip_invalid_size_inputs,
         )
-        self.temperature = None if temperature is None else check_temperature(temperature)
         self.epoch_size = None if epoch_size is None else check_integer("epoch_size", epoch_size, 1)
         self.resample_seed = seed if resample_seed is None else int(resample_seed)
         check_seed("resample_seed", self.resample_seed)
         self.cache_dir = cache_dir
         self.keep_plans = check_integer("keep_plans", keep_plans, 1)
         self._weights: WeightSchedule | None = None
-        self._pinned: dict[int, np.ndarray | None] = {}  # epoch -> ratios fixed by a loaded state or set_weights
+        self.temperature: TemperatureSchedule | None = None
+        self._pinned: dict[int, np.ndarray | None] = {}  # epoch -> ratios fixed by a loaded state or a change
         self._current: tuple[int, BatchPlan] | None = None
-        self.set_weights(weights)
+        if temperature is not None:
+            self.set_temperature(temperature)
+        else:
+            self.set_weights(weights)
         super().__init__(None, seed, shuffle, num_replicas, rank, mixture, prefetch)  # type: ignore[arg-type]
 
     # -- the plan of the current epoch, loaded when first needed
@@ -451,21 +458,35 @@ class MixtureBatchSampler(PlanSampler):
     # -- sampling
 
     def set_weights(self, weights: WeightSchedule | None) -> None:
-        """New weights (or schedule) for the epochs after the current one; the current epoch keeps its draw."""
+        """New weights (or schedule) for the epochs after the current one, in place of the weights or temperature
+        given before (None: plain concatenation); the current epoch keeps its draw."""
         if weights is not None and not callable(weights):
             self._as_ratios(weights)  # check now
-        if weights is not None and self.temperature is not None:
-            raise InvalidParameterError("weights: expected None while a temperature is set")
+        self._keep_current_draw()
+        self._weights, self.temperature = weights, None
+
+    def set_temperature(self, temperature: TemperatureSchedule | None) -> None:
+        """A new temperature (or a schedule: a function of the epoch giving one) for the epochs after the current
+        one, in place of the weights or temperature given before; the current epoch keeps its draw."""
+        if temperature is not None and not callable(temperature):
+            check_temperature(temperature)
+        self._keep_current_draw()
+        self._weights, self.temperature = None, temperature
+
+    def _keep_current_draw(self) -> None:
+        """Pin the ratios of the epoch whose plan is loaded: a change of rule applies from the next epoch."""
         if self._current is not None:
             self._pinned[self._current[0]] = self.epoch_ratios(self._current[0])
-        self._weights = weights
 
     def epoch_ratios(self, epoch: int) -> np.ndarray | None:
         """The sampling ratios of epoch ``epoch`` (not normalized), or None for plain concatenation."""
         if epoch in self._pinned:
             return self._pinned[epoch]
         if self.temperature is not None:
-            return temperature_ratios(self.mixture.sizes, self.temperature)
+            if not callable(self.temperature):
+                return temperature_ratios(self.mixture.sizes, self.temperature)
+            scheduled = check_temperature(self.temperature(epoch), f"temperature schedule at epoch {epoch}")
+            return temperature_ratios(self.mixture.sizes, scheduled)
         if self._weights is None:
             return None
         weights = self._weights(epoch) if callable(self._weights) else self._weights

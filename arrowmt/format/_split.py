@@ -79,6 +79,10 @@ class Split:
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
+    def __repr__(self) -> str:
+        shards = f", {len(self.shards)} shards" if len(self.shards) > 1 else ""
+        return f"{type(self).__name__}({str(self.path)!r}, {self.split!r}: {len(self)} rows{shards}, {self.columns})"
+
     @property
     def metadata(self) -> SplitMetadata:
         return self.shards[0].metadata

@@ -497,7 +497,8 @@ class View:
         return int(self.rows.shape[0])
 
     def __repr__(self) -> str:
-        return f"View({str(self.view_path)!r}, {len(self)} of {len(self.corpus)} rows of {self.path} {self.split!r})"
+        name, kept = type(self).__name__, f"{len(self)} of {len(self.corpus)} rows"
+        return f"{name}({str(self.view_path)!r}, {kept} of {self.path} {self.split!r})"
 
     def corpus_rows(self, indices: np.ndarray) -> np.ndarray:
         """The corpus row of each view index (int64), bounds-checked."""

@@ -117,6 +117,13 @@ class BlockDataset(Dataset):
     def __len__(self) -> int:
         return len(self.table)
 
+    def __repr__(self) -> str:
+        p, split = self.params, self.split
+        return (
+            f"BlockDataset({str(split.path)!r}, {split.split!r}: {len(self)} blocks, "
+            f"tokens_per_sample={p.tokens_per_sample}, break_mode={p.break_mode!r})"
+        )
+
     @property
     def special_ids(self) -> SpecialIds:
         return self.split.special_ids

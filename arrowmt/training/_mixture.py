@@ -435,6 +435,19 @@ class MixtureBatchSampler(PlanSampler):
             self.set_weights(weights)
         super().__init__(None, seed, shuffle, num_replicas, rank, mixture, prefetch)  # type: ignore[arg-type]
 
+    def __repr__(self) -> str:
+        """Without loading a plan (each epoch's is drawn when first needed)."""
+        where = f"rank {self.rank} of {self.num_replicas}"
+        return f"MixtureBatchSampler({self.mixture!r}, {self._rule()}; epoch {self.epoch}, {where}, seed {self.seed})"
+
+    def _rule(self) -> str:
+        """How later epochs are drawn: ``temperature 2.0``, ``weights [...]``, a schedule, or concatenation."""
+        if self.temperature is not None:
+            return "temperature schedule" if callable(self.temperature) else f"temperature {self.temperature}"
+        if callable(self._weights):
+            return "weight schedule"
+        return "concatenation" if self._weights is None else f"weights {self._as_ratios(self._weights).tolist()}"
+
     # -- the plan of the current epoch, loaded when first needed
 
     @property

@@ -107,6 +107,13 @@ class PlanSampler(Sampler[list[int]]):
     def plan_key(self) -> str:
         return self.plan.key
 
+    def __repr__(self) -> str:
+        order = "shuffled" if self.shuffle else "in plan order"
+        return (
+            f"{type(self).__name__}(epoch {self.epoch}: {self.batches_done} of {len(self)} batches done, rank "
+            f"{self.rank} of {self.num_replicas}; {len(self.plan)} batches planned, seed {self.seed}, {order})"
+        )
+
     def __len__(self) -> int:
         """Batches this rank gets in the current epoch (from the deal's start)."""
         return shard_length(len(self.plan), self.num_replicas, self.start)

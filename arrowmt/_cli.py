@@ -169,10 +169,11 @@ def _os_error_message(exc: OSError) -> str:
 
 def _dataset_hint(args: argparse.Namespace) -> str | None:
     """For commands reading an arrowmt folder (``path``): what to do when there is no dataset there."""
+    from arrowmt._info import is_view_file
     from arrowmt.format._manifest import manifest_path
 
     path = getattr(args, "path", None)
-    if not isinstance(path, str) or os.path.lexists(manifest_path(path)):
+    if not isinstance(path, str) or os.path.lexists(manifest_path(path)) or is_view_file(path):
         return None
     folder = Path(path)
     if not folder.exists():
@@ -472,16 +473,16 @@ def _add_filter(commands: argparse._SubParsersAction) -> None:
     cmd.set_defaults(func=_cmd_filter)
 
 
-def _cmd_filter(args: argparse.Namespace) -> int:
 FILTER_CRITERIA = ("max_len", "min_len", "max_len_ratio", "dedup", "rows")
 
 
+def _cmd_filter(args: argparse.Namespace) -> int:
     from arrowmt.format._view import REASONS, build_view
 
-    rows = None if args.rows is None else _row_list(Path(args.rows))
     if not any(getattr(args, name) not in (None, False) for name in FILTER_CRITERIA):
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in FILTER_CRITERIA)
         raise InvalidParameterError(f"expected at least one of {flags}, got none (the view would keep every row)")
+    rows = None if args.rows is None else _row_list(Path(args.rows))
     report = build_view(
         args.corpus,
         args.out_view,

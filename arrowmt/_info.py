@@ -1,9 +1,11 @@
-"""Summary of an arrowmt folder: languages, provenance, and per split and column rows, tokens,
-length percentiles, vocabulary size and ``<unk>`` rate.
+"""Summary of an arrowmt folder, or of a view file: languages, provenance, and per split and column
+rows, tokens, length percentiles, vocabulary size and ``<unk>`` rate; a folder's views are listed.
 
 Lengths come from the offsets alone (every offset checked); the ``<unk>`` count reads
 every token once, one vectorized comparison per record batch, so :func:`summarize`
-costs one pass over the data (a progress bar shows it on a terminal).
+costs one pass over the data (a progress bar, its total known from the start, shows it
+on a terminal). A view is summarized over the rows it keeps (its corpus's record
+batches are read, the kept rows' ``<unk>`` counted from per-batch prefix sums).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from arrowmt._errors import ArrowMTError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._progress import progress_bar
+from arrowmt.format._sidefile import VIEW_FORMAT
 from arrowmt.format._split import Split
+from arrowmt.format._verify import find_views
+from arrowmt.format._view import VIEW_SUFFIX, View, listed_mask
 
 PERCENTILES = (50, 90, 99)
 SHOWN_PROVENANCE_CHARS = 160
@@ -51,38 +57,82 @@ class SplitSummary:
     columns: list[ColumnSummary]
 
 
+def is_view_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a view file (a ``*.view`` file, or a file starting with the view magic)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if path.name.endswith(VIEW_SUFFIX):
+        return True
+    with open(path, "rb") as handle:
+        return handle.read(len(VIEW_FORMAT.magic)) == VIEW_FORMAT.magic
+
+
 def summarize(path: str | os.PathLike[str], *, progress: bool = True) -> list[SplitSummary]:
-    """One summary per split (shards folded together) of the folder at ``path``.
+    """One summary per split (shards folded together) of the folder at ``path``; for a view file, one
+    summary of the rows it keeps (its corpus: the folder holding it, or that folder's parent).
 
     ``progress`` shows a bar (record batches counted for ``<unk>``) on an interactive terminal.
     """
-    manifest = Manifest.load(Path(path))
-    with progress_bar(total=0, desc="info", unit="batch", enabled=progress) as bar:
-        return [_split_summary(Split(path, split, manifest), bar) for split in manifest.splits()]
+    sources = _sources(Path(path))
+    total = sum(len(s.layouts[c].values_len) for ds in sources for s in _corpus(ds).shards for c in ds.columns)
+    with progress_bar(total=total, desc="info", unit="batch", enabled=progress) as bar:
+        return [_split_summary(ds, bar) for ds in sources]
 
 
-def _split_summary(ds: Split, bar: tqdm) -> SplitSummary:
-    bar.total += sum(len(s.layouts[c].values_len) for s in ds.shards for c in ds.columns)
-    bar.refresh()
+def _sources(path: Path) -> list[Split] | list[View]:
+    """What ``path`` summarizes: every split of a folder, or the one view a view file is."""
+    if is_view_file(path):
+        view = View(path)
+        view.advise("sequential")
+        return [view]
+    manifest = Manifest.load(path)
+    return [Split(path, split, manifest, access="sequential") for split in manifest.splits()]
+
+
+def _corpus(ds: Split | View) -> Split:
+    return ds.corpus if isinstance(ds, View) else ds
+
+
+def _split_summary(ds: Split | View, bar: tqdm) -> SplitSummary:
     columns = []
     for name in ds.columns:
         info = ds.metadata.columns[name]
+        lengths = ds.lengths(name)  # checks every offset the <unk> count then uses
         unk = unk_count(ds, name, bar.update)
-        columns.append(_column_summary(name, info.lang, info.vocab_size, ds.lengths(name), unk))
-    return SplitSummary(ds.split, len(ds.shards), len(ds), columns)
+        columns.append(_column_summary(name, info.lang, info.vocab_size, lengths, unk))
+    return SplitSummary(ds.split, len(_corpus(ds).shards), len(ds), columns)
 
 
-def unk_count(ds: Split, column: str, tick: Tick | None = None) -> int:
-    """How many tokens of ``column`` are the ``<unk>`` id (counted per record batch, vectorized)."""
+def unk_count(ds: Split | View, column: str, tick: Tick | None = None) -> int:
+    """How many tokens of ``column`` are the ``<unk>`` id (counted per record batch, vectorized).
+
+    For a view, only its rows count: per record batch, the kept rows' counts are differences
+    of prefix sums of the ``<unk>`` mask.
+    """
+    split = _corpus(ds)
+    kept = listed_mask(ds.rows, len(split)) if isinstance(ds, View) else None
     total = 0
-    for shard in ds.shards:
+    for shard, first in zip(split.shards, split.cumulative.tolist(), strict=False):
         unk = shard.metadata.special_ids.unk
         for batch in shard.batch_offsets(column):
-            values = shard.words[batch.values_pos : batch.values_pos + batch.values_len]
-            total += int(np.count_nonzero(values == unk))
+            is_unk = shard.words[batch.values_pos : batch.values_pos + batch.values_len] == unk
+            if kept is None:
+                total += int(np.count_nonzero(is_unk))
+            else:
+                start = first + batch.first_row
+                total += _kept_count(is_unk, batch.offsets, kept[start : start + batch.offsets.shape[0] - 1])
             if tick is not None:
                 tick(1)
     return total
+
+
+def _kept_count(mask: np.ndarray, offsets: np.ndarray, kept: np.ndarray) -> int:
+    """True entries of ``mask`` (one record batch's values) inside the rows ``kept`` selects."""
+    prefix = np.zeros(mask.shape[0] + 1, dtype=np.int64)
+    np.cumsum(mask, out=prefix[1:])
+    bounds = offsets.astype(np.int64)  # checked by the lengths read first: 0 <= start <= end <= len(mask)
+    return int((prefix[bounds[1:]] - prefix[bounds[:-1]])[kept].sum())
 
 
 def _column_summary(
@@ -105,9 +155,65 @@ def _column_summary(
     )
 
 
+@dataclass(frozen=True)
+class ViewSummary:
+    """A view file: its corpus, the split it filters, its rows of the split's, the filters it applied
+    (those in use only); ``error`` (the rest None) when it does not open."""
+
+    path: str
+    corpus: str | None
+    split: str | None
+    rows: int | None
+    corpus_rows: int | None
+    filters: dict[str, object]
+    error: str | None = None
+
+    def describe(self) -> str:
+        """One line: ``split 'train': 20 of 40 rows (max_len=15)``, or why the view cannot be used."""
+        if self.error is not None:
+            return f"cannot be used: {self.error}"
+        return f"split {self.split!r}: {self.rows} of {self.corpus_rows} rows ({_filters_text(self.filters)})"
+
+
+def view_summary(path: Path, corpus: Path | None = None) -> ViewSummary:
+    """The facts of the view file ``path`` over ``corpus`` (default: the folder holding it, or its parent)."""
+    try:
+        view = View(path, corpus)
+    except (ArrowMTError, OSError) as exc:  # stale or damaged: listed with the reason, never fatal to info
+        return ViewSummary(str(path), None, None, None, None, {}, str(exc))
+    filters = view.description.get("filters", {})
+    listed = {"rows": "listed"} if view.description.get("listed_rows") else {}
+    used = {name: value for name, value in {**filters, **listed}.items() if value not in (None, False)}
+    return ViewSummary(str(path), str(view.path), view.split, len(view), len(view.corpus), used)
+
+
+def _filters_text(filters: dict[str, object]) -> str:
+    """The filters a view applied (``max_len=15, dedup``), or ``no filter``."""
+    used = [name if value is True else f"{name}={value}" for name, value in filters.items()]
+    return ", ".join(used) or "no filter"
+
+
+def folder_views(folder: Path) -> list[ViewSummary]:
+    """The view files kept in ``folder`` or a folder inside it (as ``verify`` finds them)."""
+    return [view_summary(path, folder) for path in find_views(folder)]
+
+
+def _manifest_and_views(path: Path) -> tuple[Manifest, list[ViewSummary], ViewSummary | None]:
+    """(the corpus manifest, the folder's views, the view itself) for a folder or a view file ``path``."""
+    if not is_view_file(path):
+        return Manifest.load(path), folder_views(path), None
+    view = View(path)
+    return view.manifest, [], view_summary(path, view.path)
+
+
 def summary_dict(path: str | os.PathLike[str], summaries: list[SplitSummary]) -> dict[str, object]:
-    """:func:`summarize` output with the folder's manifest facts, as plain JSON-ready data (``info --json``)."""
-    manifest = Manifest.load(Path(path))
+    """:func:`summarize` output with the manifest facts and views, as plain JSON-ready data (``info --json``).
+
+    For a folder, ``views`` lists its view files; for a view file, ``view`` describes it (the
+    manifest facts are its corpus's).
+    """
+    manifest, views, view = _manifest_and_views(Path(path))
+    extra = {"views": [asdict(v) for v in views]} if view is None else {"view": asdict(view)}
     return {
         "path": str(path),
         "languages": manifest.languages,
@@ -115,20 +221,26 @@ def summary_dict(path: str | os.PathLike[str], summaries: list[SplitSummary]) ->
         "source_format": manifest.source_format,
         "provenance": manifest.provenance,
         "splits": [asdict(s) for s in summaries],
+        **extra,
     }
 
 
 def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], *, shown_as: str | None = None) -> str:
-    """Human-readable report of :func:`summarize` output: header, provenance, one table row per column.
+    """Human-readable report of :func:`summarize` output: header, provenance, one table row per column, views.
 
     ``shown_as`` names ``path`` in the header (``arrowmt demo``: a temporary folder it removes).
     """
-    manifest = Manifest.load(Path(path))
+    manifest, views, view = _manifest_and_views(Path(path))
     langs = ", ".join(f"{k}={v}" for k, v in manifest.languages.items() if v)
     if manifest.language_pairs:
         pairs = manifest.language_pairs
         langs = f"{len(pairs)} language pair{'s' if len(pairs) > 1 else ''} ({', '.join(pairs)})"
-    lines = [f"{path if shown_as is None else shown_as}: {langs or 'monolingual'}; from {manifest.source_format}"]
+    described = f"{langs or 'monolingual'}; from {manifest.source_format}"
+    name = path if shown_as is None else shown_as
+    if view is None:
+        lines = [f"{name}: {described}"]
+    else:
+        lines = [f"{name}: a view of {view.corpus}, {view.describe()}", f"  corpus: {described}"]
     lines += [f"  {key}: {_compact(value)}" for key, value in sorted(manifest.provenance.items())]
     width = max([10, *(len(s.split) for s in summaries)])
     header = f"{'split':<{width}} {'column':<8} {'lang':<5} {'rows':>10} {'tokens':>12} {'vocab':>7} "
@@ -141,6 +253,9 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], 
                 f"{s.split:<{width}} {c.column:<8} {c.lang or '-':<5} {s.rows:>10} {c.tokens:>12} {c.vocab_size:>7} "
                 f"{c.mean:>6.1f} {p[50]:>5} {p[90]:>5} {p[99]:>5} {c.max:>5} {100 * c.unk_rate:>6.2f}"
             )
+    if views:
+        lines.append(f"views ({len(views)}; 'arrowmt info VIEW' summarizes one):")
+        lines += [f"  {Path(v.path).relative_to(path)}: {v.describe()}" for v in views]
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ or refused read-ahead changes nothing, and a read error surfaces at the access i
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 from collections.abc import Iterable
@@ -53,10 +54,8 @@ def advise(mapped: mmap.mmap, access: str) -> None:
     option = _ADVICE[check_access(access)]
     if option is None or len(mapped) == 0:
         return
-    try:
+    with contextlib.suppress(OSError):  # advice is a hint; a kernel that refuses it reads as before
         mapped.madvise(option)
-    except OSError:
-        pass  # advice is a hint; a kernel that refuses it reads as before
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,7 @@ class SplitFile:
         inside its batch's values, which the open checked lie inside the file.
         """
         for column in self.columns:
+            self.will_need_offsets(column)
             for batch in self.batch_offsets(column):
                 self.batch_lengths(column, batch)
 
@@ -240,8 +241,8 @@ class SplitFile:
             raise FormatError(
                 f"{self.path}: record batch {batch.batch} ({column}): offsets are invalid; the file is corrupt"
             )
-        return counts
         self.offset_checks.ensure_one(column, batch.batch)
+        return counts
 
     def will_need_offsets(self, column: str) -> None:
         """Start reading every offset of ``column`` (one read-ahead per record batch) before a pass over them."""
@@ -249,12 +250,12 @@ class SplitFile:
         counts = np.minimum(rpb, len(self) - np.arange(layout.offsets_pos.shape[0]) * rpb)
         will_need([self.ranges(layout.offsets_pos, counts + 1)])
 
-    def batch_offsets(self, column: str) -> Iterator[BatchOffsets]:
     def stored_offsets(self, column: str, b: int) -> np.ndarray:
         """Record batch ``b``'s offsets of ``column`` as stored (an unchecked view of the map)."""
         pos = int(self.layouts[column].offsets_pos[b])
         return self.words[pos : pos + min(self.rows_per_batch, len(self) - b * self.rows_per_batch) + 1]
 
+    def batch_offsets(self, column: str) -> Iterator[BatchOffsets]:
         """Each record batch of ``column``: its rows' offsets (an unchecked view) and where its values are.
 
         :meth:`batch_lengths` checks a batch's offsets (range and checksum) before its rows are used.

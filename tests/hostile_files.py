@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 
 
 def fifo_at(path: Path) -> Path:
@@ -19,19 +18,33 @@ def fifo_at(path: Path) -> Path:
 
 
 @contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fail with TimeoutError if the block takes longer than ``seconds`` (instead of hanging the test run)."""
+def unblocking(fifo: Path, seconds: float = 10) -> Iterator[None]:
+    """Fail instead of hanging if the block opens ``fifo`` for reading and waits there.
 
-    def expire(_signum: int, _frame: FrameType | None) -> None:
-        raise TimeoutError(f"still running after {seconds} s (blocked?)")
+    A watchdog thread opens the FIFO for writing after ``seconds`` (which releases a
+    reader blocked in ``open``); the block's exit then fails the test. A signal would
+    not do: another thread (torch's) may take it while the main thread stays blocked.
+    """
+    done = threading.Event()
+    fired: list[bool] = []
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def watch() -> None:
+        while not done.wait(seconds):
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # succeeds only while a reader waits
+            except OSError:
+                continue
+            fired.append(True)
+            os.close(fd)
+
+    watchdog = threading.Thread(target=watch, daemon=True)
+    watchdog.start()
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        done.set()
+        watchdog.join()
+    assert not fired, f"{fifo} was opened for reading and blocked (released after {seconds} s)"
 
 
 def flip_bit(path: Path, byte: int, bit: int = 0) -> None:

@@ -31,7 +31,7 @@ from arrowmt.training._block_sampler import BlockBatchSampler
 from arrowmt.training._blocks import BREAK_MODES, block_bounds, row_starts
 from tests.builders import multi30k_dataset
 from tests.conftest import fairseq_rows, import_fairseq
-from tests.hostile_files import fifo_at, flip_bit, within
+from tests.hostile_files import fifo_at, flip_bit, unblocking
 from tests.lm_data import documents_text, fairseq_mono, mono_corpus, preprocess_mono
 from tests.state_helpers import SamplerLoader, check_resume
 
@@ -364,7 +364,7 @@ def test_a_fifo_at_the_block_table_path_is_refused(corpus: tuple[Path, Path], tm
     open_blocks(corpus[1], "valid", 40, "complete", cache_dir=cache)
     (table,) = cache.glob("blocks-*.bin")
     fifo_at(table)
-    with within(10), pytest.raises(FormatError, match=r"\(block table\): expected a regular file, got a FIFO"):
+    with unblocking(table), pytest.raises(FormatError, match=r"\(block table\): expected a regular file, got a FIFO"):
         open_blocks(corpus[1], "valid", 40, "complete", cache_dir=cache)
 
 

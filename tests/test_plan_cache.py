@@ -29,7 +29,7 @@ from arrowmt.training._plan_cache import (
 )
 from arrowmt.training._sampler import TokenBatchSampler
 from tests.builders import lengths_dataset
-from tests.hostile_files import fifo_at, within
+from tests.hostile_files import fifo_at, unblocking
 
 ROWS = 10
 KEY = plan_key({"dataset": "abc", "max_tokens": 8})
@@ -249,7 +249,7 @@ def test_concurrent_builders_share_one_file(tmp_path: Path) -> None:
 def test_a_fifo_at_the_plan_path_is_refused_not_opened(tmp_path: Path) -> None:
     """Opening a FIFO for reading blocks until a writer comes: the plan cache must never open one."""
     path = fifo_at(plan_path(tmp_path, KEY))
-    with within(10):
+    with unblocking(path):
         with pytest.raises(FormatError, match=r"plan-\w+\.bin \(plan\): expected a regular file, got a FIFO"):
             read_plan(path, KEY, ROWS)
         with pytest.raises(FormatError, match=r"\(batch plan\): expected a regular file, got a FIFO"):
@@ -262,7 +262,7 @@ def test_a_fifo_at_the_plan_path_fails_the_sampler_at_once(tmp_path: Path) -> No
     TokenBatchSampler(open_dataset(corpus), max_tokens=16, seed=1)
     (plan,) = (corpus / CACHE_DIR_NAME).glob("plan-*.bin")
     fifo_at(plan)
-    with within(10), pytest.raises(FormatError, match="expected a regular file, got a FIFO"):
+    with unblocking(plan), pytest.raises(FormatError, match="expected a regular file, got a FIFO"):
         TokenBatchSampler(open_dataset(corpus), max_tokens=16, seed=1)
 
 

@@ -26,7 +26,7 @@ from arrowmt.training._plan_cache import plan_key
 from arrowmt.training._sampler import TokenBatchSampler
 from arrowmt.training._view_dataset import open_view_dataset
 from tests.builders import lengths_dataset, multi30k_dataset
-from tests.hostile_files import fifo_at, flip_bit, within
+from tests.hostile_files import fifo_at, flip_bit, unblocking
 
 VOCAB = 50
 
@@ -230,7 +230,10 @@ def test_a_view_path_that_is_not_a_regular_file_is_refused_without_opening_it(tm
     else:
         path.mkdir()
     expected = {"fifo": "a FIFO", "folder": "a folder"}[kind]
-    with within(10), pytest.raises(FormatError, match=f"v.view \\(view\\): expected a regular file, got {expected}"):
+    with (
+        unblocking(path),
+        pytest.raises(FormatError, match=f"v.view \\(view\\): expected a regular file, got {expected}"),
+    ):
         open_view(path, corpus)
 
 

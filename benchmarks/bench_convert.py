@@ -19,8 +19,10 @@ Usage::
     python benchmarks/bench_convert.py --rows 500000 --table-only
     python benchmarks/bench_convert.py --rows 4500000 --repeat 0   # only compare the outputs already there
 
-Results go to ``benchmarks/results/convert-<rows>.json`` (runs of other systems already saved there
-are kept, so systems can be measured in separate sessions); the markdown table is printed.
+Results go to ``benchmarks/results/convert-<rows>.json`` (``convert-<rows>-<label>.json`` with
+``--label``: a host, or the code measured; runs of other systems already saved there are kept, so
+systems can be measured in separate sessions, and the commit of every arrowmt run is recorded); the
+markdown table is printed.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ def run_once(argv: list[str], out: Path, cpus: list[int] | None) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(argv)[:300]} failed:\n{stderr[-4000:]}")
     return {
+        "commit": commit(),
         "wall_s": round(wall, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "max_rss_mib": round(usage.ru_maxrss / 1024, 1),
@@ -170,6 +173,16 @@ def same_rows(fairseq_prefix: Path, arrow_file: Path, langs: tuple[str, str]) ->
                     return {"rows_identical": False, "first_bad_batch_row": rows}
             rows += batch.num_rows
     return {"rows_identical": all(len(r) == rows for r in theirs.values()), "rows_compared": rows}
+
+
+def commit() -> str:
+    """The checkout's commit, ``+`` when files differ from it (``git describe``-like; empty without git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "arrowmt", "converters"], cwd=ROOT)
+    except OSError:
+        return ""
+    return head.stdout.strip() + ("+" if dirty.returncode else "")
 
 
 def machine() -> dict:
@@ -235,9 +248,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("--cpus", nargs="+", type=int, default=None, help="pin every run to these cores")
+    parser.add_argument("--label", default=None, help="results file convert-<rows>-<label>.json (a host, a version)")
     args = parser.parse_args()
     data = ROOT / "bench-data" / f"text-{args.rows}"
-    saved = HERE / "results" / f"convert-{args.rows}.json"
+    saved = HERE / "results" / f"convert-{args.rows}{f'-{args.label}' if args.label else ''}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {"runs": {}}
     if not args.table_only:
         info = corpus(args.rows, data)

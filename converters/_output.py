@@ -98,6 +98,14 @@ class OutputFolder:
                 shutil.copyfile(source, tmp)
         else:
             dictionary.save(target)
+        return self.record_dictionary(lang)
+
+    def record_dictionary(self, lang: str | None) -> str:
+        """Record ``lang``'s dictionary, which another writer (a worker process) saved at
+        ``path / dictionary_name(lang)``; return its name."""
+        name = self.dictionary_name(lang)
+        if not (self.path / name).is_file():
+            raise InvalidParameterError(f"lang: expected {self.path / name} to be written first, it is missing")
         self.manifest.dictionaries[lang or ""] = name
         return name
 

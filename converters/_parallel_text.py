@@ -32,12 +32,14 @@ from arrowmt.converters._text import SentencePieceModel, check_same_line_count
 from arrowmt.converters._text_chunks import (
     DEFAULT_CHUNK_BYTES,
     ColumnPlan,
+    DictionaryTask,
     EncodeTask,
     SpillSlice,
     TextChunk,
     TokenizedChunk,
     TokenizeTask,
     WriteTask,
+    build_dictionary,
     encode_chunk,
     text_chunks,
     tokenize_chunk,
@@ -206,11 +208,9 @@ def convert_with_options(
             with open_runner(options.executor, _parallelism(options, files)) as runner:
                 spilled, counts = _tokenize_all(runner, files, prefixes, plan, progress)
                 _check_line_counts(prefixes, spilled)
-                dicts = _dictionaries(options, given, counts)
-                infos = {lang: _column_info(folder, lang, dicts[lang]) for lang in options.languages}
+                infos, specials = _dictionaries(runner, options, folder, given, counts)
                 saved = {lang: (str(folder.path / i.dictionary), i.dictionary_sha256) for lang, i in infos.items()}
                 _encode_all(runner, spilled, saved, plan.spills, progress)
-                specials = special_ids_of(dicts[options.languages[0]])
                 tasks = _write_tasks(options, folder, prefixes, spilled, infos, specials)
                 written = _write_all(runner, tasks, progress)
         finally:
@@ -240,12 +240,33 @@ def _column_info(folder: OutputFolder, lang: str, dictionary: Dictionary) -> Col
 
 
 def _dictionaries(
-    options: TextConversion, given: dict[str, Dictionary], counts: dict[str, TokenCounts]
-) -> dict[str, Dictionary]:
-    """Each language's dictionary: given, or built from its counts like fairseq-preprocess (one per key)."""
-    built = {key: counted.dictionary(*options.limits(key), options.padding_factor) for key, counted in counts.items()}
-    dictionaries = {**built, **given}
-    return {lang: dictionaries[options.dictionary_key(lang)] for lang in options.languages}
+    runner: TaskRunner,
+    options: TextConversion,
+    folder: OutputFolder,
+    given: dict[str, Dictionary],
+    counts: dict[str, TokenCounts],
+) -> tuple[dict[str, ColumnInfo], SpecialIds]:
+    """Each language's dictionary saved in ``folder`` and its column description, and the special ids: a given
+    dictionary is saved here, the others are built from their counts like fairseq-preprocess, one task per
+    dictionary (in parallel; each worker keeps the one it built for the chunks it encodes)."""
+    langs = {key: [lang for lang in options.languages if options.dictionary_key(lang) == key] for key in counts}
+    tasks = []
+    for key, counted in counts.items():
+        paths = [folder.path / folder.dictionary_name(lang) for lang in langs[key]]
+        tasks.append(counted.task(*options.limits(key), options.padding_factor, paths))
+    built = dict(zip(counts, runner.map(build_dictionary, tasks), strict=True))
+    infos: dict[str, ColumnInfo] = {}
+    specials: list[SpecialIds] = []
+    for lang in options.languages:
+        key = options.dictionary_key(lang)
+        if key in given:
+            infos[lang] = _column_info(folder, lang, given[key])
+            specials.append(special_ids_of(given[key]))
+        else:
+            result = built[key]
+            infos[lang] = ColumnInfo(SOURCE, lang, folder.record_dictionary(lang), result.sha256, result.size, 0)
+            specials.append(result.special_ids)
+    return infos, specials[0]
 
 
 class TokenCounts:
@@ -260,7 +281,7 @@ class TokenCounts:
     def add(self, chunk: TokenizedChunk) -> None:
         assert chunk.vocabulary is not None and chunk.counts is not None
         self.lines += chunk.rows
-        table = pa.table({"symbol": chunk.vocabulary.cast(pa.large_string()), "count": pa.array(chunk.counts)})
+        table = pa.table({"symbol": chunk.vocabulary.cast(pa.large_string()), "count": _int64_array(chunk.counts)})
         self._tables.append(table)
         self._pending += table.num_rows
         if self._pending > max(MERGE_ROWS, self._merged):
@@ -271,28 +292,37 @@ class TokenCounts:
         if len(self._tables) > 1:
             table = pa.concat_tables(self._tables)
             ids = pc.dictionary_encode(table["symbol"].combine_chunks())
-            sums = np.bincount(ids.indices.to_numpy(), weights=table["count"].to_numpy(), minlength=len(ids.dictionary))
-            self._tables = [pa.table({"symbol": ids.dictionary, "count": pa.array(sums.astype(np.int64))})]
+            counts = _values(table["count"].combine_chunks(), np.int64)
+            sums = np.bincount(_values(ids.indices, np.int32), weights=counts, minlength=len(ids.dictionary))
+            self._tables = [pa.table({"symbol": ids.dictionary, "count": _int64_array(sums.astype(np.int64))})]
         self._merged = sum(table.num_rows for table in self._tables)
         self._pending = 0
 
-    def dictionary(self, threshold: int, nwords: int, padding_factor: int) -> Dictionary:
-        """The dictionary ``fairseq-preprocess`` builds from the same text."""
+    def task(self, threshold: int, nwords: int, padding_factor: int, paths: list[Path]) -> DictionaryTask:
+        """The task building (and saving at ``paths``) the dictionary ``fairseq-preprocess`` builds from this text."""
         self._merge()
-        if not self._tables:
-            return Dictionary.from_counts(
-                pa.array([], pa.large_string()), pa.array([], pa.int64()).to_numpy(), self.lines,
-                threshold=threshold, nwords=nwords, padding_factor=padding_factor,
-            )  # fmt: skip
-        table = self._tables[0]
-        return Dictionary.from_counts(
-            table["symbol"].combine_chunks(),
-            table["count"].to_numpy(),
-            self.lines,
-            threshold=threshold,
-            nwords=nwords,
-            padding_factor=padding_factor,
-        )
+        table = self._tables[0] if self._tables else pa.table({"symbol": pa.array([], pa.large_string())})
+        counts = _values(table["count"].combine_chunks(), np.int64) if self._tables else np.zeros(0, np.int64)
+        return DictionaryTask(
+            table["symbol"].combine_chunks(), counts, self.lines, threshold, nwords, padding_factor,
+            tuple(str(path) for path in paths),
+        )  # fmt: skip
+
+
+def _values(array: pa.Array, dtype: type[np.generic]) -> np.ndarray:
+    """The values of a primitive Arrow array without nulls, as a NumPy view (``to_numpy`` would make pyarrow
+    import pandas in this process, 0.5 s, to look for pandas objects)."""
+    size = np.dtype(dtype).itemsize
+    buffer = array.buffers()[1]
+    if buffer is None:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(buffer, dtype=dtype, count=len(array), offset=array.offset * size)
+
+
+def _int64_array(values: np.ndarray) -> pa.Array:
+    """``values`` as an int64 Arrow array, without pyarrow's pandas check (:func:`_values`)."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), values.shape[0], [None, pa.py_buffer(values)])
 
 
 class _Spills:

@@ -17,7 +17,6 @@ once, in order, by the process that plans the chunks, which ships each chunk's t
 
 from __future__ import annotations
 
-import functools
 import gzip
 import os
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from arrowmt.converters._output import special_ids_of
 from arrowmt.converters._text import (
     GZIP_ERRORS,
     BadBytes,
@@ -230,13 +230,65 @@ def encode_chunk(task: EncodeTask) -> EncodedChunk:
     return EncodedChunk(encoded.n_lines, encoded.n_tokens, encoded.n_unk)
 
 
-@functools.lru_cache(maxsize=4)
 def _saved_dictionary(path: str, sha256: str) -> Dictionary:
-    """The dictionary a conversion saved (loaded once per worker process and conversion)."""
-    dictionary = Dictionary.load(path)
-    if dictionary.sha256() != sha256:
-        raise VocabularyError(f"{path}: expected the dictionary with SHA-256 {sha256}, got {dictionary.sha256()}")
+    """The dictionary a conversion saved: the one this process built (:func:`build_dictionary`), else loaded
+    once per process and checked against ``sha256``."""
+    dictionary = _DICTIONARIES.get(sha256)
+    if dictionary is None:
+        dictionary = Dictionary.load(path)
+        if dictionary.sha256() != sha256:
+            raise VocabularyError(f"{path}: expected the dictionary with SHA-256 {sha256}, got {dictionary.sha256()}")
+        _remember(sha256, dictionary)
     return dictionary
+
+
+_DICTIONARIES: dict[str, Dictionary] = {}  # by SHA-256: the dictionaries this process built or loaded
+KEPT_DICTIONARIES = 4
+
+
+def _remember(sha256: str, dictionary: Dictionary) -> None:
+    if len(_DICTIONARIES) >= KEPT_DICTIONARIES:
+        _DICTIONARIES.pop(next(iter(_DICTIONARIES)))
+    _DICTIONARIES[sha256] = dictionary
+
+
+# ----- between passes 1 and 2: each dictionary ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DictionaryTask:
+    """Build a dictionary as ``fairseq-preprocess`` does from counts merged over the train text (distinct
+    ``symbols``, their ``counts``, ``lines`` counted) and save it at every path of ``paths``."""
+
+    symbols: pa.Array
+    counts: np.ndarray
+    lines: int
+    threshold: int
+    nwords: int
+    padding_factor: int
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuiltDictionary:
+    """A dictionary as saved: its SHA-256, size and special ids."""
+
+    sha256: str
+    size: int
+    special_ids: SpecialIds
+
+
+def build_dictionary(task: DictionaryTask) -> BuiltDictionary:
+    """Build and save one dictionary (runs in a worker, which keeps it for the chunks it encodes next)."""
+    dictionary = Dictionary.from_counts(
+        task.symbols, task.counts, task.lines,
+        threshold=task.threshold, nwords=task.nwords, padding_factor=task.padding_factor,
+    )  # fmt: skip
+    for path in task.paths:
+        dictionary.save(path)
+    sha256 = dictionary.sha256()
+    _remember(sha256, dictionary)
+    return BuiltDictionary(sha256, len(dictionary), special_ids_of(dictionary))
 
 
 # ----- pass 3: write each output file -----------------------------------------------------------

@@ -15,3 +15,8 @@ if [ -n "$extras" ]; then
 else
   python -m pip install -q -e .
 fi
+# fairseq-fixed pulls in torchaudio, whose PyPI wheels are built for another torch and fail to load next to
+# the CPU torch above; transformers imports torchaudio whenever it is installed, and nothing here uses it.
+if python -m pip show -q torchaudio 2>/dev/null && ! python -c "import torchaudio" 2>/dev/null; then
+  python -m pip uninstall -q -y torchaudio
+fi

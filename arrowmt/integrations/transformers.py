@@ -1,0 +1,301 @@
+"""Hugging Face ``transformers``: arrowmt's token-budget batches in ``Trainer`` and ``Seq2SeqTrainer``, resumable.
+
+``Trainer`` batches a fixed number of rows (``per_device_train_batch_size``); translation and
+language models train on batches of about the same number of *tokens* (fairseq's
+``--max-tokens``). :class:`ArrowMTTrainer` and :class:`ArrowMTSeq2SeqTrainer` are the two
+trainers with one more argument, ``batch_sampler``: an arrowmt ``TokenBatchSampler`` (over
+``open_dataset``) or ``BlockBatchSampler`` (over ``open_blocks``, token blocks of a
+monolingual corpus). Every training epoch is the sampler's epoch (the Trainer's epoch ``e``
+is the sampler's ``e + 1``: arrowmt counts epochs from 1, as fairseq does), and
+:class:`TransformersCollater` (the default ``data_collator``) turns its batches into
+``input_ids``, ``attention_mask``, ``labels`` (pads ``-100``) and, for an encoder-decoder,
+``decoder_input_ids``.
+
+Checkpoints: at every save, :class:`SamplerCheckpoint` writes the sampler's position, the
+number of batches the model has trained on in the epoch (not the number the DataLoader
+has read ahead), to ``arrowmt-sampler-<rank>.json`` in the checkpoint folder.
+``train(resume_from_checkpoint=...)`` loads it, so training continues with exactly the
+batch that came next, as if it had not stopped (the Trainer restores the model, optimizer,
+scheduler and random states; arrowmt the data). The Trainer would otherwise skip the
+epoch's first batches by iterating the sampler over them (accelerate's
+``skip_first_batches``); here the sampler is already past them and hands the Trainer that
+many empty placeholders instead (:class:`TrainerBatches`), so that no batch is read, built
+or planned again and the Trainer's own step count stays as it expects.
+
+The DataLoader is not handed to ``accelerate``: arrowmt's samplers already deal each rank
+its own batches (rank and world size from ``torch.distributed``, which ``TrainingArguments``
+sets up: build the sampler after the arguments, or pass ``num_replicas``/``rank``), and the
+Trainer moves each batch to the device itself.
+
+Needs ``transformers`` (and ``accelerate``, which ``Trainer`` uses): ``pip install
+'arrowmt[transformers]'``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from arrowmt._checks import check_integer, check_optional_integer
+from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt._optional import require
+from arrowmt.format._atomic import write_bytes_atomic
+from arrowmt.format._metadata import SpecialIds
+from arrowmt.format._schema import SOURCE, TARGET, TOKENS
+from arrowmt.format._spans import Spans
+from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._block_dataset import GatheredBlocks
+from arrowmt.training._collate import as_tensor, check_padding, pad_rows, pad_shifted
+from arrowmt.training._sampler import PlanSampler
+
+_transformers = require("transformers", "transformers", "the transformers integration")
+_trainer_utils = require("transformers.trainer_utils", "transformers", "the transformers integration")
+
+LABEL_PAD = -100  # the label id Hugging Face losses ignore
+STATE_FILE = "arrowmt-sampler-{rank}.json"  # in each checkpoint folder, one per rank
+
+# ----- collating --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransformersCollater:
+    """``collate_fn`` giving a Hugging Face model its keyword arguments, right-padded int64 tensors; picklable.
+
+    * parallel rows (``source``, ``target``: ``open_dataset``): ``input_ids`` = the sources,
+      ``attention_mask``, ``labels`` = the targets with ``label_pad_token_id`` (-100) for
+      padding, ``decoder_input_ids`` = ``[decoder_start_token_id] + target[:-1]`` padded with
+      ``pad`` (the default start is ``eos``, as fairseq's ``prev_output_tokens``; Marian models
+      start with ``pad``: pass ``model.config.decoder_start_token_id``);
+    * token blocks (``open_blocks``) or monolingual rows (``tokens``): ``input_ids`` = the
+      tokens, ``attention_mask``, ``labels`` = the tokens with -100 for padding (a causal
+      language model shifts them itself: position i predicts token i + 1).
+
+    Rows keep the batch order. ``pad_to_multiple_of`` rounds the width up.
+    """
+
+    special_ids: SpecialIds = field(default_factory=SpecialIds)
+    _: KW_ONLY
+    decoder_start_token_id: int | None = None
+    label_pad_token_id: int = LABEL_PAD
+    pad_to_multiple_of: int = 1
+
+    def __post_init__(self) -> None:
+        check_padding(self.special_ids, self.pad_to_multiple_of)
+        check_optional_integer("decoder_start_token_id", self.decoder_start_token_id, 0)
+        check_integer("label_pad_token_id", self.label_pad_token_id, -(2**63), 2**63, high_name="2**63")
+
+    def __call__(self, batch: GatheredBlocks | GatheredBatch | Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        if isinstance(batch, GatheredBlocks):
+            return self._causal(batch.tokens)
+        gathered = GatheredBatch.from_samples(batch)
+        if TOKENS in gathered.columns:
+            return self._causal(gathered.columns[TOKENS])
+        missing = [name for name in (SOURCE, TARGET) if name not in gathered.columns]
+        if missing:
+            raise InvalidParameterError(
+                f"batch: expected columns {[SOURCE, TARGET]} (or {TOKENS!r}, or token blocks), "
+                f"got {list(gathered.columns)}"
+            )
+        return self._seq2seq(gathered.columns[SOURCE], gathered.columns[TARGET])
+
+    def _causal(self, spans: Spans) -> dict[str, torch.Tensor]:
+        tokens = pad_rows(spans, self.special_ids.pad, self.pad_to_multiple_of, False)
+        mask = _mask(tokens.shape, spans.lengths)
+        return {
+            "input_ids": as_tensor(tokens),
+            "attention_mask": as_tensor(mask),
+            "labels": as_tensor(np.where(mask, tokens, self.label_pad_token_id)),
+        }
+
+    def _seq2seq(self, source: Spans, target: Spans) -> dict[str, torch.Tensor]:
+        inputs = pad_rows(source, self.special_ids.pad, self.pad_to_multiple_of, False)
+        labels, decoder_inputs = pad_shifted(target, self.special_ids, self.pad_to_multiple_of, False)
+        if self.decoder_start_token_id is not None and decoder_inputs.shape[1]:
+            decoder_inputs[:, 0] = self.decoder_start_token_id
+        return {
+            "input_ids": as_tensor(inputs),
+            "attention_mask": as_tensor(_mask(inputs.shape, source.lengths)),
+            "labels": as_tensor(np.where(_mask(labels.shape, target.lengths), labels, self.label_pad_token_id)),
+            "decoder_input_ids": as_tensor(decoder_inputs),
+        }
+
+
+def _mask(shape: tuple[int, ...], lengths: np.ndarray) -> np.ndarray:
+    """1 where a ``(rows, width)`` right-padded matrix holds a token, 0 on padding."""
+    return (np.arange(shape[1])[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
+
+
+# ----- the sampler inside a Trainer -------------------------------------------------------------
+
+
+class TrainerBatches(Sampler[list[int]]):
+    """An arrowmt batch sampler as a Trainer iterates it: epochs counted from 0, a position to resume from.
+
+    ``trained`` counts the batches of the epoch the model has trained on (the Trainer's
+    ``training_step`` calls :meth:`count`); :meth:`state_dict` records that position. After
+    :meth:`resume`, the next iteration starts with ``skipped`` empty placeholders, which the
+    Trainer's ``skip_first_batches`` discards, then continues the epoch where the state says.
+    """
+
+    def __init__(self, sampler: PlanSampler) -> None:
+        if not isinstance(sampler, PlanSampler):
+            raise InvalidParameterError(
+                "batch_sampler: expected an arrowmt TokenBatchSampler or BlockBatchSampler, "
+                f"got {type(sampler).__name__}"
+            )
+        self.sampler = sampler
+        self.trained = 0
+        self._placeholders = 0
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The Trainer's epoch ``epoch`` (from 0) is the sampler's ``epoch + 1``."""
+        self.sampler.set_epoch(epoch + 1)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        placeholders, self._placeholders = self._placeholders, 0
+        batches = iter(self.sampler)  # from the start of the epoch, or from a loaded position
+        self.trained = self.sampler.batches_done
+        return itertools.chain(itertools.repeat([], placeholders), batches)
+
+    def count(self) -> None:
+        """One more batch trained on."""
+        self.trained += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state at the last batch trained on (batches read ahead are not counted)."""
+        return {**self.sampler.state_dict(), "batches_done": self.trained}
+
+    def resume(self, state: dict[str, Any], trainer_skips: bool) -> None:
+        """Load ``state``; ``trainer_skips``: the Trainer will skip the batches already trained on in its epoch."""
+        self.sampler.load_state_dict(state)
+        unfinished = self.sampler.batches_done < len(self.sampler)
+        self._placeholders = self.sampler.batches_done if trainer_skips and unfinished else 0
+
+
+class _EpochLoader(DataLoader):
+    """A DataLoader whose ``set_epoch`` (which the Trainer calls) reaches the batch sampler."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+
+
+class SamplerCheckpoint(_transformers.TrainerCallback):  # type: ignore[misc]
+    """Saves the sampler's position in every checkpoint folder (``arrowmt-sampler-<rank>.json``)."""
+
+    def __init__(self, batches: TrainerBatches) -> None:
+        self.batches = batches
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        folder = Path(args.output_dir) / f"{_trainer_utils.PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.batches.state_dict(), indent=1, sort_keys=True) + "\n"
+        write_bytes_atomic(folder / STATE_FILE.format(rank=args.process_index), text.encode("utf-8"))
+
+
+def load_sampler_state(checkpoint: str | os.PathLike[str], rank: int) -> dict[str, Any]:
+    """The sampler state rank ``rank`` saved in ``checkpoint`` (rank 0's when this rank saved none: another
+    world size, which arrowmt's samplers resume from any rank's state)."""
+    folder = Path(checkpoint)
+    for name in (STATE_FILE.format(rank=rank), STATE_FILE.format(rank=0)):
+        path = folder / name
+        if path.is_file():
+            try:
+                state = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                raise InputDataError(f"{path}: expected an arrowmt sampler state (JSON), got: {exc}") from None
+            if not isinstance(state, dict):
+                raise InputDataError(f"{path}: expected a JSON object, got {type(state).__name__}")
+            return state
+    raise InputDataError(
+        f"{folder}: no {STATE_FILE.format(rank=rank)} (the arrowmt sampler's position): expected a checkpoint "
+        "saved by ArrowMTTrainer/ArrowMTSeq2SeqTrainer"
+    )
+
+
+# ----- the trainers -----------------------------------------------------------------------------
+
+
+class _ArrowMTBatches:
+    """What both trainers add to ``Trainer``: the arrowmt batch sampler, its checkpoints and resume."""
+
+    def __init__(self, *args: Any, batch_sampler: PlanSampler, **kwargs: Any) -> None:
+        self._batches = TrainerBatches(batch_sampler)
+        given = inspect.signature(super().__init__).bind_partial(*args, **kwargs).arguments  # type: ignore[misc]
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        if given.get("data_collator") is None:
+            self.data_collator = default_collater(self.train_dataset, self.model)  # type: ignore[attr-defined]
+        self._check_world()
+        self.add_callback(SamplerCheckpoint(self._batches))  # type: ignore[attr-defined]
+
+    def _check_world(self) -> None:
+        sampler, run = self._batches.sampler, self.args  # type: ignore[attr-defined]
+        if (sampler.num_replicas, sampler.rank) != (run.world_size, run.process_index):
+            raise InvalidParameterError(
+                f"batch_sampler: expected rank {run.process_index} of {run.world_size} (the Trainer's), got rank "
+                f"{sampler.rank} of {sampler.num_replicas}: build the sampler after the TrainingArguments (they set "
+                "up torch.distributed) or pass num_replicas and rank"
+            )
+
+    def get_train_dataloader(self) -> DataLoader:
+        """The training batches: the arrowmt sampler's, collated by ``data_collator``."""
+        if self.train_dataset is None:  # type: ignore[attr-defined]
+            raise InvalidParameterError("train_dataset: expected the dataset the batch sampler plans, got None")
+        args = self.args  # type: ignore[attr-defined]
+        workers = args.dataloader_num_workers
+        return _EpochLoader(
+            self.train_dataset,  # type: ignore[attr-defined]
+            batch_sampler=self._batches,
+            collate_fn=self.data_collator,  # type: ignore[attr-defined]
+            num_workers=workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers and workers > 0,
+            prefetch_factor=args.dataloader_prefetch_factor if workers > 0 else None,
+        )
+
+    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self._batches.count()
+        return super().training_step(*args, **kwargs)  # type: ignore[misc]
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``; from a checkpoint, the sampler continues with the batch that came next."""
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True:
+            checkpoint = _trainer_utils.get_last_checkpoint(self.args.output_dir) or True  # type: ignore[attr-defined]
+        if isinstance(checkpoint, (str, os.PathLike)):
+            state = load_sampler_state(checkpoint, self.args.process_index)  # type: ignore[attr-defined]
+            self._batches.resume(state, trainer_skips=not self.args.ignore_data_skip)  # type: ignore[attr-defined]
+        return super().train(checkpoint, *args, **kwargs)  # type: ignore[misc]
+
+
+def default_collater(dataset: Dataset | None, model: Any) -> TransformersCollater:
+    """A :class:`TransformersCollater` with the dataset's special ids and the model's decoder start."""
+    special_ids = getattr(dataset, "special_ids", None)
+    if not isinstance(special_ids, SpecialIds):
+        raise InvalidParameterError(
+            "train_dataset: expected an arrowmt dataset (open_dataset or open_blocks: it knows its special ids), "
+            f"got {type(dataset).__name__}; or pass data_collator=TransformersCollater(...)"
+        )
+    start = getattr(getattr(model, "config", None), "decoder_start_token_id", None)
+    encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    return TransformersCollater(special_ids, decoder_start_token_id=start if encoder_decoder else None)
+
+
+class ArrowMTTrainer(_ArrowMTBatches, _transformers.Trainer):  # type: ignore[misc]
+    """``transformers.Trainer`` training on an arrowmt batch sampler (``batch_sampler=``); see the module docstring."""
+
+
+class ArrowMTSeq2SeqTrainer(_ArrowMTBatches, _transformers.Seq2SeqTrainer):  # type: ignore[misc]
+    """``transformers.Seq2SeqTrainer`` training on an arrowmt batch sampler (``batch_sampler=``)."""

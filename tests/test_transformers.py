@@ -1,0 +1,249 @@
+"""Hugging Face ``Trainer`` on arrowmt's token-budget batches: collated inputs, and a resume that continues exactly.
+
+Models are built from small configs (no downloads): a Marian translation model on parallel
+Multi30k, a GPT-2 causal LM on token blocks of its English side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from arrowmt import BlockBatchSampler, TokenBatchSampler, convert_text, open_blocks, open_dataset
+from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError
+from arrowmt.format._vocab import Dictionary
+from tests.conftest import MULTI30K
+
+transformers = pytest.importorskip("transformers")
+hf = pytest.importorskip("arrowmt.integrations.transformers")
+
+MAX_TOKENS = 384
+
+
+@pytest.fixture(scope="module")
+def parallel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multi30k val (1,014 de-en pairs), one joined dictionary (a Marian model shares its vocabulary)."""
+    out = tmp_path_factory.mktemp("hf") / "de-en"
+    convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", joined_dictionary=True, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mono(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The English side of Multi30k val as a language model's corpus."""
+    out = tmp_path_factory.mktemp("hf") / "en"
+    convert_text(str(MULTI30K / "val"), out, lang="en", progress=False)
+    return out
+
+
+# ----- the collater -----------------------------------------------------------------------------
+
+
+def test_seq2seq_inputs_labels_and_decoder_inputs(parallel: Path) -> None:
+    ds = open_dataset(parallel, "train")
+    ids = [5, 0, 700]
+    batch = hf.TransformersCollater(ds.special_ids, decoder_start_token_id=7)(ds.__getitems__(ids))
+    assert set(batch) == {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
+    pad, eos = ds.special_ids.pad, ds.special_ids.eos
+    for k, i in enumerate(ids):
+        src, tgt = ds.row("source", i).long(), ds.row("target", i).long()
+        n, m = len(src), len(tgt)
+        assert batch["input_ids"][k, :n].tolist() == src.tolist() and set(batch["input_ids"][k, n:].tolist()) <= {pad}
+        assert batch["attention_mask"][k].tolist() == [1] * n + [0] * (batch["input_ids"].shape[1] - n)
+        assert batch["labels"][k, :m].tolist() == tgt.tolist() and set(batch["labels"][k, m:].tolist()) <= {-100}
+        assert tgt[-1] == eos
+        assert batch["decoder_input_ids"][k, :m].tolist() == [7, *tgt[:-1].tolist()]
+        assert set(batch["decoder_input_ids"][k, m:].tolist()) <= {pad}
+    default = hf.TransformersCollater(ds.special_ids)(ds.__getitems__(ids))
+    assert default["decoder_input_ids"][:, 0].tolist() == [eos] * 3  # fairseq's prev_output_tokens
+    assert all(t.dtype == torch.int64 for t in batch.values())
+
+
+def test_causal_lm_inputs_from_blocks_and_rows(mono: Path) -> None:
+    blocks = open_blocks(mono, "train", tokens_per_sample=16, break_mode="complete")
+    collate = hf.TransformersCollater(blocks.special_ids, pad_to_multiple_of=8)
+    batch = collate(blocks.__getitems__([3, 1, 9]))
+    assert set(batch) == {"input_ids", "attention_mask", "labels"} and batch["input_ids"].shape[1] % 8 == 0
+    for k, i in enumerate([3, 1, 9]):
+        tokens = blocks[i]["target"].tolist()
+        n = len(tokens)
+        assert batch["input_ids"][k, :n].tolist() == tokens == batch["labels"][k, :n].tolist()
+        assert batch["attention_mask"][k].sum() == n and set(batch["labels"][k, n:].tolist()) <= {-100}
+    rows = open_dataset(mono, "train")
+    whole = hf.TransformersCollater(rows.special_ids)(rows.__getitems__([0, 1]))
+    assert whole["labels"][0, : len(rows.row("tokens", 0))].tolist() == rows.row("tokens", 0).tolist()
+
+
+def test_collater_refuses_other_batches() -> None:
+    with pytest.raises(InvalidParameterError, match="batch: expected columns"):
+        hf.TransformersCollater()([{"id": 0, "text": torch.tensor([1])}])
+    with pytest.raises(InvalidParameterError, match="decoder_start_token_id"):
+        hf.TransformersCollater(decoder_start_token_id=-1)
+
+
+# ----- training and resuming --------------------------------------------------------------------
+
+
+class StopAt(transformers.TrainerCallback):
+    """Stops training after optimizer step ``step`` (a checkpoint is saved there)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step == self.step:
+            control.should_training_stop = True
+        return control
+
+
+class CountingPlan:
+    """A sampler's plan that counts the batches it is asked for (prefetch is off in these samplers)."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan, self.calls = plan, 0
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.plan, name)
+
+    def batch(self, b: int) -> np.ndarray:
+        self.calls += 1
+        return self.plan.batch(b)
+
+
+def _arguments(out: Path, **kw: Any) -> Any:
+    common = {
+        "output_dir": str(out), "use_cpu": True, "report_to": [], "seed": 3, "logging_steps": 1,
+        "save_strategy": "steps", "save_steps": 4, "learning_rate": 3e-3, "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }  # fmt: skip
+    return transformers.Seq2SeqTrainingArguments(**{**common, **kw})
+
+
+def _losses(trainer: Any) -> dict[int, tuple[float, float]]:
+    return {e["step"]: (e["loss"], e["grad_norm"]) for e in trainer.state.log_history if "loss" in e}
+
+
+def _parameters_sha256(model: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _run(make_trainer: Any, out: Path, stop: int | None = None, resume: bool = False) -> tuple[Any, CountingPlan]:
+    trainer = make_trainer(out)
+    plan = CountingPlan(trainer._batches.sampler.plan)
+    trainer._batches.sampler.plan = plan
+    if stop is not None:
+        trainer.add_callback(StopAt(stop))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch/transformers deprecation notes; pytest makes warnings errors
+        trainer.train(resume_from_checkpoint=True if resume else None)
+    return trainer, plan
+
+
+def _assert_resume_continues_exactly(make_trainer: Any, tmp_path: Path, stop: int) -> None:
+    """Per-step losses and gradient norms, and the final parameters, of a run stopped at ``stop`` and resumed
+    from its checkpoint, equal an uninterrupted run's; the resumed sampler makes only the batches trained on."""
+    straight, made = _run(make_trainer, tmp_path / "straight")
+    first, _ = _run(make_trainer, tmp_path / "split", stop=stop)
+    saved = json.loads((tmp_path / "split" / f"checkpoint-{stop}" / "arrowmt-sampler-0.json").read_text())
+    resumed, plan = _run(make_trainer, tmp_path / "split", resume=True)
+    assert straight.state.global_step > stop and resumed.state.global_step == straight.state.global_step
+    expected = _losses(straight)
+    assert len(expected) == straight.state.global_step
+    assert {**_losses(first), **_losses(resumed)} == expected
+    assert _parameters_sha256(resumed.model) == _parameters_sha256(straight.model)
+    per_epoch = len(straight._batches)
+    assert 0 < saved["batches_done"] < per_epoch  # stopped inside an epoch
+    before = (saved["epoch"] - 1) * per_epoch + saved["batches_done"]
+    assert plan.calls == made.calls - before  # no batch before the resume point is made again
+
+
+def test_seq2seq_trainer_resumes_with_exactly_the_next_batch(parallel: Path, tmp_path: Path) -> None:
+    """Marian from a config, two epochs, gradient accumulation over an odd number of batches per epoch."""
+    vocab = len(Dictionary.load(parallel / "dict.de.txt"))
+    ds = open_dataset(parallel, "train")
+
+    def make_trainer(out: Path) -> Any:
+        args = _arguments(out, num_train_epochs=2, gradient_accumulation_steps=2)
+        torch.manual_seed(0)
+        config = transformers.MarianConfig(
+            vocab_size=vocab, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=128,
+            pad_token_id=ds.special_ids.pad, eos_token_id=ds.special_ids.eos,
+            decoder_start_token_id=ds.special_ids.pad, forced_eos_token_id=ds.special_ids.eos,
+        )  # fmt: skip
+        sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=5, prefetch=0)
+        model = transformers.MarianMTModel(config)
+        return hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=sampler)
+
+    trainer = make_trainer(tmp_path / "probe")
+    assert len(trainer._batches) % 2 == 1, "the epoch should not divide into accumulation steps"
+    assert trainer.data_collator.decoder_start_token_id == ds.special_ids.pad
+    _assert_resume_continues_exactly(make_trainer, tmp_path, stop=len(trainer._batches) // 2 // 4 * 4)
+
+
+def test_causal_lm_trainer_on_blocks_resumes_with_exactly_the_next_batch(mono: Path, tmp_path: Path) -> None:
+    """GPT-2 from a config on 32-token blocks, stopped in its second epoch."""
+    blocks = open_blocks(mono, "train", tokens_per_sample=32)
+    vocab = len(Dictionary.load(mono / "dict.en.txt"))
+    per_epoch = len(BlockBatchSampler(blocks, max_tokens=256, seed=5, prefetch=0))
+
+    def make_trainer(out: Path) -> Any:
+        args = _arguments(out, max_steps=per_epoch + per_epoch // 2)
+        torch.manual_seed(0)
+        ids = blocks.special_ids
+        config = transformers.GPT2Config(
+            vocab_size=vocab, n_positions=32, n_embd=16, n_layer=1, n_head=2,
+            bos_token_id=ids.bos, eos_token_id=ids.eos, pad_token_id=ids.pad,
+        )  # fmt: skip
+        sampler = BlockBatchSampler(blocks, max_tokens=256, seed=5, prefetch=0)
+        model = transformers.GPT2LMHeadModel(config)
+        return hf.ArrowMTTrainer(model=model, args=args, train_dataset=blocks, batch_sampler=sampler)
+
+    stop = (per_epoch + per_epoch // 4) // 4 * 4
+    assert per_epoch < stop < per_epoch + per_epoch // 2
+    _assert_resume_continues_exactly(make_trainer, tmp_path, stop=stop)
+    saved = json.loads((tmp_path / "split" / f"checkpoint-{stop}" / "arrowmt-sampler-0.json").read_text())
+    assert saved["epoch"] == 2  # the Trainer's second epoch is the sampler's epoch 2 (arrowmt counts from 1)
+
+
+def test_wrong_sampler_world_and_checkpoint_are_refused(parallel: Path, tmp_path: Path) -> None:
+    ds = open_dataset(parallel, "train")
+    config = transformers.MarianConfig(
+        vocab_size=len(Dictionary.load(parallel / "dict.de.txt")), d_model=8, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=1, decoder_attention_heads=1, encoder_ffn_dim=8, decoder_ffn_dim=8,
+        pad_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+    )  # fmt: skip
+    model, args = transformers.MarianMTModel(config), _arguments(tmp_path / "out", max_steps=2)
+    other_rank = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, num_replicas=2, rank=1)
+    with pytest.raises(InvalidParameterError, match=r"batch_sampler: expected rank 0 of 1 .*got rank 1 of 2"):
+        hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=other_rank)
+    with pytest.raises(InvalidParameterError, match="batch_sampler: expected an arrowmt TokenBatchSampler"):
+        hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=[[0, 1]])
+    sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS)
+    trainer = hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=sampler)
+    foreign = tmp_path / "out" / "checkpoint-2"  # as a plain Trainer leaves it: no sampler position
+    foreign.mkdir(parents=True)
+    with pytest.raises(InputDataError, match=r"checkpoint-2: no arrowmt-sampler-0\.json"):
+        trainer.train(resume_from_checkpoint=str(foreign))
+
+
+def test_without_transformers_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.delitem(sys.modules, "arrowmt.integrations.transformers")
+    with pytest.raises(MissingDependencyError, match=r"pip install 'arrowmt\[transformers\]'"):
+        importlib.import_module("arrowmt.integrations.transformers")

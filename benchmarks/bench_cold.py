@@ -93,8 +93,9 @@ def run_row(name: str, args: argparse.Namespace, budget_mib: int) -> dict:
     finally:
         if group is not None:
             group.rmdir()
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    if done.returncode != 0:  # e.g. killed by the memory budget (exit 137)
+        print(f"{name}: exit {done.returncode}\n{done.stderr[-2000:]}", file=sys.stderr)
+        return {"row": name, "timed_out": True, "failed": done.returncode, "wall_s": time.perf_counter() - started}
     result = json.loads(done.stdout)
     result.update(row=name, timed_out=False, cgroup=done.stderr.strip().splitlines()[-3:] if cold else None)
     return result
@@ -111,7 +112,12 @@ def table(results: list[dict]) -> str:
     ]
     for r in results:
         if r["timed_out"]:
-            lines.append(f"| {r['row']} | | did not finish in {r['wall_s']:.0f} s | | | | | |")
+            why = (
+                f"exit {r['failed']} after {r['wall_s']:.0f} s"
+                if r.get("failed")
+                else f"not done in {r['wall_s']:.0f} s"
+            )
+            lines.append(f"| {r['row']} | | {why} | | | | | |")
             continue
         tps = r["tokens_per_s"]
         x_cache = f"{tps / cache:.2f}" if cache else ""

@@ -108,6 +108,16 @@ def test_maps_are_random_access_by_default_and_sequential_when_asked(
         Split(valid_folder, "valid", access="backwards")
 
 
+def test_open_dataset_and_open_blocks_take_the_access_advice(valid_folder: Path) -> None:
+    import arrowmt
+
+    assert arrowmt.open_dataset(valid_folder, "valid").access == "random"
+    ds = arrowmt.open_dataset(valid_folder, "valid", access="normal")
+    assert ds.access == "normal" and pickle.loads(pickle.dumps(ds)).access == "normal"
+    with pytest.raises(InvalidParameterError, match=r"access: expected one of .* got 'fast'"):
+        arrowmt.open_blocks(valid_folder, "valid", access="fast")
+
+
 def test_sequential_readers_ask_for_sequential_read_ahead(valid_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import arrowmt
 
@@ -366,3 +376,29 @@ def test_mixture_read_ahead_names_each_corpus_rows(tmp_path: Path) -> None:
     batch = mixture.__getitems__(ids)
     expected = [batch.columns[c].row(k).tolist() for k in range(len(ids)) for c in mixture.columns]
     assert sorted(map(tuple, named)) == sorted(map(tuple, expected))
+
+
+# ---------------------------------------------------------------- offsets checksums
+
+
+def test_offsets_checks_read_their_record_batches_ahead_together() -> None:
+    from arrowmt.format._offsets_crc import ManyOffsetChecks, OffsetChecks, offsets_crc
+
+    stored = {("a", b): np.arange(b, b + 5, dtype=np.int32) for b in range(6)}
+    expected = np.array([[offsets_crc(stored["a", b])] for b in range(6)], dtype=np.uint32)
+    asked: list[tuple[str, list[int]]] = []
+
+    def checks() -> OffsetChecks:
+        present = np.ones(6, dtype=bool)
+        return OffsetChecks(
+            Path("f"), ("a",), expected, present, lambda c, b: stored[c, b], lambda c, b: asked.append((c, b.tolist()))
+        )
+
+    one = checks()
+    one.ensure("a", np.array([4, 1, 4, 2]))
+    one.ensure("a", np.array([2, 5]))  # 2 is checked: one batch left, nothing to read ahead together
+    assert asked == [("a", [1, 2, 4])]
+    asked.clear()
+    many = ManyOffsetChecks([checks(), checks()])
+    many.ensure(np.array([7, 0, 3, 9, 11, 3]))  # file 0: batches 0 and 3; file 1: batches 1, 3 and 5
+    assert asked == [("a", [0, 3]), ("a", [1, 3, 5])]

@@ -30,7 +30,8 @@ from arrowmt._errors import FormatError
 
 OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # key in a record batch's custom metadata
 SHOWN_BYTES = 80
-OffsetsOf = Callable[[str, int], np.ndarray]
+OffsetsOf = Callable[[str, int], np.ndarray]  # (column, record batch) -> its offsets as stored
+ReadAhead = Callable[[str, np.ndarray], None]  # (column, record batches) -> start reading their offsets
 """``offsets(column, batch)``: a record batch's offsets (a view of the map)."""
 
 
@@ -68,13 +69,20 @@ class OffsetChecks:
     """
 
     def __init__(
-        self, path: Path, columns: tuple[str, ...], expected: np.ndarray, present: np.ndarray, offsets: OffsetsOf
+        self,
+        path: Path,
+        columns: tuple[str, ...],
+        expected: np.ndarray,
+        present: np.ndarray,
+        offsets: OffsetsOf,
+        read_ahead: ReadAhead | None = None,
     ) -> None:
         self.path = path
         self.columns = columns
         self.expected = expected
         self.present = present
         self._offsets = offsets
+        self._read_ahead = read_ahead
         self._unchecked = {column: present.copy() for column in columns}
         self._pending = dict.fromkeys(columns, int(np.count_nonzero(present)))
 
@@ -85,6 +93,7 @@ class OffsetChecks:
         columns: tuple[str, ...],
         batch_metadata: Sequence[Mapping[bytes, bytes] | None],
         offsets: OffsetsOf,
+        read_ahead: ReadAhead | None = None,
     ) -> OffsetChecks:
         """The checks of a file of ``columns`` whose record batches carry ``batch_metadata`` (FormatError if bad)."""
         expected = np.zeros((len(batch_metadata), len(columns)), dtype=np.uint32)
@@ -94,15 +103,22 @@ class OffsetChecks:
             if raw is not None:
                 expected[b] = decode_offsets_crcs(raw, columns, f"{path}: record batch {b}")
                 present[b] = True
-        return cls(path, columns, expected, present, offsets)
+        return cls(path, columns, expected, present, offsets, read_ahead)
 
     def ensure(self, column: str, batches: np.ndarray) -> None:
         """Check the record batches ``batches`` (any order, repeats allowed) of ``column`` not checked yet."""
         if not self._pending[column]:
             return
-        todo = batches[self._unchecked[column][batches]]
-        for b in np.unique(todo).tolist():
+        todo = np.unique(batches[self._unchecked[column][batches]])
+        self.read_ahead(column, todo)
+        for b in todo.tolist():
             self.ensure_one(column, b)
+
+    def read_ahead(self, column: str, batches: np.ndarray) -> None:
+        """Ask for the offsets of several record batches at once before checking them one by one: with
+        random-access advice each would otherwise be read a page per fault (a hint; nothing if none given)."""
+        if self._read_ahead is not None and batches.shape[0] > 1:
+            self._read_ahead(column, batches)
 
     def ensure_one(self, column: str, b: int) -> None:
         """Check record batch ``b`` of ``column`` unless done or unrecorded; FormatError naming it on a mismatch."""
@@ -139,9 +155,19 @@ class ManyOffsetChecks:
         todo = numbers[self._unchecked[numbers]]
         if not todo.size:
             return
-        for number in np.unique(todo).tolist():
+        todo = np.unique(todo)
+        self._read_ahead(todo)
+        for number in todo.tolist():
             k = int(np.searchsorted(self.first, number, side="right")) - 1
             for column in self.checks[k].columns:
                 self.checks[k].ensure_one(column, number - int(self.first[k]))
             self._unchecked[number] = False
         self._pending = bool(self._unchecked.any())
+
+    def _read_ahead(self, numbers: np.ndarray) -> None:
+        """:meth:`OffsetChecks.read_ahead` of the record batches behind ``numbers`` (sorted), file by file."""
+        files = np.searchsorted(self.first, numbers, side="right") - 1
+        for k in np.unique(files).tolist():
+            batches = numbers[files == k] - self.first[k]
+            for column in self.checks[k].columns:
+                self.checks[k].read_ahead(column, batches)

@@ -125,7 +125,9 @@ class SplitFile:
             name: _column_layout(self.path, name, [b.column(k) for b in batches], base, self.words)
             for k, name in enumerate(self.columns)
         }
-        self.offset_checks = OffsetChecks.of(self.path, self.columns, batch_metadata, self.stored_offsets)
+        self.offset_checks = OffsetChecks.of(
+            self.path, self.columns, batch_metadata, self.stored_offsets, self.will_need_offsets
+        )
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "stamp": self.stamp, "access": self.access}
@@ -244,11 +246,13 @@ class SplitFile:
         self.offset_checks.ensure_one(column, batch.batch)
         return counts
 
-    def will_need_offsets(self, column: str) -> None:
-        """Start reading every offset of ``column`` (one read-ahead per record batch) before a pass over them."""
+    def will_need_offsets(self, column: str, batches: np.ndarray | None = None) -> None:
+        """Start reading the offsets of ``column`` in record batches ``batches`` (default: all; one read-ahead
+        per record batch) before a pass over them."""
         layout, rpb = self.layouts[column], self.rows_per_batch
-        counts = np.minimum(rpb, len(self) - np.arange(layout.offsets_pos.shape[0]) * rpb)
-        will_need([self.ranges(layout.offsets_pos, counts + 1)])
+        batches = np.arange(layout.offsets_pos.shape[0]) if batches is None else np.asarray(batches, dtype=np.int64)
+        counts = np.minimum(rpb, len(self) - batches * rpb)
+        will_need([self.ranges(layout.offsets_pos[batches], counts + 1)])
 
     def stored_offsets(self, column: str, b: int) -> np.ndarray:
         """Record batch ``b``'s offsets of ``column`` as stored (an unchecked view of the map)."""

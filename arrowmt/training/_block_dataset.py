@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._metadata import SpecialIds
-from arrowmt.format._readahead import WordRanges
+from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans
 from arrowmt.format._split import Split
@@ -188,6 +188,9 @@ def open_blocks(
     break_mode: str = "none",
     document_sep_len: int = 1,
     cache_dir: str | os.PathLike[str] | None = None,
+    access: str = DEFAULT_ACCESS,
 ) -> BlockDataset:
-    """The token blocks of split ``split`` (all its shards) of the monolingual arrowmt folder at ``path``."""
-    return BlockDataset(Split(path, split), tokens_per_sample, break_mode, document_sep_len, cache_dir)
+    """The token blocks of split ``split`` (all its shards) of the monolingual arrowmt folder at ``path``
+    (``access``: the maps' access advice, as in :func:`~arrowmt.training._dataset.open_dataset`)."""
+    split_files = Split(path, split, access=access)
+    return BlockDataset(split_files, tokens_per_sample, break_mode, document_sep_len, cache_dir)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from arrowmt.format._readahead import DEFAULT_ACCESS
 from arrowmt.format._split import Split
 from arrowmt.training._batch import GatheredBatch
 
@@ -40,6 +41,11 @@ class ArrowMTDataset(Split, Dataset):
         return GatheredBatch(ids, {c: self.located_spans(c, shard, local) for c in self.columns})
 
 
-def open_dataset(path: str | os.PathLike[str], split: str = "train") -> ArrowMTDataset:
-    """Open split ``split`` (all its shards) of the arrowmt folder at ``path``."""
-    return ArrowMTDataset(path, split)
+def open_dataset(path: str | os.PathLike[str], split: str = "train", access: str = DEFAULT_ACCESS) -> ArrowMTDataset:
+    """Open split ``split`` (all its shards) of the arrowmt folder at ``path``.
+
+    ``access``: how the kernel reads the memory maps: ``"random"`` (the default: only the
+    pages rows touch, with the samplers' read-ahead of the next batches), ``"sequential"``
+    or ``"normal"`` (the kernel's read-around of every fault; see :mod:`arrowmt.format._readahead`).
+    """
+    return ArrowMTDataset(path, split, access=access)

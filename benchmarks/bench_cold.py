@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ ROOT = HERE.parent
 SMALL_RAM = ROOT.parent / "shared" / "tools" / "small_ram.sh"
 BLKIO = Path("/sys/fs/cgroup/blkio")
 
-ROWS = {  # name: (system, options, cold, slow: reads --slow-batches batches)
+ROWS = {  # name: (system, options, cold (else reads --cache-batches), slow: reads --slow-batches batches)
     "arrowmt in cache": ("arrowmt", [], False, False),
     "arrowmt in cache, no read-ahead": ("arrowmt", ["--prefetch", "0"], False, False),
     "arrowmt cold": ("arrowmt", [], True, False),
@@ -76,9 +77,35 @@ def _whole_disk(device: tuple[int, int]) -> str:
     return f"{device[0]}:{device[1]}"
 
 
+def read_into_cache(data: Path) -> None:
+    """Read the corpus into the page cache (again before every in-cache row: this VM's kernel reclaims cold
+    pages in the background, DAMON's ``kdamond``, so pages read minutes earlier may be gone)."""
+    for path in sorted((data / "arrowmt").glob("*.arrow")):
+        with open(path, "rb") as handle:
+            while handle.read(1 << 24):
+                pass
+
+
+def run_to_limit(command: list[str], timeout: float) -> subprocess.CompletedProcess | None:
+    """Run ``command`` in a session of its own; past ``timeout`` seconds kill the whole session (the measured
+    process is a grandchild, which a plain ``subprocess.run`` timeout would leave running) and return None."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            return None
+    return subprocess.CompletedProcess(command, p.returncode, out, err)
+
+
 def run_row(name: str, args: argparse.Namespace, budget_mib: int) -> dict:
     system, extra, cold, slow = ROWS[name]
-    batches = args.slow_batches if slow else args.batches
+    if not cold:
+        read_into_cache(args.data)
+    batches = args.slow_batches if slow else args.batches if cold else args.cache_batches
     command = [sys.executable, str(HERE / "run_one.py"), system, "--data", str(args.data), "--cpu", "-1"]
     command += ["--world", str(args.world), "--max-batches", str(batches), *extra]
     group = None
@@ -87,12 +114,12 @@ def run_row(name: str, args: argparse.Namespace, budget_mib: int) -> dict:
         command = ["bash", str(SMALL_RAM), str(budget_mib), str(args.data), "--", *command]
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"row": name, "timed_out": True, "wall_s": time.perf_counter() - started}
+        done = run_to_limit(command, args.timeout)
     finally:
         if group is not None:
             group.rmdir()
+    if done is None:
+        return {"row": name, "timed_out": True, "wall_s": time.perf_counter() - started}
     if done.returncode != 0:  # e.g. killed by the memory budget (exit 137)
         print(f"{name}: exit {done.returncode}\n{done.stderr[-2000:]}", file=sys.stderr)
         return {"row": name, "timed_out": True, "failed": done.returncode, "wall_s": time.perf_counter() - started}
@@ -135,6 +162,7 @@ def main() -> int:
     p.add_argument("--data", type=Path, required=True, help="corpus folder from make_corpus.py")
     p.add_argument("--world", type=int, default=8)
     p.add_argument("--batches", type=int, default=300)
+    p.add_argument("--cache-batches", type=int, default=3000, help="batches of the in-cache rows (a longer run)")
     p.add_argument("--slow-batches", type=int, default=60, help="batches of the slow rows (peers, arrowmt before)")
     p.add_argument("--budget", type=int, default=0, help="MiB incl. page cache (0: a third of the corpus)")
     p.add_argument("--throttle", help="BPS,IOPS read limits of the disk (blkio), e.g. 100000000,2000")
@@ -150,10 +178,6 @@ def main() -> int:
         capture_output=True,
         check=True,
     )
-    for path in sorted((args.data / "arrowmt").glob("*.arrow")):  # the in-cache rows read a corpus in the page cache
-        with open(path, "rb") as handle:
-            while handle.read(1 << 24):
-                pass
     results = []
     for name in args.rows:
         results.append(run_row(name, args, budget))

@@ -160,6 +160,7 @@ class Arrowmt:
         self.sampler = MixtureBatchSampler(
             self.mixture, max_tokens=MAX_TOKENS, max_source_positions=1024, max_target_positions=1024,
             seed=SEED, temperature=TEMPERATURE, resample_seed=2, skip_invalid_size_inputs=True,
+            prefetch=int(os.environ.get("BENCH_PREFETCH", "8")),  # read-ahead depth (bench_cold-style runs: 0 = off)
         )  # fmt: skip
         self.num_batches = len(self.sampler)  # maps (or builds) the epoch's plan
         collate = self.mixture.tag_collater(FairseqCollater(self.mixture.special_ids))

@@ -78,6 +78,32 @@ def test_a_refused_read_ahead_is_only_a_lost_hint() -> None:
     assert will_need([ranges([0], [4], fail=True)]) == 0
 
 
+def test_ranges_of_several_maps_are_merged_as_page_runs_of_the_address_space(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(_readahead, "_libc_madvise", lambda: lambda *call: calls.append(call) or 0)
+    words = PAGE // 4
+    first = WordRanges(FakeMap(4 * PAGE), 10 * PAGE, np.array([0, 3 * words]), np.array([2, 1]))  # type: ignore[arg-type]
+    second = WordRanges(FakeMap(4 * PAGE), 14 * PAGE, np.array([0, 3 * words]), np.array([1, 5 * words]))  # type: ignore[arg-type]
+    assert will_need([first, second]) == 1 + 2 + 1  # page 10; 13-14 across the two maps; 17, cut at the map's end
+    willneed = mmap.MADV_WILLNEED
+    assert calls == [(10 * PAGE, PAGE, willneed), (13 * PAGE, 2 * PAGE, willneed), (17 * PAGE, PAGE, willneed)]
+    assert first.mapped.calls == second.mapped.calls == []  # type: ignore[attr-defined]
+
+
+def test_a_refused_run_of_several_maps_ends_the_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_readahead, "_libc_madvise", lambda: lambda *call: -1)
+    parts = [WordRanges(FakeMap(PAGE), k * PAGE, np.array([0]), np.array([1])) for k in (1, 5)]  # type: ignore[arg-type]
+    assert will_need(parts) == 0
+
+
+def test_residency_of_a_batch_over_many_corpora_is_sampled_in_some(monkeypatch: pytest.MonkeyPatch) -> None:
+    sampled: list[int] = []
+    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: sampled.append(part.address) or len(pages))
+    parts = [WordRanges(FakeMap(PAGE), k * PAGE, np.array([0]), np.array([1])) for k in range(100)]  # type: ignore[arg-type]
+    assert Prefetcher(parts[0], 8, lambda q: None)._resident(parts)  # type: ignore[arg-type]
+    assert len(sampled) == _prefetch.SAMPLE_PAGES and sampled[0] == 0 and sampled[-1] == 99 * PAGE
+
+
 # ---------------------------------------------------------------- advice
 
 

@@ -102,6 +102,8 @@ class Prefetcher:
     def _resident(self, ranges: list[WordRanges]) -> bool:
         """Whether a sample of the pages of ``ranges`` is all in the page cache (False when unknown)."""
         self.sampled += 1
+        if len(ranges) > SAMPLE_PAGES:  # a mixture's many corpora: sample some of them, spread over the batch
+            ranges = [ranges[k] for k in np.linspace(0, len(ranges) - 1, SAMPLE_PAGES).astype(np.int64).tolist()]
         parts = [(part, word_page_runs(part)[0]) for part in ranges]
         total = sum(int(first.shape[0]) for _, first in parts)
         if total == 0:

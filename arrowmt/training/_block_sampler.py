@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
+from arrowmt.plans._block_plan import BlockBatchParams, cache_folder, load_block_plan
+from arrowmt.plans._bucketing import check_seed
+from arrowmt.plans._sources import check_source
 from arrowmt.training._block_dataset import BlockDataset
-from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_block_plan
-from arrowmt.training._bucketing import check_seed
 from arrowmt.training._prefetch import DEFAULT_DEPTH, check_depth
 from arrowmt.training._sampler import PlanSampler
-from arrowmt.training._sources import check_source
 from arrowmt.training._world import resolve_world
 
 BLOCK_SOURCE = "a BlockDataset (arrowmt.open_blocks(folder, split, tokens_per_sample, break_mode))"

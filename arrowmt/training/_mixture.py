@@ -6,14 +6,12 @@ comes from (for tags and per-corpus counts). It is a torch dataset whose
 ``__getitems__`` gathers a batch from all its corpora at once.
 
 :class:`MixtureBatchSampler` draws each epoch's rows with per-corpus weights or a
-temperature over the sizes (:mod:`arrowmt.training._mixing`: fairseq's
+temperature over the sizes (:mod:`arrowmt.plans._mixing`: fairseq's
 ``translation_multi_simple_epoch`` arithmetic, deterministic in (seed, epoch)),
-plans fairseq's token-budget batches over them (:func:`arrowmt.training._plan.build_plan`,
-tags counted) and stores the plan as a memory-mapped file shared by every rank
-(:mod:`arrowmt.training._plan_cache`). The plan of an epoch is named by its
-content (corpora, batching, ratios, epoch size, seed, epoch), so weights or the
-temperature may change from one epoch to the next (a schedule) and nothing is reconverted. Each
-mixture keeps its last ``keep_plans`` epoch plans in ``<cache>/mixture-<id>/``.
+plans fairseq's token-budget batches over them and stores the plan as a memory-mapped
+file shared by every rank (:mod:`arrowmt.plans._mixture_plan`). The plan of an epoch is
+named by its content (corpora, batching, ratios, epoch size, seed, epoch), so weights or the
+temperature may change from one epoch to the next (a schedule) and nothing is reconverted.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,29 +33,28 @@ from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import check_indices
-from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.format._spans import Spans
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._bucketing import check_seed, compact_counts, report_skipped
-from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._mixing import (
+from arrowmt.plans._bucketing import check_seed
+from arrowmt.plans._mixing import (
     as_sizes,
     check_temperature,
     check_weights,
     corpus_of,
     offsets_of,
-    resample,
     resample_counts,
     temperature_ratios,
 )
+from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
+from arrowmt.plans._plan import PlanParams
+from arrowmt.plans._plan_cache import BatchPlan
+from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
-from arrowmt.training._plan import PlanParams, build_plan, key_fields
-from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.training._prefetch import DEFAULT_DEPTH
 from arrowmt.training._sampler import PlanSampler
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset
-from arrowmt.training._world import release_free_heap, resolve_world
+from arrowmt.training._world import resolve_world
 
 logger = logging.getLogger(__name__)
 
@@ -276,91 +272,6 @@ def open_mixture(
     """Open every corpus (see :func:`open_corpus`; folders give their ``split``) as one :class:`Mixture`."""
     manifests: dict[Path, Manifest] = {}
     return Mixture({name: open_corpus(source, split, manifests) for name, source in corpora.items()}, tags)
-
-
-# ---------------------------------------------------------------- epoch plans
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How an epoch's rows are drawn: ``ratios`` None is plain concatenation (every row once, no draw)."""
-
-    ratios: np.ndarray | None
-    epoch_size: int | None
-    seed: int
-    epoch: int
-
-    def key_fields(self) -> dict[str, object]:
-        if self.ratios is None:
-            return {"ratios": None}
-        return {"ratios": self.ratios.tolist(), "epoch_size": self.epoch_size, "resample": [self.seed, self.epoch]}
-
-
-@dataclass(frozen=True)
-class _SampledRows:
-    """The lengths of an epoch's drawn rows, shaped as ``build_plan`` reads a split."""
-
-    columns: tuple[str, ...]
-    drawn: dict[str, np.ndarray]
-    path: Path
-    split: str = "mixture"
-
-    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: Any = np.int64) -> np.ndarray:
-        return self.drawn[column]
-
-
-def build_mixture_plan(mixture: Mixture, params: PlanParams, sampling: Sampling) -> PlanArrays:
-    """fairseq's batches over the epoch's drawn rows, as global ids of ``mixture``."""
-    rows = None
-    if sampling.ratios is not None:
-        rows, _ = resample(mixture.sizes, sampling.ratios, sampling.epoch_size, sampling.seed, sampling.epoch)
-    drawn = {}
-    for column in mixture.columns:
-        lengths = compact_counts(mixture.lengths(column, dtype=np.int32))
-        drawn[column] = lengths if rows is None else lengths[rows]
-        del lengths
-    plan = build_plan(_SampledRows(mixture.columns, drawn, mixture.path), params)  # type: ignore[arg-type]
-    if rows is None:
-        return plan
-    return PlanArrays(rows[plan.indices], plan.offsets, plan.dropped)
-
-
-def plan_folder(mixture: Mixture, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> Path:
-    """Where the epoch plans of ``mixture`` with ``params`` live: ``<cache>/mixture-<id>``."""
-    family = plan_key({"mixture": mixture.fingerprint(), "rows": len(mixture), **key_fields(params)})
-    base = Path(cache_dir) if cache_dir is not None else mixture.path / CACHE_DIR_NAME
-    return base / f"{PLAN_FOLDER_PREFIX}{family[:16]}"
-
-
-def load_mixture_plan(
-    mixture: Mixture,
-    params: PlanParams,
-    sampling: Sampling,
-    cache_dir: str | os.PathLike[str] | None = None,
-    keep_plans: int = 2,
-) -> BatchPlan:
-    """The batch plan of one epoch of ``mixture``: mapped from the cache, else built once under a lock.
-
-    Afterwards only the ``keep_plans`` most recently used plans of this mixture stay in its folder.
-    """
-    folder = plan_folder(mixture, params, cache_dir)
-    key = plan_key({"folder": folder.name, **sampling.key_fields()})
-    plan = load_or_build_plan(folder, key, len(mixture), lambda: build_mixture_plan(mixture, params, sampling))
-    if plan.built:
-        release_free_heap()
-    _keep_recent(folder, plan.path, keep_plans)
-    report_skipped(f"mixture {folder}", plan.indices.size, plan.dropped, "drawn samples", "the length limits")
-    return plan
-
-
-def _keep_recent(folder: Path, current: Path, keep: int) -> None:
-    """Mark ``current`` as just used and remove all but the ``keep`` most recently used plans (and their locks)."""
-    os.utime(current)
-    plans = sorted(folder.glob(PLAN_GLOB), key=lambda p: p.stat().st_mtime_ns if p.exists() else 0, reverse=True)
-    for old in plans[keep:]:
-        if old != current:
-            old.unlink(missing_ok=True)
-            old.with_name(old.name + ".lock").unlink(missing_ok=True)
 
 
 class MixtureBatchSampler(PlanSampler):

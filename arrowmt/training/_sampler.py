@@ -6,7 +6,7 @@ batch id); this module yields plan batches as lists; a collater turns each into 
 
 Each epoch the plan's batch ids are shuffled with ``seed + epoch`` (the *epoch order*)
 and dealt to the ranks: rank r of k takes positions r, r + k, ... of it, every rank the
-same number (short ranks wrap around, see :func:`arrowmt.training._bucketing.shard_batches`).
+same number (short ranks wrap around, see :func:`arrowmt.plans._bucketing.shard_batches`).
 
 Resume. ``state_dict()`` is where this rank stands: after the sampler has yielded k
 batches it says k, at the moment the k-th one is handed out. torchdata's
@@ -35,14 +35,14 @@ from torch.utils.data import Sampler
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._split import Split
-from arrowmt.training._bucketing import (
+from arrowmt.plans._bucketing import (
     check_seed,
     epoch_batch_order,
     resume_start,
     shard_batches,
     shard_length,
 )
-from arrowmt.training._plan import PlanParams, load_plan
+from arrowmt.plans._plan import PlanParams, load_plan
 from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.training._world import resolve_world
 

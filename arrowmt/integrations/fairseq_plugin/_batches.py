@@ -8,7 +8,7 @@ epoch with ``rebuild_batches``. Its ``EpochBatchIterator`` then shuffles the
 batches per epoch with ``seed + epoch``, gives rank r of k batches r, r + k, ...
 (short ranks get empty batches) and saves and resumes its position.
 
-Here the three steps are an arrowmt plan (:func:`arrowmt.training._plan.load_plan`:
+Here the three steps are an arrowmt plan (:func:`arrowmt.plans._plan.load_plan`:
 built once, then memory-mapped from a cache file shared by every rank and
 run), and the rest is fairseq's own ``EpochBatchIterator``, built with the
 arguments native fairseq gives it. The batches, their order on every rank, and
@@ -29,7 +29,7 @@ from fairseq.data import iterators
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
-from arrowmt.training._plan import PlanParams, load_plan
+from arrowmt.plans._plan import PlanParams, load_plan
 from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
 
 logger = logging.getLogger(__name__)

@@ -35,8 +35,8 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
 from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
 from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths
+from arrowmt.plans._block_plan import BlockBatchParams, cache_folder, load_block_plan
 from arrowmt.training._block_dataset import BlockDataset
-from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_block_plan
 
 logger = logging.getLogger(__name__)
 

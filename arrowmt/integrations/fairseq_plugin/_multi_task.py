@@ -38,11 +38,12 @@ from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.integrations.fairseq_plugin._batches import ReadAheadEpochBatchIterator, position_limits
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
 from arrowmt.integrations.fairseq_plugin._task import check_symbols
+from arrowmt.plans._mixing import temperature_ratios
+from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
+from arrowmt.plans._plan import PlanParams
 from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import open_dataset
-from arrowmt.training._mixing import temperature_ratios
-from arrowmt.training._mixture import Corpus, Mixture, Sampling, load_mixture_plan
-from arrowmt.training._plan import PlanParams
+from arrowmt.training._mixture import Corpus, Mixture
 from arrowmt.training._prefetch import DEFAULT_DEPTH, check_depth
 from arrowmt.training._tags import Tags
 from arrowmt.training._view_dataset import open_view_dataset

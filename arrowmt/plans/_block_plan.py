@@ -8,7 +8,7 @@ Two cached parts, each named by the hash of what it depends on:
   table: block ``i`` is row ``i``;
 * the **batch plan** over blocks (fairseq's ``MonolingualDataset`` order, the
   ``max_positions`` filter and ``batch_by_size``): an ordinary batch-plan file of
-  :mod:`arrowmt.training._plan_cache`, its "rows" being blocks.
+  :mod:`arrowmt.plans._plan_cache`, its "rows" being blocks.
 
 A block table is a side file (:mod:`arrowmt.format._sidefile`: one header with a
 CRC-32 of the whole contents checked on open, atomic write, build-once lock,
@@ -49,7 +49,7 @@ from arrowmt.format._sidefile import (
     write_side_file,
 )
 from arrowmt.format._split import Split
-from arrowmt.training._blocks import (
+from arrowmt.plans._blocks import (
     HEADS,
     check_break_mode,
     lm_order,
@@ -58,7 +58,7 @@ from arrowmt.training._blocks import (
     packed_bounds,
     row_starts,
 )
-from arrowmt.training._bucketing import (
+from arrowmt.plans._bucketing import (
     batch_by_size,
     check_limit,
     check_seed,
@@ -66,9 +66,9 @@ from arrowmt.training._bucketing import (
     drop_too_long,
     report_skipped,
 )
-from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
-from arrowmt.training._token_stream import TokenStream
-from arrowmt.training._world import release_free_heap
+from arrowmt.plans._heap import release_free_heap
+from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.plans._token_stream import TokenStream
 
 CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
 

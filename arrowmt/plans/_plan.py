@@ -1,7 +1,7 @@
 """The batch plan of a split: fairseq's order, size filter and ``batch_by_size``, built once and memory-mapped.
 
 :class:`PlanParams` holds (and validates, once) everything the plan depends on besides the split's
-content; :func:`load_plan` returns the plan from the shared cache (see :mod:`arrowmt.training._plan_cache`),
+content; :func:`load_plan` returns the plan from the shared cache (see :mod:`arrowmt.plans._plan_cache`),
 building it under a lock the first time.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
 from arrowmt.format._split import Split
-from arrowmt.training._bucketing import (
+from arrowmt.plans._bucketing import (
     batch_by_size,
     check_limit,
     check_seed,
@@ -28,9 +28,9 @@ from arrowmt.training._bucketing import (
     report_skipped,
     too_long_error,
 )
-from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
-from arrowmt.training._sources import check_source
-from arrowmt.training._world import release_free_heap
+from arrowmt.plans._heap import release_free_heap
+from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.plans._sources import check_source
 
 LIMIT_FIELDS = (
     "max_tokens",

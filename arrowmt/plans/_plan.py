@@ -1,15 +1,15 @@
 """The batch plan of a split: fairseq's order, size filter and ``batch_by_size``, built once and memory-mapped.
 
-:class:`PlanParams` holds (and validates, once) everything the plan depends on besides the split's
-content; :func:`load_plan` returns the plan from the shared cache (see :mod:`arrowmt.plans._plan_cache`),
-building it under a lock the first time.
+:class:`PlanParams` is the batching spec of a pair plan (a :class:`~arrowmt.plans._spec.BatchSpec`,
+which validates it once); :func:`load_plan` returns the plan from the shared cache (see
+:mod:`arrowmt.plans._plan_cache`), building it under a lock the first time.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +19,6 @@ from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
 from arrowmt.format._split import Split
 from arrowmt.plans._bucketing import (
     batch_by_size,
-    check_limit,
-    check_seed,
     compact_counts,
     drop_too_long,
     filter_by_size,
@@ -31,19 +29,12 @@ from arrowmt.plans._bucketing import (
 from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._sources import check_source
-
-LIMIT_FIELDS = (
-    "max_tokens",
-    "max_sentences",
-    "required_batch_size_multiple",
-    "max_source_positions",
-    "max_target_positions",
-)
+from arrowmt.plans._spec import SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, pair_limits
 
 
-@dataclass(frozen=True)
-class PlanParams:
-    """Everything the batch plan depends on besides the dataset's content.
+@dataclass(frozen=True, init=False)
+class PlanParams(BatchSpec):
+    """The :class:`~arrowmt.plans._spec.BatchSpec` of a parallel (or monolingual) split, in fairseq's argument order.
 
     ``seed`` seeds the order (fairseq's ``numpy_seed``; None: no shuffle). ``reverse``
     plans the reverse direction of a parallel split: its ``target`` column is the
@@ -51,20 +42,31 @@ class PlanParams:
     ``source`` column the target side.
     """
 
-    max_tokens: int | None
-    max_sentences: int | None
-    required_batch_size_multiple: int
-    max_source_positions: int | None
-    max_target_positions: int | None
-    seed: int | None
-    skip_invalid_size_inputs: bool
     reverse: bool = False
 
-    def __post_init__(self) -> None:
-        for name in LIMIT_FIELDS:
-            check_limit(name, getattr(self, name))
-        if self.seed is not None:
-            check_seed("seed", self.seed)
+    def __init__(
+        self,
+        max_tokens: int | None,
+        max_sentences: int | None,
+        required_batch_size_multiple: int,
+        max_source_positions: int | None,
+        max_target_positions: int | None,
+        seed: int | None,
+        skip_invalid_size_inputs: bool,
+        reverse: bool = False,
+    ) -> None:
+        object.__setattr__(self, "reverse", reverse)
+        limits = pair_limits(max_source_positions, max_target_positions)
+        skip = skip_invalid_size_inputs
+        super().__init__(max_tokens, max_sentences, required_batch_size_multiple, limits, seed, skip)
+
+    @property
+    def max_source_positions(self) -> int | None:
+        return self.limit(SOURCE_LIMIT)
+
+    @property
+    def max_target_positions(self) -> int | None:
+        return self.limit(TARGET_LIMIT)
 
 
 def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
@@ -74,9 +76,9 @@ def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
 
 def key_fields(params: PlanParams) -> dict[str, object]:
     """The fields that name a plan: all of ``params``, ``reverse`` only when set (keys of earlier plans stay)."""
-    fields = asdict(params)
-    if not params.reverse:
-        del fields["reverse"]
+    fields = params.key_fields()
+    if params.reverse:
+        fields["reverse"] = True
     return fields
 
 

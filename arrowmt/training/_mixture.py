@@ -47,14 +47,14 @@ from arrowmt.plans._mixing import (
 from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
 from arrowmt.plans._plan import PlanParams
 from arrowmt.plans._plan_cache import BatchPlan
+from arrowmt.plans._provider import EpochPlans
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
 from arrowmt.training._prefetch import DEFAULT_DEPTH
-from arrowmt.training._sampler import PlanSampler
+from arrowmt.training._sampler import PlanSampler, sampler_world
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset
-from arrowmt.training._world import resolve_world
 
 logger = logging.getLogger(__name__)
 
@@ -317,8 +317,7 @@ class MixtureBatchSampler(PlanSampler):
         keep_plans: int = 2,
         prefetch: int = DEFAULT_DEPTH,
     ) -> None:
-        check_seed("seed", seed)
-        num_replicas, rank = resolve_world(num_replicas, rank)
+        num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
         if weights is not None and temperature is not None:
             raise InvalidParameterError(f"temperature: expected None when weights are given, got {temperature!r}")
         self.mixture = mixture
@@ -339,12 +338,12 @@ class MixtureBatchSampler(PlanSampler):
         self._weights: WeightSchedule | None = None
         self.temperature: TemperatureSchedule | None = None
         self._pinned: dict[int, np.ndarray | None] = {}  # epoch -> ratios fixed by a loaded state or a change
-        self._current: tuple[int, BatchPlan] | None = None
+        self._epoch_plans = EpochPlans(self.epoch_plan)
         if temperature is not None:
             self.set_temperature(temperature)
         else:
             self.set_weights(weights)
-        super().__init__(None, seed, shuffle, num_replicas, rank, mixture, prefetch)  # type: ignore[arg-type]
+        super().__init__(self._epoch_plans, seed, shuffle, num_replicas, rank, mixture, prefetch)
 
     def __repr__(self) -> str:
         """Without loading a plan (each epoch's is drawn when first needed)."""
@@ -359,18 +358,7 @@ class MixtureBatchSampler(PlanSampler):
             return "weight schedule"
         return "concatenation" if self._weights is None else f"weights {self._as_ratios(self._weights).tolist()}"
 
-    # -- the plan of the current epoch, loaded when first needed
-
-    @property
-    def plan(self) -> BatchPlan:  # type: ignore[override]
-        if self._current is None or self._current[0] != self.epoch:
-            self._current = (self.epoch, self.epoch_plan(self.epoch))
-            self._order = None
-        return self._current[1]
-
-    @plan.setter
-    def plan(self, value: object) -> None:  # PlanSampler.__init__ assigns it; plans are per epoch here
-        self._current = None
+    # -- each epoch's plan (the sampler's plan provider), loaded when first needed
 
     def epoch_plan(self, epoch: int) -> BatchPlan:
         """Epoch ``epoch``'s batch plan (built once, then mapped from the cache)."""
@@ -399,8 +387,9 @@ class MixtureBatchSampler(PlanSampler):
 
     def _keep_current_draw(self) -> None:
         """Pin the ratios of the epoch whose plan is loaded: a change of rule applies from the next epoch."""
-        if self._current is not None:
-            self._pinned[self._current[0]] = self.epoch_ratios(self._current[0])
+        loaded = self._epoch_plans.loaded_epoch
+        if loaded is not None:
+            self._pinned[loaded] = self.epoch_ratios(loaded)
 
     def epoch_ratios(self, epoch: int) -> np.ndarray | None:
         """The sampling ratios of epoch ``epoch`` (not normalized), or None for plain concatenation."""
@@ -447,12 +436,6 @@ class MixtureBatchSampler(PlanSampler):
         if "ratios" in state:
             ratios = state["ratios"]
             self._pinned[epoch] = None if ratios is None else self._as_ratios(ratios)
-            if self._current is not None and self._current[0] == epoch:
-                self._current = None  # drawn with other ratios
-        previous = self.epoch
-        self.epoch = epoch  # so that the checks compare with that epoch's plan
-        try:
-            super().load_state_dict(state)
-        finally:
-            if not self._resume:
-                self.epoch = previous
+            if self._epoch_plans.loaded_epoch == epoch:
+                self._epoch_plans.forget()  # drawn with other ratios
+        super().load_state_dict(state)

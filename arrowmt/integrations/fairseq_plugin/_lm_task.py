@@ -35,7 +35,8 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
 from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
 from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths
-from arrowmt.plans._block_plan import BlockBatchParams, cache_folder, load_block_plan
+from arrowmt.plans._block_plan import cache_folder, load_block_plan
+from arrowmt.plans._spec import block_spec
 from arrowmt.training._block_dataset import BlockDataset
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class PlannedBlockBatches:
 
     def __call__(self, dataset: ArrowBlocksLMDataset, epoch: int) -> list[np.ndarray]:
         opts = self.opts
-        params = BlockBatchParams(
+        params = block_spec(
             max_tokens=opts.max_tokens,
             max_sentences=opts.max_sentences,
             required_batch_size_multiple=opts.required_batch_size_multiple,

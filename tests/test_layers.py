@@ -111,6 +111,40 @@ def test_plans_import_only_the_core_and_the_format() -> None:
     assert bad == []
 
 
+# Packages whose modules other packages may still import privately: they get a public face next (issue 17).
+WITHOUT_FACE = ("arrowmt.format", "arrowmt.converters")
+
+
+def private_package(name: str) -> str | None:
+    """The package whose private module ``name`` is (``arrowmt.plans`` for ``arrowmt.plans._plan``), else None."""
+    parts = name.split(".")
+    private = [i for i, part in enumerate(parts) if part.startswith("_")]
+    return ".".join(parts[: private[0]]) if private else None
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    """Other packages import a package's public face (its ``__init__``); the core (``arrowmt._errors``, ...) is
+    everyone's."""
+    violations = []
+    for module, path in modules().items():
+        own = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for name in imported(path, module):
+            package = private_package(name)
+            if package is None or package in (own, "arrowmt") or package in WITHOUT_FACE:
+                continue
+            if package.startswith("arrowmt"):
+                violations.append(f"{module} imports {name}")
+    assert violations == []
+
+
+def test_faces_export_what_they_import() -> None:
+    import arrowmt.plans
+    import arrowmt.training
+
+    for face in (arrowmt.plans, arrowmt.training):
+        assert face.__all__ and all(hasattr(face, name) for name in face.__all__)
+
+
 def test_importing_every_plan_module_does_not_load_torch() -> None:
     names = sorted(module for module in modules() if module.startswith("arrowmt.plans"))
     code = (

@@ -29,7 +29,7 @@ from arrowmt.plans._bucketing import (
 from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._sources import check_source
-from arrowmt.plans._spec import SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, pair_limits
+from arrowmt.plans._spec import SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits
 
 
 @dataclass(frozen=True, init=False)
@@ -42,6 +42,8 @@ class PlanParams(BatchSpec):
     ``source`` column the target side.
     """
 
+    max_source_positions: int | None = None
+    max_target_positions: int | None = None
     reverse: bool = False
 
     def __init__(
@@ -55,18 +57,17 @@ class PlanParams(BatchSpec):
         skip_invalid_size_inputs: bool,
         reverse: bool = False,
     ) -> None:
-        object.__setattr__(self, "reverse", reverse)
-        limits = pair_limits(max_source_positions, max_target_positions)
-        skip = skip_invalid_size_inputs
-        super().__init__(max_tokens, max_sentences, required_batch_size_multiple, limits, seed, skip)
+        values = (max_tokens, max_sentences, required_batch_size_multiple, max_source_positions, max_target_positions)
+        names = (*PAIR_ORDER, "seed", "skip_invalid_size_inputs", "reverse")
+        for name, value in zip(names, (*values, seed, skip_invalid_size_inputs, reverse), strict=True):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
 
-    @property
-    def max_source_positions(self) -> int | None:
-        return self.limit(SOURCE_LIMIT)
+    def limits(self) -> Limits:
+        return ((SOURCE_LIMIT, self.max_source_positions), (TARGET_LIMIT, self.max_target_positions))
 
-    @property
-    def max_target_positions(self) -> int | None:
-        return self.limit(TARGET_LIMIT)
+
+PAIR_ORDER = ("max_tokens", "max_sentences", "required_batch_size_multiple", SOURCE_LIMIT, TARGET_LIMIT)
 
 
 def column_lengths(dataset: Split) -> dict[str, np.ndarray]:

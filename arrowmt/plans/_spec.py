@@ -23,6 +23,8 @@ Limits = tuple[tuple[str, int | None], ...]
 class BatchSpec:
     """Everything a plan depends on besides its rows: the batching, the named length limits, the order's seed.
 
+    Each kind of plan adds its length limits as fields and names them in :meth:`limits`
+    (:class:`~arrowmt.plans._plan.PlanParams` for pairs, :class:`BlockSpec` for blocks).
     Every value is checked here, once, in this order: ``max_tokens``, ``max_sentences``,
     ``required_batch_size_multiple``, each limit (None or an integer >= 1), ``seed``
     (None, or an integer in [0, 2**32)).
@@ -31,12 +33,11 @@ class BatchSpec:
     max_tokens: int | None
     max_sentences: int | None
     required_batch_size_multiple: int
-    limits: Limits
     seed: int | None
     skip_invalid_size_inputs: bool
 
     def __post_init__(self) -> None:
-        for name, value in self.budget() + self.limits:
+        for name, value in self.budget() + self.limits():
             check_limit(name, value)
         if self.seed is not None:
             check_seed("seed", self.seed)
@@ -49,28 +50,32 @@ class BatchSpec:
             ("required_batch_size_multiple", self.required_batch_size_multiple),
         )
 
+    def limits(self) -> Limits:
+        """The length limits of this kind of plan, by name (none here)."""
+        return ()
+
     def limit(self, name: str) -> int | None:
-        """The length limit ``name`` (KeyError if this spec's kind has none of that name)."""
-        return dict(self.limits)[name]
+        """The length limit ``name`` (KeyError if this kind of plan has none of that name)."""
+        return dict(self.limits())[name]
 
     def key_fields(self) -> dict[str, object]:
-        """Every field by name, limits flattened: the part of a plan's key that the spec decides."""
+        """Every batching field by name, limits included: the part of a plan's key that the spec decides."""
         return {
             **dict(self.budget()),
-            **dict(self.limits),
+            **dict(self.limits()),
             "seed": self.seed,
             "skip_invalid_size_inputs": self.skip_invalid_size_inputs,
         }
 
 
-def pair_limits(max_source_positions: int | None, max_target_positions: int | None) -> Limits:
-    """The length limits of a parallel plan."""
-    return ((SOURCE_LIMIT, max_source_positions), (TARGET_LIMIT, max_target_positions))
+@dataclass(frozen=True)
+class BlockSpec(BatchSpec):
+    """The spec of a plan of language-model blocks: one length limit, fairseq's ``max_positions``."""
 
+    max_positions: int | None = None
 
-def block_limits(max_positions: int | None) -> Limits:
-    """The length limit of a plan of language-model blocks."""
-    return ((BLOCK_LIMIT, max_positions),)
+    def limits(self) -> Limits:
+        return ((BLOCK_LIMIT, self.max_positions),)
 
 
 def block_spec(
@@ -80,7 +85,7 @@ def block_spec(
     max_positions: int | None,
     seed: int | None,
     skip_invalid_size_inputs: bool,
-) -> BatchSpec:
+) -> BlockSpec:
     """The spec of a plan of language-model blocks, in fairseq's argument order."""
-    limits = block_limits(max_positions)
-    return BatchSpec(max_tokens, max_sentences, required_batch_size_multiple, limits, seed, skip_invalid_size_inputs)
+    budget = (max_tokens, max_sentences, required_batch_size_multiple)
+    return BlockSpec(*budget, seed, skip_invalid_size_inputs, max_positions=max_positions)

@@ -28,9 +28,7 @@ from arrowmt.format._readahead import WordRanges
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans
 from arrowmt.format._split import Split
-from arrowmt.plans._block_plan import BlockParams, BlockTable, load_blocks
-from arrowmt.plans._blocks import HEADS, shifted_heads
-from arrowmt.plans._token_stream import TokenStream
+from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, load_blocks, shifted_heads
 
 BlockSample = dict[str, "torch.Tensor | int"]
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 
-from arrowmt.plans._block_plan import cache_folder, load_block_plan
-from arrowmt.plans._sources import check_source
-from arrowmt.plans._spec import block_spec
+from arrowmt.plans import block_spec, cache_folder, check_source, load_block_plan
 from arrowmt.training._block_dataset import BlockDataset
 from arrowmt.training._prefetch import DEFAULT_DEPTH
 from arrowmt.training._sampler import PlanSampler, sampler_world

@@ -34,20 +34,21 @@ from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import check_indices
 from arrowmt.format._spans import Spans
-from arrowmt.plans._bucketing import check_seed
-from arrowmt.plans._mixing import (
+from arrowmt.plans import (
+    BatchPlan,
+    EpochPlans,
+    PlanParams,
+    Sampling,
     as_sizes,
+    check_seed,
     check_temperature,
     check_weights,
     corpus_of,
+    load_mixture_plan,
     offsets_of,
     resample_counts,
     temperature_ratios,
 )
-from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
-from arrowmt.plans._plan import PlanParams
-from arrowmt.plans._plan_cache import BatchPlan
-from arrowmt.plans._provider import EpochPlans
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather

@@ -35,15 +35,19 @@ from torch.utils.data import Sampler
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._split import Split
-from arrowmt.plans._bucketing import (
+from arrowmt.plans import (
+    FixedPlan,
+    Plan,
+    PlanParams,
+    PlanProvider,
+    as_provider,
     check_seed,
     epoch_batch_order,
+    load_plan,
     resume_start,
     shard_batches,
     shard_length,
 )
-from arrowmt.plans._plan import PlanParams, load_plan
-from arrowmt.plans._provider import FixedPlan, Plan, PlanProvider, as_provider
 from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.training._world import resolve_world
 

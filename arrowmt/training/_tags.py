@@ -22,7 +22,7 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._spans import Spans, exclusive_cumsum, take_flat
 from arrowmt.format._vocab import Dictionary
-from arrowmt.plans._mixing import corpus_of
+from arrowmt.plans import corpus_of
 from arrowmt.training._batch import GatheredBatch
 
 LANG_TOKEN = "__{}__"  # fairseq's "multilingual" language-token style

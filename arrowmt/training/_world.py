@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from arrowmt.plans._bucketing import check_rank
+from arrowmt.plans import check_rank
 
 
 def default_world() -> tuple[int, int]:

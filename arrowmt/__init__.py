@@ -1,12 +1,13 @@
 """arrowmt: memory-mapped Apache Arrow corpora for machine-translation training.
 
 The public API is what this module exports (``__all__``); everything else is internal.
-The package has four layers, each importing only those below it:
+The package has five layers, each importing only those below it (docs/layers.md):
 
 1. :mod:`arrowmt.format`: the on-disk format (never imports torch);
 2. :mod:`arrowmt.converters`: conversion from fairseq data-bins and raw text, export;
-3. :mod:`arrowmt.training`: batch plans, samplers, the torch dataset, collaters;
-4. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and the fairseq plugin.
+3. :mod:`arrowmt.plans`: the batching spec, fairseq's bucketing arithmetic, batch plans (never imports torch);
+4. :mod:`arrowmt.training`: the sampler over any plan, the torch dataset, collaters;
+5. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and ``transformers``, the fairseq plugin.
 
 Exports load their module on first use, so ``import arrowmt`` (and the CLI) never
 imports torch unless a training class is used.
@@ -43,16 +44,29 @@ if TYPE_CHECKING:
     from arrowmt.format._verify import VerifyReport, verify_dataset
     from arrowmt.format._view import View, ViewReport, build_view, open_view
     from arrowmt.format._vocab import Dictionary
-    from arrowmt.training._block_collate import FairseqBlockCollater, PlainBlockCollater
-    from arrowmt.training._block_dataset import BlockDataset, open_blocks
-    from arrowmt.training._block_sampler import BlockBatchSampler
-    from arrowmt.training._collate import FairseqBatch, FairseqCollater, PlainCollater
-    from arrowmt.training._dataset import ArrowMTDataset, open_dataset
-    from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture
-    from arrowmt.training._resume import load_loader_state
-    from arrowmt.training._sampler import TokenBatchSampler
-    from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
-    from arrowmt.training._view_dataset import ArrowMTViewDataset, open_view_dataset
+    from arrowmt.training import (
+        ArrowMTDataset,
+        ArrowMTViewDataset,
+        BlockBatchSampler,
+        BlockDataset,
+        FairseqBatch,
+        FairseqBlockCollater,
+        FairseqCollater,
+        Mixture,
+        MixtureBatchSampler,
+        PlainBlockCollater,
+        PlainCollater,
+        TagCollater,
+        Tags,
+        TokenBatchSampler,
+        langtok_tags,
+        language_token_ids,
+        load_loader_state,
+        open_blocks,
+        open_dataset,
+        open_mixture,
+        open_view_dataset,
+    )
 
 _LAZY = {
     "ArrowMTDataset": "arrowmt.training._dataset",

@@ -17,9 +17,7 @@ from arrowmt._info import format_summary, summarize
 from arrowmt.converters._parallel_text import convert_with_options
 from arrowmt.converters._text_inputs import TextConversion
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.training._collate import FairseqCollater
-from arrowmt.training._dataset import ArrowMTDataset, open_dataset
-from arrowmt.training._sampler import TokenBatchSampler
+from arrowmt.training import ArrowMTDataset, FairseqCollater, TokenBatchSampler, open_dataset
 
 SAMPLE = Path(__file__).parent / "sample_data" / "multi30k"
 TEMPORARY = "a temporary folder, removed at the end (--out DIR keeps the dataset)"

@@ -38,8 +38,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import arrowmt.format._spans as spans_mod
+import arrowmt.plans._plan as plan_mod
 import arrowmt.training._collate as collate
-import arrowmt.training._plan as plan_mod
 import arrowmt.training._sampler as sampler_mod
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._dataset import open_dataset

@@ -25,10 +25,10 @@ from torch.utils.data import DataLoader
 from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._split import Split
+from arrowmt.plans._blocks import BREAK_MODES, block_bounds, row_starts
 from arrowmt.training._block_collate import FairseqBlockCollater, PlainBlockCollater
 from arrowmt.training._block_dataset import open_blocks
 from arrowmt.training._block_sampler import BlockBatchSampler
-from arrowmt.training._blocks import BREAK_MODES, block_bounds, row_starts
 from tests.builders import multi30k_dataset
 from tests.conftest import fairseq_rows, import_fairseq
 from tests.hostile_files import fifo_at, flip_bit, unblocking

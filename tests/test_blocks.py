@@ -1,4 +1,4 @@
-"""Block arithmetic (``arrowmt.training._blocks``): exact values, and fairseq's ``TokenBlockDataset`` itself."""
+"""Block arithmetic (``arrowmt.plans._blocks``): exact values, and fairseq's ``TokenBlockDataset`` itself."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.training._blocks import (
+from arrowmt.plans._blocks import (
     BREAK_MODES,
     block_bounds,
     lm_order,

@@ -1,4 +1,4 @@
-"""Tests for arrowmt.training._bucketing: exact values on hand-made inputs and equality with fairseq 0.12."""
+"""Tests for arrowmt.plans._bucketing: exact values on hand-made inputs and equality with fairseq 0.12."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.training._bucketing import (
+from arrowmt.plans._bucketing import (
     batch_by_size,
     check_limit,
     check_rank,

@@ -24,7 +24,7 @@ from arrowmt.converters._fairseq_folder import convert_fairseq
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._view import build_view
-from arrowmt.training._mixing import resample_counts, temperature_ratios
+from arrowmt.plans._mixing import resample_counts, temperature_ratios
 from tests.conftest import PLUGIN_DIR, TINY_TRANSFORMER, fairseq_preprocess, import_fairseq, multi30k, quiet
 
 TASK = "translation_multi_simple_epoch_arrow"

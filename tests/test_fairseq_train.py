@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.plans._plan import PlanParams, load_plan
+from arrowmt.plans._plan_cache import plan_key
 from arrowmt.training._dataset import open_dataset
-from arrowmt.training._plan import PlanParams, load_plan
-from arrowmt.training._plan_cache import plan_key
 from tests.conftest import import_fairseq, quiet
 
 MAX_TOKENS = 1024

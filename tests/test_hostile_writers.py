@@ -51,7 +51,7 @@ from arrowmt.format._split import open_split
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._view import build_view, open_view
 from arrowmt.format._vocab import Dictionary, text_symbols_digest
-from arrowmt.training._mixing import check_weights
+from arrowmt.plans._mixing import check_weights
 from tests.conftest import MULTI30K, ROOT, gz_lines
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}

@@ -21,11 +21,19 @@ LAYERS = {
     "arrowmt._version": 0,
     "arrowmt.format": 1,
     "arrowmt.converters": 2,
-    "arrowmt.training": 3,
-    "arrowmt.integrations": 4,
+    "arrowmt.plans": 3,
+    "arrowmt.training": 4,
+    "arrowmt.integrations": 5,
 }
-TOP = 5
-TORCH_FREE = ("arrowmt.format", "arrowmt.converters", "arrowmt._info", "arrowmt._cli", "arrowmt.integrations.hf")
+TOP = 6
+TORCH_FREE = (
+    "arrowmt.format",
+    "arrowmt.converters",
+    "arrowmt.plans",
+    "arrowmt._info",
+    "arrowmt._cli",
+    "arrowmt.integrations.hf",
+)
 SOURCE_DIRS = {"arrowmt": ROOT / "arrowmt", "arrowmt.converters": ROOT / "converters"}
 
 
@@ -87,6 +95,66 @@ def test_torch_free_layers_never_import_torch() -> None:
         if name == "torch" or name.startswith("torch.")
     ]
     assert bad == []
+
+
+def test_plans_import_only_the_core_and_the_format() -> None:
+    """The plan layer sits between format and training: no torch, no training, no conversion, no integration."""
+    allowed = ("arrowmt._", "arrowmt.format", "arrowmt.plans")
+    bad = [
+        f"{module} imports {name}"
+        for module, path in modules().items()
+        if module.startswith("arrowmt.plans")
+        for name in imported(path, module)
+        if name.startswith("arrowmt") and not name.startswith(allowed)
+    ]
+    assert "arrowmt.plans._plan" in modules()
+    assert bad == []
+
+
+# Packages whose modules other packages may still import privately: they get a public face next (issue 17).
+WITHOUT_FACE = ("arrowmt.format", "arrowmt.converters")
+
+
+def private_package(name: str) -> str | None:
+    """The package whose private module ``name`` is (``arrowmt.plans`` for ``arrowmt.plans._plan``), else None."""
+    parts = name.split(".")
+    private = [i for i, part in enumerate(parts) if part.startswith("_")]
+    return ".".join(parts[: private[0]]) if private else None
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    """Other packages import a package's public face (its ``__init__``); the core (``arrowmt._errors``, ...) is
+    everyone's."""
+    violations = []
+    for module, path in modules().items():
+        own = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for name in imported(path, module):
+            package = private_package(name)
+            if package is None or package in (own, "arrowmt") or package in WITHOUT_FACE:
+                continue
+            if package.startswith("arrowmt"):
+                violations.append(f"{module} imports {name}")
+    assert violations == []
+
+
+def test_faces_export_what_they_import() -> None:
+    import arrowmt.plans
+    import arrowmt.training
+
+    for face in (arrowmt.plans, arrowmt.training):
+        assert face.__all__ and all(hasattr(face, name) for name in face.__all__)
+
+
+def test_importing_every_plan_module_does_not_load_torch() -> None:
+    names = sorted(module for module in modules() if module.startswith("arrowmt.plans"))
+    code = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n    importlib.import_module(name)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "assert not [m for m in sys.modules if m.startswith('arrowmt.training')], 'training was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("command", ["info", "verify"])

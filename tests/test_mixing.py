@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.training import _mixing as mixing
+from arrowmt.plans import _mixing as mixing
 from tests.conftest import import_fairseq
 
 

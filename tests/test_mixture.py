@@ -17,10 +17,11 @@ from arrowmt._errors import FormatError, InvalidParameterError, VocabularyError
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._split import Split
 from arrowmt.format._view import build_view
+from arrowmt.plans._mixing import resample, resample_counts, temperature_ratios
+from arrowmt.plans._mixture_plan import plan_folder
 from arrowmt.training._collate import FairseqCollater, PlainCollater
 from arrowmt.training._dataset import open_dataset
-from arrowmt.training._mixing import resample, resample_counts, temperature_ratios
-from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture, plan_folder
+from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture
 from arrowmt.training._sampler import TokenBatchSampler
 from arrowmt.training._tags import Tags
 

@@ -1,4 +1,4 @@
-"""Tests for arrowmt.training._plan_cache: file layout, corruption detection, rebuild, and concurrent builders."""
+"""Tests for arrowmt.plans._plan_cache: file layout, corruption detection, rebuild, and concurrent builders."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import pytest
 
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._schema import CACHE_DIR_NAME
-from arrowmt.training._dataset import open_dataset
-from arrowmt.training._plan_cache import (
+from arrowmt.plans._plan_cache import (
     HEADER_BYTES,
     PlanArrays,
     _parse_header,
@@ -27,6 +26,7 @@ from arrowmt.training._plan_cache import (
     read_plan,
     write_plan,
 )
+from arrowmt.training._dataset import open_dataset
 from arrowmt.training._sampler import TokenBatchSampler
 from tests.builders import lengths_dataset
 from tests.hostile_files import fifo_at, unblocking
@@ -175,7 +175,7 @@ def test_version_1_plans_are_not_read(tmp_path: Path) -> None:
 def test_load_or_build_rebuilds_a_tampered_plan(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = written(tmp_path)
     corrupt(path, "swapped indices")
-    with caplog.at_level(logging.WARNING, logger="arrowmt.training._plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="arrowmt.plans._plan_cache"):
         plan = load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN)
     assert plan.built and plan.indices.tolist() == PLAN.indices.tolist()
     assert "rebuilding batch plan" in caplog.text and "plan checksum" in caplog.text
@@ -210,7 +210,7 @@ def test_load_or_build_builds_once_then_maps(tmp_path: Path) -> None:
 
 def test_load_or_build_rebuilds_a_corrupt_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     corrupt(written(tmp_path), "truncated")
-    with caplog.at_level(logging.WARNING, logger="arrowmt.training._plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="arrowmt.plans._plan_cache"):
         plan = load_or_build_plan(tmp_path, KEY, ROWS, lambda: PLAN)
     assert plan.built and plan.offsets.tolist() == [0, 2, 3, 7]
     assert "rebuilding batch plan" in caplog.text

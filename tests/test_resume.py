@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._metadata import SpecialIds
-from arrowmt.training._bucketing import epoch_batch_order, shard_batches
+from arrowmt.plans._bucketing import epoch_batch_order, shard_batches
 from arrowmt.training._collate import PlainCollater
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._resume import load_loader_state, sampler_state, saved_workers

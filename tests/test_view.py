@@ -19,10 +19,10 @@ from arrowmt.format._split import Split
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._view import HEADER_BYTES, build_view, open_view
 from arrowmt.format._writer import ColumnData, write_split
-from arrowmt.training._block_plan import write_table
+from arrowmt.plans._block_plan import write_table
+from arrowmt.plans._plan_cache import plan_key
 from arrowmt.training._collate import FairseqCollater
 from arrowmt.training._dataset import open_dataset
-from arrowmt.training._plan_cache import plan_key
 from arrowmt.training._sampler import TokenBatchSampler
 from arrowmt.training._view_dataset import open_view_dataset
 from tests.builders import lengths_dataset, multi30k_dataset

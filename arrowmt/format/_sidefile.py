@@ -2,7 +2,7 @@
 
 The three kinds (:data:`PLAN_FORMAT`, :data:`BLOCKS_FORMAT`, :data:`VIEW_FORMAT`) are
 declared here, so that ``verify`` (this layer) knows them all; their modules
-(``arrowmt.training._plan_cache``, ``arrowmt.training._block_plan``,
+(``arrowmt.plans._plan_cache``, ``arrowmt.plans._block_plan``,
 ``arrowmt.format._view``) say what their fields and sections mean. Every side file
 is laid out the same way (little-endian)::
 

@@ -53,10 +53,7 @@ from arrowmt.format._atomic import write_bytes_atomic
 from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._schema import SOURCE, TARGET, TOKENS
 from arrowmt.format._spans import Spans
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._block_dataset import GatheredBlocks
-from arrowmt.training._collate import as_tensor, check_padding, pad_rows, pad_shifted
-from arrowmt.training._sampler import PlanSampler
+from arrowmt.training import GatheredBatch, GatheredBlocks, PlanSampler, as_tensor, check_padding, pad_rows, pad_shifted
 
 _transformers = require("transformers", "transformers", "the transformers integration")
 _trainer_utils = require("transformers.trainer_utils", "transformers", "the transformers integration")

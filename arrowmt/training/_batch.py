@@ -10,7 +10,7 @@ import torch
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._spans import Spans, exclusive_cumsum
-from arrowmt.training._sources import check_row_ids
+from arrowmt.plans import check_row_ids
 
 Sample = dict[str, "torch.Tensor | int"]
 

@@ -1,13 +1,13 @@
 """Token blocks of a monolingual split as a torch Dataset: fairseq's ``TokenBlockDataset`` (``include_targets``).
 
-Block ``i`` (see :mod:`arrowmt.training._blocks` for the break modes) gives the
+Block ``i`` (see :mod:`arrowmt.plans._blocks` for the break modes) gives the
 sample ``{"id": i, "source", "target", "past_target"}``: ``target`` is the
 block's tokens, ``source`` the same shifted right by one and ``past_target``
 by two, with fairseq's fill at a row start (``eos``, then ``pad``); all three have
 the block's length (fairseq's past target of a one-token block at a row start has
 two, an artifact of its slicing: arrowmt's is ``[pad]``). The block
 table and its batch plan are cached memory-mapped files (see
-:mod:`arrowmt.training._block_plan`); a block inside one record batch is a view
+:mod:`arrowmt.plans._block_plan`); a block inside one record batch is a view
 of the corpus map, one across record batches is gathered in one step.
 """
 
@@ -28,9 +28,7 @@ from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans
 from arrowmt.format._split import Split
-from arrowmt.training._block_plan import BlockParams, BlockTable, load_blocks
-from arrowmt.training._blocks import HEADS, shifted_heads
-from arrowmt.training._token_stream import TokenStream
+from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, load_blocks, shifted_heads
 
 BlockSample = dict[str, "torch.Tensor | int"]
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import os
 
+from arrowmt.plans import block_spec, cache_folder, check_source, load_block_plan
 from arrowmt.training._block_dataset import BlockDataset
-from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_block_plan
-from arrowmt.training._bucketing import check_seed
-from arrowmt.training._prefetch import DEFAULT_DEPTH, check_depth
-from arrowmt.training._sampler import PlanSampler
-from arrowmt.training._sources import check_source
-from arrowmt.training._world import resolve_world
+from arrowmt.training._prefetch import DEFAULT_DEPTH
+from arrowmt.training._sampler import PlanSampler, sampler_world
 
 BLOCK_SOURCE = "a BlockDataset (arrowmt.open_blocks(folder, split, tokens_per_sample, break_mode))"
 
@@ -42,10 +39,8 @@ class BlockBatchSampler(PlanSampler):
         prefetch: int = DEFAULT_DEPTH,
     ) -> None:
         check_source("dataset", dataset, BLOCK_SOURCE, ("split", "table", "cache_dir"))
-        check_seed("seed", seed)
-        num_replicas, rank = resolve_world(num_replicas, rank)  # before the (possibly long) plan build
-        check_depth(prefetch)
-        params = BlockBatchParams(
+        num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
+        params = block_spec(
             max_tokens,
             max_sentences,
             required_batch_size_multiple,

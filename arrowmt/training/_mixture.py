@@ -6,14 +6,12 @@ comes from (for tags and per-corpus counts). It is a torch dataset whose
 ``__getitems__`` gathers a batch from all its corpora at once.
 
 :class:`MixtureBatchSampler` draws each epoch's rows with per-corpus weights or a
-temperature over the sizes (:mod:`arrowmt.training._mixing`: fairseq's
+temperature over the sizes (:mod:`arrowmt.plans._mixing`: fairseq's
 ``translation_multi_simple_epoch`` arithmetic, deterministic in (seed, epoch)),
-plans fairseq's token-budget batches over them (:func:`arrowmt.training._plan.build_plan`,
-tags counted) and stores the plan as a memory-mapped file shared by every rank
-(:mod:`arrowmt.training._plan_cache`). The plan of an epoch is named by its
-content (corpora, batching, ratios, epoch size, seed, epoch), so weights or the
-temperature may change from one epoch to the next (a schedule) and nothing is reconverted. Each
-mixture keeps its last ``keep_plans`` epoch plans in ``<cache>/mixture-<id>/``.
+plans fairseq's token-budget batches over them and stores the plan as a memory-mapped
+file shared by every rank (:mod:`arrowmt.plans._mixture_plan`). The plan of an epoch is
+named by its content (corpora, batching, ratios, epoch size, seed, epoch), so weights or the
+temperature may change from one epoch to the next (a schedule) and nothing is reconverted.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,29 +33,29 @@ from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import SpecialIds
 from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import check_indices
-from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.format._spans import Spans
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._bucketing import check_seed, compact_counts, report_skipped
-from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._mixing import (
+from arrowmt.plans import (
+    BatchPlan,
+    EpochPlans,
+    PlanParams,
+    Sampling,
     as_sizes,
+    check_seed,
     check_temperature,
     check_weights,
     corpus_of,
+    load_mixture_plan,
     offsets_of,
-    resample,
     resample_counts,
     temperature_ratios,
 )
+from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
-from arrowmt.training._plan import PlanParams, build_plan, key_fields
-from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.training._prefetch import DEFAULT_DEPTH
-from arrowmt.training._sampler import PlanSampler
+from arrowmt.training._sampler import PlanSampler, sampler_world
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset
-from arrowmt.training._world import release_free_heap, resolve_world
 
 logger = logging.getLogger(__name__)
 
@@ -278,91 +275,6 @@ def open_mixture(
     return Mixture({name: open_corpus(source, split, manifests) for name, source in corpora.items()}, tags)
 
 
-# ---------------------------------------------------------------- epoch plans
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How an epoch's rows are drawn: ``ratios`` None is plain concatenation (every row once, no draw)."""
-
-    ratios: np.ndarray | None
-    epoch_size: int | None
-    seed: int
-    epoch: int
-
-    def key_fields(self) -> dict[str, object]:
-        if self.ratios is None:
-            return {"ratios": None}
-        return {"ratios": self.ratios.tolist(), "epoch_size": self.epoch_size, "resample": [self.seed, self.epoch]}
-
-
-@dataclass(frozen=True)
-class _SampledRows:
-    """The lengths of an epoch's drawn rows, shaped as ``build_plan`` reads a split."""
-
-    columns: tuple[str, ...]
-    drawn: dict[str, np.ndarray]
-    path: Path
-    split: str = "mixture"
-
-    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: Any = np.int64) -> np.ndarray:
-        return self.drawn[column]
-
-
-def build_mixture_plan(mixture: Mixture, params: PlanParams, sampling: Sampling) -> PlanArrays:
-    """fairseq's batches over the epoch's drawn rows, as global ids of ``mixture``."""
-    rows = None
-    if sampling.ratios is not None:
-        rows, _ = resample(mixture.sizes, sampling.ratios, sampling.epoch_size, sampling.seed, sampling.epoch)
-    drawn = {}
-    for column in mixture.columns:
-        lengths = compact_counts(mixture.lengths(column, dtype=np.int32))
-        drawn[column] = lengths if rows is None else lengths[rows]
-        del lengths
-    plan = build_plan(_SampledRows(mixture.columns, drawn, mixture.path), params)  # type: ignore[arg-type]
-    if rows is None:
-        return plan
-    return PlanArrays(rows[plan.indices], plan.offsets, plan.dropped)
-
-
-def plan_folder(mixture: Mixture, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> Path:
-    """Where the epoch plans of ``mixture`` with ``params`` live: ``<cache>/mixture-<id>``."""
-    family = plan_key({"mixture": mixture.fingerprint(), "rows": len(mixture), **key_fields(params)})
-    base = Path(cache_dir) if cache_dir is not None else mixture.path / CACHE_DIR_NAME
-    return base / f"{PLAN_FOLDER_PREFIX}{family[:16]}"
-
-
-def load_mixture_plan(
-    mixture: Mixture,
-    params: PlanParams,
-    sampling: Sampling,
-    cache_dir: str | os.PathLike[str] | None = None,
-    keep_plans: int = 2,
-) -> BatchPlan:
-    """The batch plan of one epoch of ``mixture``: mapped from the cache, else built once under a lock.
-
-    Afterwards only the ``keep_plans`` most recently used plans of this mixture stay in its folder.
-    """
-    folder = plan_folder(mixture, params, cache_dir)
-    key = plan_key({"folder": folder.name, **sampling.key_fields()})
-    plan = load_or_build_plan(folder, key, len(mixture), lambda: build_mixture_plan(mixture, params, sampling))
-    if plan.built:
-        release_free_heap()
-    _keep_recent(folder, plan.path, keep_plans)
-    report_skipped(f"mixture {folder}", plan.indices.size, plan.dropped, "drawn samples", "the length limits")
-    return plan
-
-
-def _keep_recent(folder: Path, current: Path, keep: int) -> None:
-    """Mark ``current`` as just used and remove all but the ``keep`` most recently used plans (and their locks)."""
-    os.utime(current)
-    plans = sorted(folder.glob(PLAN_GLOB), key=lambda p: p.stat().st_mtime_ns if p.exists() else 0, reverse=True)
-    for old in plans[keep:]:
-        if old != current:
-            old.unlink(missing_ok=True)
-            old.with_name(old.name + ".lock").unlink(missing_ok=True)
-
-
 class MixtureBatchSampler(PlanSampler):
     """fairseq's token-budget batches over each epoch's draw from a :class:`Mixture`; distributed, resumable.
 
@@ -406,8 +318,7 @@ class MixtureBatchSampler(PlanSampler):
         keep_plans: int = 2,
         prefetch: int = DEFAULT_DEPTH,
     ) -> None:
-        check_seed("seed", seed)
-        num_replicas, rank = resolve_world(num_replicas, rank)
+        num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
         if weights is not None and temperature is not None:
             raise InvalidParameterError(f"temperature: expected None when weights are given, got {temperature!r}")
         self.mixture = mixture
@@ -428,12 +339,12 @@ class MixtureBatchSampler(PlanSampler):
         self._weights: WeightSchedule | None = None
         self.temperature: TemperatureSchedule | None = None
         self._pinned: dict[int, np.ndarray | None] = {}  # epoch -> ratios fixed by a loaded state or a change
-        self._current: tuple[int, BatchPlan] | None = None
+        self._epoch_plans = EpochPlans(self.epoch_plan)
         if temperature is not None:
             self.set_temperature(temperature)
         else:
             self.set_weights(weights)
-        super().__init__(None, seed, shuffle, num_replicas, rank, mixture, prefetch)  # type: ignore[arg-type]
+        super().__init__(self._epoch_plans, seed, shuffle, num_replicas, rank, mixture, prefetch)
 
     def __repr__(self) -> str:
         """Without loading a plan (each epoch's is drawn when first needed)."""
@@ -448,18 +359,7 @@ class MixtureBatchSampler(PlanSampler):
             return "weight schedule"
         return "concatenation" if self._weights is None else f"weights {self._as_ratios(self._weights).tolist()}"
 
-    # -- the plan of the current epoch, loaded when first needed
-
-    @property
-    def plan(self) -> BatchPlan:  # type: ignore[override]
-        if self._current is None or self._current[0] != self.epoch:
-            self._current = (self.epoch, self.epoch_plan(self.epoch))
-            self._order = None
-        return self._current[1]
-
-    @plan.setter
-    def plan(self, value: object) -> None:  # PlanSampler.__init__ assigns it; plans are per epoch here
-        self._current = None
+    # -- each epoch's plan (the sampler's plan provider), loaded when first needed
 
     def epoch_plan(self, epoch: int) -> BatchPlan:
         """Epoch ``epoch``'s batch plan (built once, then mapped from the cache)."""
@@ -488,8 +388,9 @@ class MixtureBatchSampler(PlanSampler):
 
     def _keep_current_draw(self) -> None:
         """Pin the ratios of the epoch whose plan is loaded: a change of rule applies from the next epoch."""
-        if self._current is not None:
-            self._pinned[self._current[0]] = self.epoch_ratios(self._current[0])
+        loaded = self._epoch_plans.loaded_epoch
+        if loaded is not None:
+            self._pinned[loaded] = self.epoch_ratios(loaded)
 
     def epoch_ratios(self, epoch: int) -> np.ndarray | None:
         """The sampling ratios of epoch ``epoch`` (not normalized), or None for plain concatenation."""
@@ -536,12 +437,6 @@ class MixtureBatchSampler(PlanSampler):
         if "ratios" in state:
             ratios = state["ratios"]
             self._pinned[epoch] = None if ratios is None else self._as_ratios(ratios)
-            if self._current is not None and self._current[0] == epoch:
-                self._current = None  # drawn with other ratios
-        previous = self.epoch
-        self.epoch = epoch  # so that the checks compare with that epoch's plan
-        try:
-            super().load_state_dict(state)
-        finally:
-            if not self._resume:
-                self.epoch = previous
+            if self._epoch_plans.loaded_epoch == epoch:
+                self._epoch_plans.forget()  # drawn with other ratios
+        super().load_state_dict(state)

@@ -25,7 +25,7 @@ from arrowmt.format._offsets_crc import ManyOffsetChecks
 from arrowmt.format._spans import Spans, exclusive_cumsum
 from arrowmt.format._split import Split
 from arrowmt.format._view import View
-from arrowmt.training._mixing import corpus_of
+from arrowmt.plans import corpus_of
 
 
 class AddressSpace:

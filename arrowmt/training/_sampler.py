@@ -6,7 +6,7 @@ batch id); this module yields plan batches as lists; a collater turns each into 
 
 Each epoch the plan's batch ids are shuffled with ``seed + epoch`` (the *epoch order*)
 and dealt to the ranks: rank r of k takes positions r, r + k, ... of it, every rank the
-same number (short ranks wrap around, see :func:`arrowmt.training._bucketing.shard_batches`).
+same number (short ranks wrap around, see :func:`arrowmt.plans._bucketing.shard_batches`).
 
 Resume. ``state_dict()`` is where this rank stands: after the sampler has yielded k
 batches it says k, at the moment the k-th one is handed out. torchdata's
@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -35,14 +35,19 @@ from torch.utils.data import Sampler
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._split import Split
-from arrowmt.training._bucketing import (
+from arrowmt.plans import (
+    FixedPlan,
+    Plan,
+    PlanParams,
+    PlanProvider,
+    as_provider,
     check_seed,
     epoch_batch_order,
+    load_plan,
     resume_start,
     shard_batches,
     shard_length,
 )
-from arrowmt.training._plan import PlanParams, load_plan
 from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.training._world import resolve_world
 
@@ -54,27 +59,20 @@ MATCHED_STATE_KEYS = ("seed", "plan_key")
 EPOCH_LIMIT = 2**32
 
 
-class Plan(Protocol):
-    """What a sampler needs of a plan: its batch count, each batch's sample indices, and its identity."""
-
-    key: str
-
-    def __len__(self) -> int: ...
-
-    def batch(self, b: int) -> np.ndarray: ...
-
-
 class PlanSampler(Sampler[list[int]]):
     """Yields one rank's plan batches of each epoch as lists of dataset indices; resumable and elastic.
 
     Use as ``DataLoader(dataset, batch_sampler=sampler, ...)`` (or torchdata's
     ``StatefulDataLoader``) and call ``set_epoch(epoch)`` (epochs start at 1, as in
     fairseq) before each epoch. Iterating again without ``set_epoch`` repeats the epoch.
+
+    ``plan`` is one plan for every epoch, or a provider of each epoch's plan
+    (:class:`~arrowmt.plans._provider.EpochPlans`: a mixture's, drawn per epoch).
     """
 
     def __init__(
         self,
-        plan: Plan,
+        plan: Plan | PlanProvider,
         seed: int = 1,
         shuffle: bool = True,
         num_replicas: int | None = None,
@@ -82,12 +80,11 @@ class PlanSampler(Sampler[list[int]]):
         source: RowSource | None = None,
         prefetch: int = DEFAULT_DEPTH,
     ) -> None:
-        check_seed("seed", seed)
-        self.num_replicas, self.rank = resolve_world(num_replicas, rank)
+        self.num_replicas, self.rank = sampler_world(seed, num_replicas, rank, prefetch)
         self.prefetch = check_depth(prefetch)
         self.source = prefetch_source(source, self.prefetch)  # what the plan's batches read (None: no read-ahead)
         self.prefetcher: Prefetcher | None = None  # the advanced iterator's
-        self.plan = plan
+        self.plans = as_provider(plan)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.epoch = 1
@@ -97,11 +94,21 @@ class PlanSampler(Sampler[list[int]]):
         self._ended = False  # the loaded position is the epoch's end: nothing to yield until another epoch
         self._chosen_epoch: int | None = None  # the last set_epoch argument
         self._pass = 0  # which __iter__ call may update batches_done
-        self._order: tuple[int, np.ndarray] | None = None
+        self._order: tuple[tuple[int, str], np.ndarray] | None = None  # ((epoch, plan key), that epoch's order)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the live prefetcher (it refers to this pass's epoch order)."""
         return {**self.__dict__, "prefetcher": None}
+
+    @property
+    def plan(self) -> Plan:
+        """The current epoch's plan."""
+        return self.plans.for_epoch(self.epoch)
+
+    @plan.setter
+    def plan(self, plan: Plan) -> None:
+        """Walk ``plan`` in every epoch from now on."""
+        self.plans = FixedPlan(plan)
 
     @property
     def plan_key(self) -> str:
@@ -128,10 +135,11 @@ class PlanSampler(Sampler[list[int]]):
 
     def epoch_order(self) -> np.ndarray:
         """Every plan batch id in the current epoch's order (computed once per epoch)."""
-        if self._order is None or self._order[0] != self.epoch:
-            n = len(self.plan)
+        plan = self.plan
+        if self._order is None or self._order[0] != (self.epoch, plan.key):
+            n = len(plan)
             order = epoch_batch_order(n, self.seed, self.epoch) if self.shuffle else np.arange(n, dtype=np.int64)
-            self._order = (self.epoch, order)
+            self._order = ((self.epoch, plan.key), order)
         return self._order[1]
 
     def epoch_batch_ids(self) -> np.ndarray:
@@ -188,6 +196,10 @@ class PlanSampler(Sampler[list[int]]):
             START_KEY: self.start,
         }
 
+    def _identity(self, plan: Plan) -> dict[str, Any]:
+        """What a loaded state must match: this sampler's seed and world, and ``plan``'s key."""
+        return {"seed": self.seed, "plan_key": plan.key, "num_replicas": self.num_replicas, "rank": self.rank}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``__iter__`` continues epoch ``state['epoch']`` after the batches it records.
 
@@ -199,10 +211,11 @@ class PlanSampler(Sampler[list[int]]):
         already picked another epoch before the state was loaded (as a training loop
         restarted with ``StatefulDataLoader`` does), that epoch starts afresh.
         """
-        saved = _checked_state(state, self.state_dict(), len(self.plan))
+        plan = self.plans.for_epoch(_state_epoch(state, self.epoch))  # the plan of the saved epoch
+        saved = _checked_state(state, self._identity(plan), len(plan))
         epoch, start, done = saved["epoch"], saved[START_KEY], saved["batches_done"]
         if saved["num_replicas"] != self.num_replicas:
-            start, done = resume_start(len(self.plan), start, saved["num_replicas"], done), 0
+            start, done = resume_start(len(plan), start, saved["num_replicas"], done), 0
             logger.info(
                 "resuming epoch %d with %d ranks (saved with %d): dealing its order from position %d",
                 epoch,
@@ -210,7 +223,7 @@ class PlanSampler(Sampler[list[int]]):
                 saved["num_replicas"],
                 start,
             )
-        ended = done >= shard_length(len(self.plan), self.num_replicas, start)
+        ended = done >= shard_length(len(plan), self.num_replicas, start)
         if ended and self._chosen_epoch not in (None, epoch):
             return  # set_epoch chose another epoch than the saved, finished one: it starts afresh
         self._move_to(epoch, start, done, resume=not ended)
@@ -246,9 +259,7 @@ class TokenBatchSampler(PlanSampler):
         skip_invalid_size_inputs: bool = False,
         prefetch: int = DEFAULT_DEPTH,
     ) -> None:
-        check_seed("seed", seed)
-        num_replicas, rank = resolve_world(num_replicas, rank)  # before the (possibly long) plan build
-        check_depth(prefetch)
+        num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
         params = PlanParams(
             max_tokens,
             max_sentences,
@@ -260,6 +271,22 @@ class TokenBatchSampler(PlanSampler):
         )
         plan = load_plan(dataset, params, cache_dir)
         super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch)
+
+
+def sampler_world(seed: int, num_replicas: int | None, rank: int | None, prefetch: int) -> tuple[int, int]:
+    """(world size, rank), after the checks every sampler makes before its (possibly long) plan build."""
+    check_seed("seed", seed)
+    world = resolve_world(num_replicas, rank)
+    check_depth(prefetch)
+    return world
+
+
+def _state_epoch(state: dict[str, Any], default: int) -> int:
+    """The epoch ``state`` records when it is a valid one, else ``default`` (:func:`_checked_state` says why)."""
+    try:
+        return _state_integer(state, "epoch", 0, EPOCH_LIMIT, "2**32")
+    except (KeyError, InvalidParameterError):
+        return default
 
 
 def _checked_state(state: dict[str, Any], current: dict[str, Any], n_batches: int) -> dict[str, int]:

@@ -22,8 +22,8 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._spans import Spans, exclusive_cumsum, take_flat
 from arrowmt.format._vocab import Dictionary
+from arrowmt.plans import corpus_of
 from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._mixing import corpus_of
 
 LANG_TOKEN = "__{}__"  # fairseq's "multilingual" language-token style
 ENCODER_LANGTOK = ("src", "tgt")

@@ -1,13 +1,10 @@
-"""The process's place in distributed training, and returning freed heap to the OS."""
+"""The process's place in distributed training: the one place that detects rank and world size."""
 
 from __future__ import annotations
 
-import ctypes
-import sys
-
 import torch.distributed as dist
 
-from arrowmt.training._bucketing import check_rank
+from arrowmt.plans import check_rank
 
 
 def default_world() -> tuple[int, int]:
@@ -24,15 +21,3 @@ def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]
     rank = default_rank if rank is None else rank
     check_rank(num_replicas, rank)
     return int(num_replicas), int(rank)
-
-
-def release_free_heap() -> None:
-    """Return the heap freed by a plan build to the OS (glibc's ``malloc_trim``); a no-op elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        trim = ctypes.CDLL(None).malloc_trim  # absent from musl
-    except (OSError, AttributeError):
-        return
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    trim(0)

@@ -8,7 +8,7 @@ epoch with ``rebuild_batches``. Its ``EpochBatchIterator`` then shuffles the
 batches per epoch with ``seed + epoch``, gives rank r of k batches r, r + k, ...
 (short ranks get empty batches) and saves and resumes its position.
 
-Here the three steps are an arrowmt plan (:func:`arrowmt.training._plan.load_plan`:
+Here the three steps are an arrowmt plan (:func:`arrowmt.plans._plan.load_plan`:
 built once, then memory-mapped from a cache file shared by every rank and
 run), and the rest is fairseq's own ``EpochBatchIterator``, built with the
 arguments native fairseq gives it. The batches, their order on every rank, and
@@ -29,8 +29,8 @@ from fairseq.data import iterators
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
-from arrowmt.training._plan import PlanParams, load_plan
-from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
+from arrowmt.plans import BatchSpec, PlanParams, block_spec, load_plan
+from arrowmt.training import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
 
 logger = logging.getLogger(__name__)
 
@@ -110,19 +110,23 @@ def position_limits(max_positions: Any) -> tuple[int | None, int | None]:
     return _limit(max_positions[0]), _limit(max_positions[1])
 
 
+def pair_spec(opts: IteratorOptions, seed: int | None, reverse: bool = False) -> PlanParams:
+    """fairseq's batching arguments as the spec of a pair plan whose order is seeded with ``seed`` (None: no
+    shuffle); the one place the translation tasks turn fairseq's options into arrowmt's."""
+    max_source, max_target = position_limits(opts.max_positions)
+    budget = (opts.max_tokens, opts.max_sentences, opts.required_batch_size_multiple)
+    return PlanParams(*budget, max_source, max_target, seed, opts.ignore_invalid_inputs, reverse=reverse)
+
+
+def block_batch_spec(opts: IteratorOptions, seed: int) -> BatchSpec:
+    """fairseq's batching arguments as the spec of a plan of language-model blocks (the source limit applies)."""
+    budget = (opts.max_tokens, opts.max_sentences, opts.required_batch_size_multiple)
+    return block_spec(*budget, position_limits(opts.max_positions)[0], seed, opts.ignore_invalid_inputs)
+
+
 def plan_params(dataset: ArrowPairDataset, opts: IteratorOptions, epoch: int) -> PlanParams:
     """The plan fairseq's ``make_batches(dataset, epoch)`` computes, as arrowmt plan parameters."""
-    max_source, max_target = position_limits(opts.max_positions)
-    return PlanParams(
-        max_tokens=opts.max_tokens,
-        max_sentences=opts.max_sentences,
-        required_batch_size_multiple=opts.required_batch_size_multiple,
-        max_source_positions=max_source,
-        max_target_positions=max_target,
-        seed=opts.seed + epoch if dataset.shuffle else None,
-        skip_invalid_size_inputs=opts.ignore_invalid_inputs,
-        reverse=dataset.reverse,
-    )
+    return pair_spec(opts, opts.seed + epoch if dataset.shuffle else None, dataset.reverse)
 
 
 class PlannedBatches:

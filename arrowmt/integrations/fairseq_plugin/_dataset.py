@@ -17,9 +17,7 @@ from fairseq.data import Dictionary, FairseqDataset, data_utils
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._readahead import WordRanges
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._collate import FairseqCollater
-from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.training import ArrowMTDataset, FairseqCollater, GatheredBatch
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")
 UNSHUFFLED_SPLIT = "test"  # fairseq's translation task orders this split without a permutation

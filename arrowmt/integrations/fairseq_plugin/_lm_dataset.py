@@ -19,8 +19,8 @@ import torch
 from fairseq.data import Dictionary, MonolingualDataset
 
 from arrowmt.format._readahead import WordRanges
-from arrowmt.training._block_collate import FairseqBlockCollater
-from arrowmt.training._block_dataset import HEADS, BlockDataset, GatheredBlocks
+from arrowmt.plans import HEADS
+from arrowmt.training import BlockDataset, FairseqBlockCollater, GatheredBlocks
 
 
 class BlockTriples(torch.utils.data.Dataset):

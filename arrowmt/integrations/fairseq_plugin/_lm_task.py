@@ -28,15 +28,15 @@ from arrowmt.format._split import Split
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
     batch_iterator,
+    block_batch_spec,
     cached_iterator,
     loader_options,
-    position_limits,
 )
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
 from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
 from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths
-from arrowmt.training._block_dataset import BlockDataset
-from arrowmt.training._block_plan import BlockBatchParams, cache_folder, load_block_plan
+from arrowmt.plans import cache_folder, load_block_plan
+from arrowmt.training import BlockDataset
 
 logger = logging.getLogger(__name__)
 
@@ -128,15 +128,7 @@ class PlannedBlockBatches:
         self.cache_dir = cache_dir
 
     def __call__(self, dataset: ArrowBlocksLMDataset, epoch: int) -> list[np.ndarray]:
-        opts = self.opts
-        params = BlockBatchParams(
-            max_tokens=opts.max_tokens,
-            max_sentences=opts.max_sentences,
-            required_batch_size_multiple=opts.required_batch_size_multiple,
-            max_positions=position_limits(opts.max_positions)[0],
-            seed=opts.seed + epoch,
-            skip_invalid_size_inputs=opts.ignore_invalid_inputs,
-        )
+        params = block_batch_spec(self.opts, self.opts.seed + epoch)
         split = dataset.blocks.split
         folder = cache_folder(split, self.cache_dir)
         plan = load_block_plan(dataset.blocks.table, params, folder, f"{split.path} split {split.split!r}")

@@ -17,9 +17,7 @@ from fairseq.data import FairseqDataset
 
 from arrowmt.format._readahead import WordRanges
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._collate import FairseqCollater
-from arrowmt.training._mixture import Mixture
+from arrowmt.training import FairseqCollater, GatheredBatch, Mixture
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")
 

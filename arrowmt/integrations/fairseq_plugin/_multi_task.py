@@ -35,17 +35,20 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.integrations.fairseq_plugin._batches import ReadAheadEpochBatchIterator, position_limits
+from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, ReadAheadEpochBatchIterator, pair_spec
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
 from arrowmt.integrations.fairseq_plugin._task import check_symbols
-from arrowmt.training._collate import FairseqCollater
-from arrowmt.training._dataset import open_dataset
-from arrowmt.training._mixing import temperature_ratios
-from arrowmt.training._mixture import Corpus, Mixture, Sampling, load_mixture_plan
-from arrowmt.training._plan import PlanParams
-from arrowmt.training._prefetch import DEFAULT_DEPTH, check_depth
-from arrowmt.training._tags import Tags
-from arrowmt.training._view_dataset import open_view_dataset
+from arrowmt.plans import PlanParams, Sampling, load_mixture_plan, temperature_ratios
+from arrowmt.training import (
+    DEFAULT_DEPTH,
+    Corpus,
+    FairseqCollater,
+    Mixture,
+    Tags,
+    check_depth,
+    open_dataset,
+    open_view_dataset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,16 +162,11 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
                 disable_iterator_cache, skip_remainder_batch, grouped_shuffling, update_epoch_batch_itr,
             )  # fmt: skip
         sampled = dataset.sampled
-        max_source, max_target = position_limits(max_positions)
-        params = PlanParams(
-            max_tokens,
-            max_sentences,
-            required_batch_size_multiple,
-            max_source,
-            max_target,
-            seed if sampled else None,  # SampledMultiDataset shuffles; the validation ConcatDataset does not
-            ignore_invalid_inputs,
+        opts = IteratorOptions(
+            max_tokens, max_sentences, max_positions, ignore_invalid_inputs, required_batch_size_multiple
         )
+        # SampledMultiDataset shuffles; the validation ConcatDataset does not
+        params = pair_spec(opts, seed if sampled else None)
         ratios = self._sampling_ratios(dataset.mixture) if sampled else None
         plans = EpochPlans(params, ratios, self.args.virtual_data_size if sampled else None, self._cache_dir())
         return ReadAheadEpochBatchIterator(

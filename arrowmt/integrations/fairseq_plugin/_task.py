@@ -35,9 +35,7 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 )
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
-from arrowmt.training._collate import FairseqCollater
-from arrowmt.training._dataset import ArrowMTDataset, open_dataset
-from arrowmt.training._view_dataset import open_view_dataset
+from arrowmt.training import ArrowMTDataset, FairseqCollater, open_dataset, open_view_dataset
 
 logger = logging.getLogger(__name__)
 

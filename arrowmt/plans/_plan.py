@@ -1,15 +1,15 @@
 """The batch plan of a split: fairseq's order, size filter and ``batch_by_size``, built once and memory-mapped.
 
-:class:`PlanParams` holds (and validates, once) everything the plan depends on besides the split's
-content; :func:`load_plan` returns the plan from the shared cache (see :mod:`arrowmt.training._plan_cache`),
-building it under a lock the first time.
+:class:`PlanParams` is the batching spec of a pair plan (a :class:`~arrowmt.plans._spec.BatchSpec`,
+which validates it once); :func:`load_plan` returns the plan from the shared cache (see
+:mod:`arrowmt.plans._plan_cache`), building it under a lock the first time.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +17,8 @@ import numpy as np
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
 from arrowmt.format._split import Split
-from arrowmt.training._bucketing import (
+from arrowmt.plans._bucketing import (
     batch_by_size,
-    check_limit,
-    check_seed,
     compact_counts,
     drop_too_long,
     filter_by_size,
@@ -28,22 +26,15 @@ from arrowmt.training._bucketing import (
     report_skipped,
     too_long_error,
 )
-from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
-from arrowmt.training._sources import check_source
-from arrowmt.training._world import release_free_heap
-
-LIMIT_FIELDS = (
-    "max_tokens",
-    "max_sentences",
-    "required_batch_size_multiple",
-    "max_source_positions",
-    "max_target_positions",
-)
+from arrowmt.plans._heap import release_free_heap
+from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.plans._sources import check_source
+from arrowmt.plans._spec import SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits
 
 
-@dataclass(frozen=True)
-class PlanParams:
-    """Everything the batch plan depends on besides the dataset's content.
+@dataclass(frozen=True, init=False)
+class PlanParams(BatchSpec):
+    """The :class:`~arrowmt.plans._spec.BatchSpec` of a parallel (or monolingual) split, in fairseq's argument order.
 
     ``seed`` seeds the order (fairseq's ``numpy_seed``; None: no shuffle). ``reverse``
     plans the reverse direction of a parallel split: its ``target`` column is the
@@ -51,20 +42,32 @@ class PlanParams:
     ``source`` column the target side.
     """
 
-    max_tokens: int | None
-    max_sentences: int | None
-    required_batch_size_multiple: int
-    max_source_positions: int | None
-    max_target_positions: int | None
-    seed: int | None
-    skip_invalid_size_inputs: bool
+    max_source_positions: int | None = None
+    max_target_positions: int | None = None
     reverse: bool = False
 
-    def __post_init__(self) -> None:
-        for name in LIMIT_FIELDS:
-            check_limit(name, getattr(self, name))
-        if self.seed is not None:
-            check_seed("seed", self.seed)
+    def __init__(
+        self,
+        max_tokens: int | None,
+        max_sentences: int | None,
+        required_batch_size_multiple: int,
+        max_source_positions: int | None,
+        max_target_positions: int | None,
+        seed: int | None,
+        skip_invalid_size_inputs: bool,
+        reverse: bool = False,
+    ) -> None:
+        values = (max_tokens, max_sentences, required_batch_size_multiple, max_source_positions, max_target_positions)
+        names = (*PAIR_ORDER, "seed", "skip_invalid_size_inputs", "reverse")
+        for name, value in zip(names, (*values, seed, skip_invalid_size_inputs, reverse), strict=True):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+    def limits(self) -> Limits:
+        return ((SOURCE_LIMIT, self.max_source_positions), (TARGET_LIMIT, self.max_target_positions))
+
+
+PAIR_ORDER = ("max_tokens", "max_sentences", "required_batch_size_multiple", SOURCE_LIMIT, TARGET_LIMIT)
 
 
 def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
@@ -74,9 +77,9 @@ def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
 
 def key_fields(params: PlanParams) -> dict[str, object]:
     """The fields that name a plan: all of ``params``, ``reverse`` only when set (keys of earlier plans stay)."""
-    fields = asdict(params)
-    if not params.reverse:
-        del fields["reverse"]
+    fields = params.key_fields()
+    if params.reverse:
+        fields["reverse"] = True
     return fields
 
 

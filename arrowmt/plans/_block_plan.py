@@ -8,7 +8,7 @@ Two cached parts, each named by the hash of what it depends on:
   table: block ``i`` is row ``i``;
 * the **batch plan** over blocks (fairseq's ``MonolingualDataset`` order, the
   ``max_positions`` filter and ``batch_by_size``): an ordinary batch-plan file of
-  :mod:`arrowmt.training._plan_cache`, its "rows" being blocks.
+  :mod:`arrowmt.plans._plan_cache`, its "rows" being blocks.
 
 A block table is a side file (:mod:`arrowmt.format._sidefile`: one header with a
 CRC-32 of the whole contents checked on open, atomic write, build-once lock,
@@ -30,7 +30,7 @@ private copy).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -49,7 +49,7 @@ from arrowmt.format._sidefile import (
     write_side_file,
 )
 from arrowmt.format._split import Split
-from arrowmt.training._blocks import (
+from arrowmt.plans._blocks import (
     HEADS,
     check_break_mode,
     lm_order,
@@ -58,17 +58,16 @@ from arrowmt.training._blocks import (
     packed_bounds,
     row_starts,
 )
-from arrowmt.training._bucketing import (
+from arrowmt.plans._bucketing import (
     batch_by_size,
-    check_limit,
-    check_seed,
     compact_counts,
     drop_too_long,
     report_skipped,
 )
-from arrowmt.training._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
-from arrowmt.training._token_stream import TokenStream
-from arrowmt.training._world import release_free_heap
+from arrowmt.plans._heap import release_free_heap
+from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.plans._spec import BLOCK_LIMIT, BatchSpec
+from arrowmt.plans._token_stream import TokenStream
 
 CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
 
@@ -268,30 +267,12 @@ def build_table(lengths: np.ndarray, params: BlockParams) -> tuple[np.ndarray, n
     return starts, ends, offsets
 
 
-@dataclass(frozen=True)
-class BlockBatchParams:
-    """Everything the batches of blocks depend on besides the blocks (``seed`` None: no shuffle)."""
-
-    max_tokens: int | None
-    max_sentences: int | None
-    required_batch_size_multiple: int
-    max_positions: int | None
-    seed: int | None
-    skip_invalid_size_inputs: bool
-
-    def __post_init__(self) -> None:
-        for name in ("max_tokens", "max_sentences", "required_batch_size_multiple", "max_positions"):
-            check_limit(name, getattr(self, name))
-        if self.seed is not None:
-            check_seed("seed", self.seed)
-
-
-def build_block_plan(table: BlockTable, params: BlockBatchParams) -> PlanArrays:
+def build_block_plan(table: BlockTable, params: BatchSpec) -> PlanArrays:
     """fairseq's batches of blocks: ``MonolingualDataset`` order, ``max_positions`` filter, ``batch_by_size``."""
     sizes = table.sizes()
     order = lm_order(sizes, params.seed)
     skip = params.skip_invalid_size_inputs
-    kept, kept_sizes, dropped = drop_too_long(order, sizes[order], "max_positions", params.max_positions, skip)
+    kept, kept_sizes, dropped = drop_too_long(order, sizes[order], BLOCK_LIMIT, params.limit(BLOCK_LIMIT), skip)
     del order, sizes
     kept, kept_sizes, over = drop_too_long(kept, kept_sizes, "max_tokens", params.max_tokens, skip)
     flat, offsets = batch_by_size(
@@ -300,11 +281,10 @@ def build_block_plan(table: BlockTable, params: BlockBatchParams) -> PlanArrays:
     return PlanArrays(flat, offsets, dropped + over)
 
 
-def load_block_plan(
-    table: BlockTable, params: BlockBatchParams, folder: str | os.PathLike[str], where: str
-) -> BatchPlan:
-    """The batch plan over ``table``'s blocks for ``params``: mapped from ``folder``, else built once."""
-    key = plan_key({"block_table": table.key, "block_count": len(table), **asdict(params)})
+def load_block_plan(table: BlockTable, params: BatchSpec, folder: str | os.PathLike[str], where: str) -> BatchPlan:
+    """The batch plan over ``table``'s blocks for ``params`` (its limit ``max_positions``): mapped from
+    ``folder``, else built once."""
+    key = plan_key({"block_table": table.key, "block_count": len(table), **params.key_fields()})
     plan = load_or_build_plan(folder, key, len(table), lambda: build_block_plan(table, params))
     if plan.built:
         release_free_heap()

@@ -1,0 +1,74 @@
+"""Layer 3, batch plans: the batching spec (checked once), fairseq's bucketing arithmetic, the pair, block and
+mixture plan builders, their memory-mapped cache and the plan providers samplers walk.
+
+Imports the format layer only; never torch (the training layer's sampler walks these plans).
+Other packages import from here, not from the private modules.
+"""
+
+from arrowmt.plans._block_plan import BlockParams, BlockTable, cache_folder, load_block_plan, load_blocks
+from arrowmt.plans._blocks import HEADS, shifted_heads
+from arrowmt.plans._bucketing import (
+    check_rank,
+    check_seed,
+    epoch_batch_order,
+    resume_start,
+    shard_batches,
+    shard_length,
+)
+from arrowmt.plans._heap import release_free_heap
+from arrowmt.plans._mixing import (
+    as_sizes,
+    check_temperature,
+    check_weights,
+    corpus_of,
+    offsets_of,
+    resample_counts,
+    temperature_ratios,
+)
+from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
+from arrowmt.plans._plan import PlanParams, load_plan
+from arrowmt.plans._plan_cache import BatchPlan, PlanArrays
+from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, as_provider
+from arrowmt.plans._sources import check_row_ids, check_source
+from arrowmt.plans._spec import BatchSpec, block_spec
+from arrowmt.plans._token_stream import TokenStream
+
+__all__ = [
+    "HEADS",
+    "BatchPlan",
+    "BatchSpec",
+    "BlockParams",
+    "BlockTable",
+    "EpochPlans",
+    "FixedPlan",
+    "Plan",
+    "PlanArrays",
+    "PlanParams",
+    "PlanProvider",
+    "Sampling",
+    "TokenStream",
+    "as_provider",
+    "as_sizes",
+    "block_spec",
+    "cache_folder",
+    "check_rank",
+    "check_row_ids",
+    "check_seed",
+    "check_source",
+    "check_temperature",
+    "check_weights",
+    "corpus_of",
+    "epoch_batch_order",
+    "load_block_plan",
+    "load_blocks",
+    "load_mixture_plan",
+    "load_plan",
+    "offsets_of",
+    "release_free_heap",
+    "resample_counts",
+    "resume_start",
+    "shard_batches",
+    "shard_length",
+    "shifted_heads",
+    "temperature_ratios",
+]

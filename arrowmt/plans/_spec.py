@@ -1,0 +1,91 @@
+"""The batching spec: what every plan (pairs, blocks, mixtures) asks of fairseq's batching, checked once.
+
+fairseq's ``batch_by_size`` parameters (``max_tokens``, ``max_sentences``,
+``required_batch_size_multiple``), the length limits of the plan's kind (named as
+fairseq names them: ``max_source_positions`` and ``max_target_positions`` for pairs,
+``max_positions`` for language-model blocks), the order's seed (None: no shuffle) and
+whether samples over a limit are skipped instead of refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arrowmt.plans._bucketing import check_limit, check_seed
+
+SOURCE_LIMIT = "max_source_positions"
+TARGET_LIMIT = "max_target_positions"
+BLOCK_LIMIT = "max_positions"
+Limits = tuple[tuple[str, int | None], ...]
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """Everything a plan depends on besides its rows: the batching, the named length limits, the order's seed.
+
+    Each kind of plan adds its length limits as fields and names them in :meth:`limits`
+    (:class:`~arrowmt.plans._plan.PlanParams` for pairs, :class:`BlockSpec` for blocks).
+    Every value is checked here, once, in this order: ``max_tokens``, ``max_sentences``,
+    ``required_batch_size_multiple``, each limit (None or an integer >= 1), ``seed``
+    (None, or an integer in [0, 2**32)).
+    """
+
+    max_tokens: int | None
+    max_sentences: int | None
+    required_batch_size_multiple: int
+    seed: int | None
+    skip_invalid_size_inputs: bool
+
+    def __post_init__(self) -> None:
+        for name, value in self.budget() + self.limits():
+            check_limit(name, value)
+        if self.seed is not None:
+            check_seed("seed", self.seed)
+
+    def budget(self) -> Limits:
+        """``batch_by_size``'s parameters by name."""
+        return (
+            ("max_tokens", self.max_tokens),
+            ("max_sentences", self.max_sentences),
+            ("required_batch_size_multiple", self.required_batch_size_multiple),
+        )
+
+    def limits(self) -> Limits:
+        """The length limits of this kind of plan, by name (none here)."""
+        return ()
+
+    def limit(self, name: str) -> int | None:
+        """The length limit ``name`` (KeyError if this kind of plan has none of that name)."""
+        return dict(self.limits())[name]
+
+    def key_fields(self) -> dict[str, object]:
+        """Every batching field by name, limits included: the part of a plan's key that the spec decides."""
+        return {
+            **dict(self.budget()),
+            **dict(self.limits()),
+            "seed": self.seed,
+            "skip_invalid_size_inputs": self.skip_invalid_size_inputs,
+        }
+
+
+@dataclass(frozen=True)
+class BlockSpec(BatchSpec):
+    """The spec of a plan of language-model blocks: one length limit, fairseq's ``max_positions``."""
+
+    max_positions: int | None = None
+
+    def limits(self) -> Limits:
+        return ((BLOCK_LIMIT, self.max_positions),)
+
+
+def block_spec(
+    max_tokens: int | None,
+    max_sentences: int | None,
+    required_batch_size_multiple: int,
+    max_positions: int | None,
+    seed: int | None,
+    skip_invalid_size_inputs: bool,
+) -> BlockSpec:
+    """The spec of a plan of language-model blocks, in fairseq's argument order."""
+    budget = (max_tokens, max_sentences, required_batch_size_multiple)
+    return BlockSpec(*budget, seed, skip_invalid_size_inputs, max_positions=max_positions)

@@ -295,6 +295,21 @@ def test_sampler_resumes_mid_epoch(corpora: dict[str, Path], tmp_path: Path, whe
     assert len(full) == length > 8
 
 
+def test_a_state_saved_at_the_end_of_an_epoch_keeps_that_epoch_finished(
+    corpora: dict[str, Path], tmp_path: Path
+) -> None:
+    sampler = make_sampler(corpora, tmp_path, 3)
+    epoch3 = list(sampler)
+    state = sampler.state_dict()
+    assert state["epoch"] == 3 and state["batches_done"] == len(sampler)
+    resumed = sampler_for(open_mixture(corpora), tmp_path, temperature=2.0)  # no set_epoch before the load
+    resumed.load_state_dict(state)
+    resumed.set_epoch(3)  # a restarted loop sets the saved epoch again: it is not replayed
+    assert (resumed.epoch, list(resumed)) == (3, []) and resumed.state_dict() == state
+    resumed.set_epoch(4)
+    assert list(resumed) == list(make_sampler(corpora, tmp_path, 4)) != epoch3
+
+
 class Run:
     """A training loop's data side over three epochs of a weighted mixture with a schedule."""
 

@@ -30,9 +30,10 @@ from arrowmt._errors import FormatError
 
 OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # key in a record batch's custom metadata
 SHOWN_BYTES = 80
-OffsetsOf = Callable[[str, int], np.ndarray]  # (column, record batch) -> its offsets as stored
-ReadAhead = Callable[[str, np.ndarray], None]  # (column, record batches) -> start reading their offsets
+OffsetsOf = Callable[[str, int], np.ndarray]
 """``offsets(column, batch)``: a record batch's offsets (a view of the map)."""
+ReadAhead = Callable[[str, np.ndarray], None]
+"""``read_ahead(column, batches)``: start reading those record batches' offsets (a hint)."""
 
 
 def offsets_crc(offsets: np.ndarray) -> int:

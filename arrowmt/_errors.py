@@ -31,6 +31,11 @@ class OutputWriteError(ArrowMTError, OSError):
     """Output could not be written (permissions, disk full, a path component is not a folder)."""
 
 
+class StorageError(ArrowMTError, OSError):
+    """Remote storage or the local cache failed: unreachable endpoint, missing credentials or object,
+    an object that differs from its manifest, a full cache disk."""
+
+
 class MissingDependencyError(ArrowMTError, ImportError):
     """An optional dependency is needed for this feature and is not installed."""
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._atomic import StagedOutput, atomic_path
+from arrowmt.format._block_index import index_name
+from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import (
     DICTIONARY_SUFFIX,
     FileEntry,
@@ -148,8 +150,9 @@ class OutputFolder:
         the folder also holds fairseq binarized files (``*.idx``): fairseq names its
         dictionaries the same way, so those may be the data-bin's own.
         """
+        indexes = write_block_indexes(self.path, self.manifest)  # for reading it from object storage
         self.manifest.save(self.path)
-        names = [*sorted(self.manifest.file_names()), MANIFEST_NAME]
+        names = [*sorted(self.manifest.file_names()), *indexes, MANIFEST_NAME]
         stale = self.earlier
         if self.out.is_dir() and any(self.out.glob("*.idx")):
             stale = frozenset(name for name in stale if not name.endswith(DICTIONARY_SUFFIX))
@@ -167,10 +170,11 @@ def earlier_files(out: str | os.PathLike[str]) -> frozenset[str]:
     if not os.path.lexists(path):
         return frozenset()
     try:
-        return frozenset(Manifest.parse(read_json(path, "manifest"), path).file_names())
+        names = Manifest.parse(read_json(path, "manifest"), path).file_names()
     except FormatError as exc:
         logger.warning("%s; files it may list are left in place", exc)
         return frozenset()
+    return frozenset(names | {index_name(name) for name in names if name.endswith(SPLIT_SUFFIX)})
 
 
 def special_ids_of(dictionary: Dictionary) -> SpecialIds:

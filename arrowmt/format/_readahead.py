@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.storage import BlockFile
 
 PAGE = mmap.PAGESIZE
 WORD = 4  # bytes of an int32 token or offset
@@ -66,6 +67,12 @@ class WordRanges:
     address: int  # of the map's first byte in this process
     starts: np.ndarray
     lengths: np.ndarray
+    remote: BlockFile | None = None  # the cache of a remote file: read-ahead fetches its blocks
+
+    def byte_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``[start, end)`` bytes of each range."""
+        first = np.asarray(self.starts, dtype=np.int64) * WORD
+        return first, first + np.asarray(self.lengths, dtype=np.int64) * WORD
 
 
 def page_runs(first_byte: np.ndarray, end_byte: np.ndarray, page: int = PAGE) -> tuple[np.ndarray, np.ndarray]:
@@ -98,16 +105,23 @@ def word_page_runs(ranges: WordRanges) -> tuple[np.ndarray, np.ndarray]:
     return page_runs(first, end)
 
 
-def will_need(ranges: Iterable[WordRanges]) -> int:
+def will_need(ranges: Iterable[WordRanges], step: int | None = None) -> int:
     """Start reading the pages of every range (``MADV_WILLNEED``), without waiting; returns the pages asked for.
+
+    Ranges of a remote file's cache are fetched in the background instead (``step``: the plan
+    position that needs them, which keeps them cached in preference to later ones).
 
     Ranges of several maps (a mixture's corpora, both columns) are merged into page runs of
     this process's address space at once (:func:`will_need_many`) instead of map by map.
     """
     asked = 0
+    ranges = list(ranges)
+    for part in ranges:
+        if part.remote is not None:
+            part.remote.prefetch(*part.byte_bounds(), step)
+    ranges = [part for part in ranges if part.remote is None]
     if _WILLNEED is None:
         return asked
-    ranges = list(ranges)
     if len(ranges) > 1 and _libc_madvise() is not None:
         return will_need_many(ranges)
     for part in ranges:
@@ -174,6 +188,8 @@ def _libc_madvise() -> ctypes._CFuncPtr | None:
 
 def resident_pages(ranges: WordRanges, pages: np.ndarray) -> int | None:
     """How many of ``pages`` (page numbers of the map of ``ranges``) are in the page cache; None where unknown."""
+    if ranges.remote is not None:
+        return pages.shape[0] if ranges.remote.resident(*ranges.byte_bounds()) else 0
     mincore = _mincore()
     if mincore is None:
         return None

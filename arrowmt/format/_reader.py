@@ -31,9 +31,11 @@ import pyarrow.ipc as ipc
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._manifest import DICTIONARY_SUFFIX, plain_name_error
 from arrowmt.format._metadata import ColumnInfo, SplitMetadata
+from arrowmt.format._mirror import attached_file, guarded_copy
 from arrowmt.format._offsets_crc import OffsetChecks
 from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, advise, check_access, will_need
 from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
+from arrowmt.format._spans import take_flat
 
 IPC_FILE_MAGIC = b"ARROW1"
 
@@ -110,6 +112,7 @@ class SplitFile:
         self._open()
 
     def _open(self) -> None:
+        self.remote = attached_file(self.path)  # the block cache when the file caches a remote one
         self.identity, self._map = _map_file(self.path)
         advise(self._map, self.access)
         self.stamp = FileStamp(self.identity.size, self.identity.mtime_ns)
@@ -180,7 +183,13 @@ class SplitFile:
 
     def ranges(self, starts: np.ndarray, lengths: np.ndarray) -> WordRanges:
         """The word ranges ``[starts[i], starts[i] + lengths[i])`` of this file's map, for read-ahead."""
-        return WordRanges(self._map, self.words.ctypes.data, starts, lengths)
+        return WordRanges(self._map, self.words.ctypes.data, starts, lengths, self.remote)
+
+    def copy_words(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The word ranges ``[starts[i], starts[i] + lengths[i])`` concatenated (a copy; fetched first when remote)."""
+        if self.remote is None:
+            return take_flat(self.words, starts, lengths)
+        return guarded_copy(self.remote, self.words, starts, lengths)
 
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
@@ -271,8 +280,10 @@ class SplitFile:
             yield BatchOffsets(b, b * rpb, self.words[pos : pos + count + 1], values_pos, values_len)
 
     def row(self, column: str, i: int) -> np.ndarray:
-        """Row ``i`` of ``column`` as a writable int32 view of the map (no copy)."""
+        """Row ``i`` of ``column`` as a writable int32 view of the map (no copy; a copy when the file is remote)."""
         start, length = self.spans(column, np.array([i]))
+        if self.remote is not None:
+            return self.copy_words(start, length)
         s = int(start[0])
         return self.words[s : s + int(length[0])]
 

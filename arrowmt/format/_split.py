@@ -13,10 +13,11 @@ from arrowmt.format._dictionaries import check_split_dictionaries, load_column_d
 from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
+from arrowmt.format._mirror import local_folder
 from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, check_access
 from arrowmt.format._reader import SplitFile, check_indices, row_numbers
 from arrowmt.format._schema import TOKENS
-from arrowmt.format._spans import Spans
+from arrowmt.format._spans import Spans, exclusive_cumsum
 from arrowmt.format._vocab import Dictionary
 
 
@@ -34,13 +35,18 @@ class Split:
         split: str = "train",
         manifest: Manifest | None = None,
         access: str = DEFAULT_ACCESS,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         """``manifest``: the folder's manifest when already loaded (opening many splits of one folder).
 
         ``access``: the maps' access advice (:mod:`arrowmt.format._readahead`): ``"random"``
         (default; training reads rows all over the files), ``"sequential"``, ``"normal"``.
+        ``path`` may be a URL (``s3://bucket/prefix``): the corpus is then read through a
+        node-local cache in ``cache_dir`` holding at most ``cache_limit`` bytes (see
+        :func:`arrowmt.format._mirror.local_folder`).
         """
-        self.path = Path(path)
+        self.path = local_folder(path, cache_dir, cache_limit)
         self.split = split
         self.access = check_access(access)
         with reading(self.path):  # no publish into the folder while its files are opened and checked
@@ -168,8 +174,9 @@ class Split:
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for k in present:
             rows = local[order[sorted_shard == k]]
-            part = self.shards[int(k)]
-            parts.append((part.words, *part.spans(column, rows)))
+            self.shards[int(k)]
+            spans = _shard_spans(self.shards[int(k)], column, rows)
+            parts.append((spans.words, spans.starts, spans.lengths))
         grouped = Spans.concat_compact(parts)
         return grouped.select(np.argsort(order, kind="stable"))
 
@@ -224,8 +231,11 @@ def open_shard(folder: Path, manifest: Manifest, name: str, access: str = DEFAUL
 
 
 def _shard_spans(shard: SplitFile, column: str, rows: np.ndarray) -> Spans:
-    """Rows ``rows`` of ``column`` in one shard, viewing its map."""
-    return Spans(shard.words, *shard.spans(column, rows))
+    """Rows ``rows`` of ``column`` in one shard, viewing its map (copied when the shard caches a remote file)."""
+    starts, lengths = shard.spans(column, rows)
+    if shard.remote is None:
+        return Spans(shard.words, starts, lengths)
+    return Spans(shard.copy_words(starts, lengths), exclusive_cumsum(lengths), lengths)
 
 
 def open_split(path: str | os.PathLike[str], split: str = "train") -> Split:

@@ -41,11 +41,22 @@ class ArrowMTDataset(Split, Dataset):
         return GatheredBatch(ids, {c: self.located_spans(c, shard, local) for c in self.columns})
 
 
-def open_dataset(path: str | os.PathLike[str], split: str = "train", access: str = DEFAULT_ACCESS) -> ArrowMTDataset:
+def open_dataset(
+    path: str | os.PathLike[str],
+    split: str = "train",
+    access: str = DEFAULT_ACCESS,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | str | None = None,
+) -> ArrowMTDataset:
     """Open split ``split`` (all its shards) of the arrowmt folder at ``path``.
 
     ``access``: how the kernel reads the memory maps: ``"random"`` (the default: only the
     pages rows touch, with the samplers' read-ahead of the next batches), ``"sequential"``
     or ``"normal"`` (the kernel's read-around of every fault; see :mod:`arrowmt.format._readahead`).
+
+    ``path`` may be a URL (``s3://bucket/prefix/corpus``, any ``pyarrow.fs`` URI): the
+    corpus is read through a cache in ``cache_dir`` (default ``$ARROWMT_CACHE_DIR`` or
+    ``~/.cache/arrowmt``) shared by the processes of the node, holding at most
+    ``cache_limit`` bytes (an int or ``"20G"``; default ``$ARROWMT_CACHE_LIMIT``, else no limit).
     """
-    return ArrowMTDataset(path, split, access=access)
+    return ArrowMTDataset(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)

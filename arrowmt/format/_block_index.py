@@ -1,0 +1,74 @@
+"""The block index of a split file (``<file>.blocks``): what a remote reader needs before it fetches a byte.
+
+A corpus on object storage is read in blocks of :data:`BLOCK_SIZE` bytes. The index,
+written by conversion beside each split file (and by ``arrowmt index`` for folders
+converted before it existed), holds
+
+- the CRC-32 of every block of the file, so each fetched block is verified before use
+  without downloading the whole file;
+- the byte ranges that are not token values (the stream's headers, the offsets): a
+  remote reader fetches and keeps them at open, since opening and planning read them all.
+
+:mod:`arrowmt.format._indexing` writes it. It is a side file (:mod:`arrowmt.format._sidefile`):
+header with the split file's size and SHA-256 (as the manifest records them), CRC-32 over everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt._errors import FormatError
+from arrowmt.format._sidefile import HEADER_BYTES, SideFile, SideFormat, open_side_file
+from arrowmt.storage import covered_blocks
+
+BLOCK_SIZE = 64 << 10
+INDEX_SUFFIX = ".blocks"
+INDEX_FORMAT = SideFormat(
+    "block index", b"ARROWMT-BINDEX\x00\x00", 1, "QQQQ32s", "write it again with `arrowmt index FOLDER`"
+)
+
+
+@dataclass(frozen=True)
+class BlockIndex:
+    """A split file's block CRCs and its ranges other than token values (``pinned``: int64 ``[start, end)`` rows)."""
+
+    size: int
+    block_size: int
+    crcs: np.ndarray
+    pinned: np.ndarray
+
+    def pinned_blocks(self) -> np.ndarray:
+        """Numbers of the blocks holding any byte of the pinned ranges."""
+        return covered_blocks(self.pinned[:, 0], self.pinned[:, 1], self.block_size)
+
+
+def index_name(file: str) -> str:
+    """The index file of split file ``file``."""
+    return file + INDEX_SUFFIX
+
+
+def read_block_index(path: Path, size: int, sha256: str) -> BlockIndex:
+    """The index at ``path`` of a split file of ``size`` bytes and SHA-256 ``sha256`` (FormatError if not)."""
+
+    def expected_size(where: Path, values: tuple) -> int:
+        return HEADER_BYTES + 4 * values[2] + 16 * values[3]
+
+    side = open_side_file(path, INDEX_FORMAT, expected_size)
+    file_size, block_size, blocks, ranges, digest = side.values
+    if (file_size, digest.hex()) != (size, sha256) or blocks != -(-size // max(block_size, 1)):
+        raise FormatError(
+            f"{path}: block index of a file of {file_size} bytes, SHA-256 {digest.hex()[:16]}..; the manifest "
+            f"records {size} bytes, SHA-256 {sha256[:16]}.. (index stale: write it again with `arrowmt index`)"
+        )
+    return BlockIndex(size, block_size, _array(side, np.uint32, blocks, 0), _pinned(side, blocks, ranges))
+
+
+def _array(side: SideFile, dtype: type, count: int, offset: int) -> np.ndarray:
+    return np.array(side.array(dtype, count, offset))
+
+
+def _pinned(side: SideFile, blocks: int, ranges: int) -> np.ndarray:
+    return _array(side, np.int64, 2 * ranges, 4 * blocks).reshape(-1, 2)

@@ -1,0 +1,188 @@
+"""A remote corpus (``s3://bucket/prefix``) as a local folder: its cache, which readers open like any folder.
+
+:func:`mirror` fetches the manifest, dictionaries and block indexes of the corpus at a
+URL into ``cache_dir`` (one folder per URL and manifest content, so a replaced corpus
+gets a new one), checks each split object's size against the manifest, and lays out a
+sparse local file per split object. Every process then attaches the folder's
+:class:`~arrowmt.storage.BlockStore` on its own (:func:`attached_file`), found from the
+folder alone, so pickled datasets reopen in DataLoader workers by path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt._checks import check_integer
+from arrowmt._errors import FormatError, InvalidParameterError, StorageError
+from arrowmt.format._atomic import write_bytes_atomic
+from arrowmt.format._block_index import index_name, read_block_index
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._schema import MANIFEST_NAME
+from arrowmt.format._sidefile import exclusive_lock
+from arrowmt.format._spans import take_flat
+from arrowmt.storage import STATE_DIR, BlockFile, BlockStore, CachedFile, RemoteFolder, is_url
+
+CACHE_DIR_ENV = "ARROWMT_CACHE_DIR"
+CACHE_LIMIT_ENV = "ARROWMT_CACHE_LIMIT"
+SOURCE_NAME = "source.json"
+READ_RETRIES = 100
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def default_cache_dir() -> Path:
+    """``$ARROWMT_CACHE_DIR``, else ``$XDG_CACHE_HOME/arrowmt``, else ``~/.cache/arrowmt``."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "arrowmt"
+
+
+def check_cache_limit(value: object, name: str = "cache_limit") -> int | None:
+    """``value`` as bytes: an int, or a string like ``"20G"``/``"512MiB"``; None (or unset) means no limit."""
+    if value is None or value == "":
+        env = os.environ.get(CACHE_LIMIT_ENV)
+        return None if not env else check_cache_limit(env, CACHE_LIMIT_ENV)
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if not match:
+            raise InvalidParameterError(f"{name}: expected a byte count like 20G or 512MiB, got {value!r}")
+        return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    return check_integer(name, value, 1, 1 << 62)
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """Where remote corpora are cached (``cache_dir``) and how many bytes one may keep (``cache_limit``)."""
+
+    cache_dir: Path
+    cache_limit: int | None
+
+    @classmethod
+    def of(cls, cache_dir: str | os.PathLike[str] | None, cache_limit: object) -> CacheOptions:
+        return cls(Path(cache_dir) if cache_dir is not None else default_cache_dir(), check_cache_limit(cache_limit))
+
+
+def local_folder(
+    path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None, cache_limit: object = None
+) -> Path:
+    """``path`` itself for a local folder; for a URL, the folder caching it (:func:`mirror`).
+
+    ``cache_dir`` defaults to :func:`default_cache_dir`, ``cache_limit`` (bytes, or ``"20G"``)
+    to ``$ARROWMT_CACHE_LIMIT``, else no limit.
+    """
+    if not is_url(path):
+        return Path(path)
+    return mirror(str(path), CacheOptions.of(cache_dir, cache_limit))
+
+
+def mirror(url: str, options: CacheOptions) -> Path:
+    """The local folder caching the corpus at ``url`` (made on first use; shared by every process of the node)."""
+    remote = RemoteFolder(url)
+    raw = remote.read(MANIFEST_NAME)
+    manifest = _parse_manifest(raw, remote.url_of(MANIFEST_NAME))
+    key = hashlib.sha256(remote.url.encode() + b"\x00" + raw).hexdigest()[:20]
+    folder = options.cache_dir / f"{_slug(remote.url)}-{key}"
+    try:
+        options.cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cache_dir: cannot create {options.cache_dir}: {exc.strerror or exc}") from exc
+    with exclusive_lock(folder.with_name(folder.name + ".lock")):
+        if not (folder / MANIFEST_NAME).is_file():
+            _lay_out(remote, folder, manifest, raw)
+        _write_source(folder, remote.url, options.cache_limit)
+    return folder
+
+
+def _parse_manifest(raw: bytes, where: str) -> Manifest:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{where}: not a JSON manifest: {exc}") from exc
+    return Manifest.parse(data, Path(where))
+
+
+def _slug(url: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", url.split("://", 1)[-1])[-60:].strip("._-") or "corpus"
+
+
+def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes) -> None:
+    """Fetch the small files, size-check the split objects and create their sparse local files; manifest last."""
+    entries = list(manifest.files.values())
+    sizes = remote.sizes([entry.file for entry in entries])
+    for entry in entries:
+        if sizes[entry.file] != entry.size:
+            raise StorageError(
+                f"{remote.url_of(entry.file)}: {sizes[entry.file]} bytes, the manifest records {entry.size} "
+                "(object replaced or truncated since conversion)"
+            )
+    (folder / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    for name in [*manifest.dictionaries.values(), *(index_name(entry.file) for entry in entries)]:
+        try:
+            data = remote.read(name)
+        except StorageError as exc:
+            if name.endswith(".blocks"):
+                raise StorageError(
+                    f"{remote.url_of(name)}: no block index; write one with `arrowmt index FOLDER` on the local "
+                    "copy (conversions write it) and upload it beside the split file"
+                ) from exc
+            raise
+        write_bytes_atomic(folder / name, data)
+    for entry in entries:
+        with open(folder / entry.file, "ab") as handle:
+            handle.truncate(entry.size)
+    write_bytes_atomic(folder / MANIFEST_NAME, raw)
+
+
+def _write_source(folder: Path, url: str, limit: int | None) -> None:
+    text = json.dumps({"url": url, "cache_limit": limit}, sort_keys=True).encode()
+    path = folder / STATE_DIR / SOURCE_NAME
+    if not path.is_file() or path.read_bytes() != text:
+        write_bytes_atomic(path, text)
+
+
+_STORES: dict[tuple[int, Path], BlockStore | None] = {}
+
+
+def attached_file(path: Path) -> BlockFile | None:
+    """The cache block file of split file ``path`` when its folder caches a remote corpus, else None."""
+    folder = path.parent
+    key = (os.getpid(), folder)
+    if key not in _STORES:
+        _STORES[key] = _open_store(folder)
+    store = _STORES[key]
+    return None if store is None else store.file(path.name)
+
+
+def _open_store(folder: Path) -> BlockStore | None:
+    source = folder / STATE_DIR / SOURCE_NAME
+    if not source.is_file():
+        return None
+    config = json.loads(source.read_bytes())
+    manifest = Manifest.load(folder)
+    entries = list(manifest.files.values())
+    indexes = [read_block_index(folder / index_name(e.file), e.size, e.sha256) for e in entries]
+    sizes = {index.block_size for index in indexes}
+    if len(sizes) != 1:
+        raise FormatError(f"{folder}: block indexes of several block sizes {sorted(sizes)}; write them again")
+    files = [CachedFile(e.file, e.size, i.crcs, i.pinned_blocks()) for e, i in zip(entries, indexes, strict=True)]
+    return BlockStore(RemoteFolder(config["url"]), folder, files, sizes.pop(), config["cache_limit"])
+
+
+def guarded_copy(remote: BlockFile, words: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The word ranges of a cached file concatenated, fetched first; copied again if a block was evicted meanwhile."""
+    first = np.asarray(starts, dtype=np.int64) * 4
+    end = first + np.asarray(lengths, dtype=np.int64) * 4
+    for _ in range(READ_RETRIES):
+        snapshot = remote.ensure(first, end)
+        flat = take_flat(words, starts, lengths)
+        if remote.unchanged(snapshot):
+            return flat
+    raise StorageError(f"{remote.store.remote.url}: blocks evicted faster than they are read; raise cache_limit")

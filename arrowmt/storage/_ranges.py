@@ -1,0 +1,53 @@
+"""Block arithmetic of the remote cache: which blocks byte ranges cover, and runs of blocks to fetch together.
+
+Pure functions over numpy arrays, no I/O: tested with exact values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def covered_blocks(starts: np.ndarray, ends: np.ndarray, block_size: int) -> np.ndarray:
+    """Sorted unique numbers of the blocks of ``block_size`` bytes that byte ranges ``[starts, ends)`` touch.
+
+    Empty ranges touch nothing.
+    """
+    starts = np.asarray(starts, dtype=np.int64).ravel()
+    ends = np.asarray(ends, dtype=np.int64).ravel()
+    keep = ends > starts
+    first = starts[keep] // block_size
+    count = (ends[keep] - 1) // block_size - first + 1
+    if not count.size:
+        return np.zeros(0, dtype=np.int64)
+    if int(count.max()) == 1:
+        return np.unique(first)
+    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return np.unique(np.repeat(first, count) + within)
+
+
+def block_runs(blocks: np.ndarray, max_run: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first block, block count) of each run of consecutive numbers in sorted unique ``blocks``.
+
+    Runs longer than ``max_run`` blocks are cut into pieces of at most ``max_run``.
+    """
+    blocks = np.asarray(blocks, dtype=np.int64)
+    if not blocks.size:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    breaks = np.flatnonzero(np.diff(blocks) != 1) + 1
+    run_of = np.zeros(blocks.size, dtype=np.int64)
+    run_of[breaks] = 1
+    run_of = np.cumsum(run_of)
+    run_start = np.concatenate([[0], breaks])
+    piece = (np.arange(blocks.size) - run_start[run_of]) // max_run
+    heads = np.flatnonzero(np.concatenate([[True], (run_of[1:] != run_of[:-1]) | (piece[1:] != piece[:-1])]))
+    counts = np.diff(np.concatenate([heads, [blocks.size]]))
+    return blocks[heads], counts
+
+
+def block_bounds(blocks: np.ndarray, block_size: int, file_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Byte ``(start, end)`` of each block; the last block of a file ends at ``file_size``."""
+    blocks = np.asarray(blocks, dtype=np.int64)
+    starts = blocks * block_size
+    return starts, np.minimum(starts + block_size, file_size)

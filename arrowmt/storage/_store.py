@@ -1,0 +1,331 @@
+"""A node-local cache of a remote corpus's files, in blocks: fetched ahead, verified, evicted by next use.
+
+Each remote file has a local file of the same size in the cache folder, sparse until its
+blocks arrive; readers memory-map it like any local file (its pages are shared by every
+process of the node). A block is fetched once per node: the fetching process holds an
+``fcntl`` lock on the block's byte of a lock file (threads of one process meet in an
+in-process table first); it checks the block's CRC-32 against the corpus's block index
+before writing it, and marks it present only after that, so a fetch killed midway leaves
+nothing used unverified. When the cache would pass ``limit`` bytes, the present blocks
+whose next use in the plan is furthest away (unknown first) are freed (hole punched);
+blocks of the index's pinned ranges (headers, offsets) are never freed. Readers guard
+each copy with the blocks' generations (:mod:`arrowmt.storage._state`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import zlib
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt._errors import StorageError
+from arrowmt.storage._punch import punch_hole
+from arrowmt.storage._ranges import block_runs, covered_blocks
+from arrowmt.storage._remote import RemoteFolder
+from arrowmt.storage._state import NO_USE, CacheState
+
+logger = logging.getLogger(__name__)
+
+STATE_DIR = ".arrowmt-remote"
+DEFAULT_WORKERS = 8
+MAX_RUN_BYTES = 8 << 20  # the largest range request
+PROTECTED_STEPS = 1  # blocks needed within this many steps of now are never freed
+READ_RETRIES = 100  # copies redone after a concurrent eviction before giving up
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """One remote file of a corpus: its name, size, per-block CRC-32s and the blocks kept for good."""
+
+    name: str
+    size: int
+    crcs: np.ndarray  # uint32, one per block
+    pinned: np.ndarray  # block numbers within the file
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The blocks a read covers and their generations when they were all present."""
+
+    blocks: np.ndarray
+    generations: np.ndarray
+
+
+class BlockStore:
+    """The cache of the files of one remote corpus in ``folder`` (see the module)."""
+
+    def __init__(
+        self,
+        remote: RemoteFolder,
+        folder: Path,
+        files: Sequence[CachedFile],
+        block_size: int,
+        limit: int | None,
+        workers: int = DEFAULT_WORKERS,
+    ) -> None:
+        self.remote, self.folder, self.block_size, self.limit = remote, folder, block_size, limit
+        self.files = list(files)
+        counts = np.array([-(-f.size // block_size) for f in self.files], dtype=np.int64)
+        self.base = np.concatenate([[0], np.cumsum(counts)])
+        total = int(self.base[-1])
+        self.state = CacheState(folder / STATE_DIR / "state", total)
+        self.crcs = np.concatenate([f.crcs for f in self.files]) if self.files else np.zeros(0, np.uint32)
+        self.pinned = np.zeros(total, dtype=bool)
+        for k, f in enumerate(self.files):
+            self.pinned[self.base[k] + f.pinned] = True
+        self._locks = os.open(folder / STATE_DIR / "blocks.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._fds = [os.open(folder / f.name, os.O_RDWR | os.O_CLOEXEC) for f in self.files]
+        self._mutex = threading.Lock()
+        self._evicting = threading.Lock()
+        self._inflight: dict[int, threading.Event] = {}
+        self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
+        self._fetchers = ThreadPoolExecutor(workers, thread_name_prefix="arrowmt-fetch")
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="arrowmt-ahead")
+        self.now = 0
+        self.fetched_bytes = 0  # by this process
+        self._warned = False
+        self.ensure(np.flatnonzero(self.pinned))
+
+    def __repr__(self) -> str:
+        return f"BlockStore({self.remote.url!r} -> {str(self.folder)!r}, {self.used_bytes()} bytes cached)"
+
+    def file(self, name: str) -> BlockFile:
+        names = [f.name for f in self.files]
+        return BlockFile(self, names.index(name))
+
+    def used_bytes(self) -> int:
+        return int(np.count_nonzero(self.state.present)) * self.block_size
+
+    # ------------------------------------------------------------ reading
+
+    def ensure(self, blocks: np.ndarray) -> Snapshot:
+        """Fetch what is missing of ``blocks`` (sorted unique) and wait for it: their generations, all present."""
+        self._reading[threading.get_ident()] = blocks  # not freed by this process while it reads them
+        for _ in range(READ_RETRIES):
+            missing = blocks[self.state.present[blocks] == 0]
+            if missing.size:
+                self._fetch(missing, wait=True)
+            generations = self.state.generation[blocks].copy()
+            if np.all(self.state.present[blocks]):
+                return Snapshot(blocks, generations)
+        raise StorageError(f"{self.remote.url}: blocks evicted faster than they are read; raise cache_limit")
+
+    def unchanged(self, snapshot: Snapshot) -> bool:
+        """Whether no block of ``snapshot`` was freed or refilled since it was taken."""
+        blocks = snapshot.blocks
+        return bool(
+            np.all(self.state.present[blocks]) and np.array_equal(self.state.generation[blocks], snapshot.generations)
+        )
+
+    def resident(self, blocks: np.ndarray) -> bool:
+        return bool(np.all(self.state.present[blocks]))
+
+    def prefetch(self, blocks: np.ndarray, step: int | None = None) -> None:
+        """Fetch the missing of ``blocks`` in the background (errors are left to the read that needs them)."""
+        if step is not None:
+            self.announce(blocks, step)
+        missing = blocks[self.state.present[blocks] == 0]
+        if missing.size:
+            self._ahead.submit(self._fetch_quietly, missing)
+
+    def announce(self, blocks: np.ndarray, step: int) -> None:
+        """``blocks`` are needed at plan step ``step``: kept in preference to blocks needed later or never."""
+        known = self.state.next_use[blocks]
+        self.state.next_use[blocks] = np.where(known < self.now, step, np.minimum(known, step))
+
+    def advance(self, step: int) -> None:
+        """The plan is at ``step`` now (blocks last needed before it are needed no more, as far as is known)."""
+        self.now = step
+
+    # ------------------------------------------------------------ fetching
+
+    def _fetch_quietly(self, blocks: np.ndarray) -> None:
+        try:
+            self._fetch(blocks, wait=False)
+        except Exception as exc:  # read-ahead is a hint; the read that needs the block fetches it again
+            logger.debug("read-ahead of %s failed: %s", self.remote.url, exc)
+
+    def _fetch(self, blocks: np.ndarray, wait: bool) -> None:
+        claimed, waits = self._claim(blocks)
+        try:
+            missing = [b for b in claimed if not self.state.present[b]]
+            mine = [b for b in missing if self._try_lock(b)]
+            busy = sorted(set(missing) - set(mine))  # another process is fetching them
+            try:
+                self._fill(np.array(mine, dtype=np.int64), required=wait)
+            finally:
+                for b in mine:
+                    self._unlock(b)
+        finally:
+            self._release(claimed)
+        if wait:
+            for event in waits.values():
+                event.wait()
+            for b in [*busy, *waits]:
+                self._fill_waiting(b)
+
+    def _claim(self, blocks: np.ndarray) -> tuple[list[int], dict[int, threading.Event]]:
+        """Blocks no other thread of this process is fetching (now marked as ours), and events of the others."""
+        claimed, waits = [], {}
+        with self._mutex:
+            for b in blocks.tolist():
+                if b in self._inflight:
+                    waits[b] = self._inflight[b]
+                else:
+                    self._inflight[b] = threading.Event()
+                    claimed.append(b)
+        return claimed, waits
+
+    def _release(self, claimed: Iterable[int]) -> None:
+        with self._mutex:
+            for b in claimed:
+                self._inflight.pop(b).set()
+
+    def _fill_waiting(self, b: int) -> None:
+        """Wait for another process's fetch of block ``b``; fetch it if that left it missing (killed midway)."""
+        if self.state.present[b]:
+            return
+        fcntl.lockf(self._locks, fcntl.LOCK_EX, 1, b)
+        try:
+            if not self.state.present[b]:
+                self._fill(np.array([b], dtype=np.int64), required=True)
+        finally:
+            self._unlock(b)
+
+    def _try_lock(self, b: int) -> bool:
+        try:
+            fcntl.lockf(self._locks, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, b)
+        except OSError:
+            return False
+        return True
+
+    def _unlock(self, b: int) -> None:
+        fcntl.lockf(self._locks, fcntl.LOCK_UN, 1, b)
+
+    def _fill(self, blocks: np.ndarray, required: bool) -> None:
+        """Fetch, verify and store ``blocks`` (locked by this process), merged into range requests.
+
+        Blocks a read needs now (``required``) are fetched even past the limit; read-ahead
+        fetches only the first of ``blocks`` that fit.
+        """
+        room = self._admit(int(blocks.size))
+        if not required:
+            blocks = blocks[:room]
+        if not blocks.size:
+            return
+        k = np.searchsorted(self.base, blocks, side="right") - 1
+        tasks = []
+        for f in np.unique(k).tolist():
+            first, count = block_runs(blocks[k == f] - self.base[f], MAX_RUN_BYTES // self.block_size)
+            tasks += [(f, a, n) for a, n in zip(first.tolist(), count.tolist(), strict=True)]
+        if len(tasks) == 1:
+            self._fill_run(*tasks[0])
+            return
+        for future in [self._fetchers.submit(self._fill_run, *task) for task in tasks]:
+            future.result()
+
+    def _fill_run(self, k: int, first: int, count: int) -> None:
+        f = self.files[k]
+        start = first * self.block_size
+        end = min((first + count) * self.block_size, f.size)
+        data = self.remote.read_range(f.name, start, end - start)
+        view = memoryview(data)
+        for i in range(count):
+            block = view[i * self.block_size : (i + 1) * self.block_size]
+            expected = int(f.crcs[first + i])
+            if zlib.crc32(block) != expected:
+                raise StorageError(
+                    f"{self.remote.url_of(f.name)}: block {first + i} (bytes {start + i * self.block_size}-"
+                    f"{start + i * self.block_size + len(block)}) has CRC-32 {zlib.crc32(block):08x}, the block "
+                    f"index says {expected:08x} (object changed since conversion?)"
+                )
+        try:
+            os.pwrite(self._fds[k], data, start)
+        except OSError as exc:
+            raise StorageError(f"{self.folder / f.name}: cannot write to the cache: {exc.strerror or exc}") from exc
+        blocks = np.arange(first, first + count) + self.base[k]
+        self.state.generation[blocks] += 1
+        self.state.present[blocks] = 1
+        self.fetched_bytes += len(data)
+
+    # ------------------------------------------------------------ evicting
+
+    def _admit(self, count: int) -> int:
+        """Free blocks, furthest next use first, until ``count`` more fit within the limit; how many fit."""
+        if self.limit is None:
+            return count
+        with self._evicting:
+            excess = int(np.count_nonzero(self.state.present)) + count - self.limit // self.block_size
+            freed = 0
+            for b in self._victims().tolist() if excess > 0 else []:
+                if freed >= excess:
+                    break
+                freed += self._evict(b)
+            if freed < excess and not self._warned:
+                self._warned = True
+                message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
+                logger.warning(message, self.remote.url, self.limit)
+            return max(0, count - max(0, excess - freed))
+
+    def _victims(self) -> np.ndarray:
+        present = np.flatnonzero(self.state.present.astype(bool) & ~self.pinned)
+        nxt = self.state.next_use[present]
+        key = np.where(nxt < self.now, NO_USE, nxt)
+        keep = (key > self.now + PROTECTED_STEPS) & ~np.isin(present, self._blocks_read())
+        present, key = present[keep], key[keep]
+        return present[np.argsort(-key, kind="stable")]
+
+    def _blocks_read(self) -> np.ndarray:
+        reading = list(self._reading.values())
+        return np.concatenate(reading) if reading else np.zeros(0, dtype=np.int64)
+
+    def _evict(self, b: int) -> int:
+        with self._mutex:
+            if b in self._inflight:
+                return 0
+        if not self._try_lock(b):
+            return 0
+        try:
+            if not self.state.present[b]:
+                return 0
+            self.state.present[b] = 0
+            self.state.generation[b] += 1
+            k = int(np.searchsorted(self.base, b, side="right") - 1)
+            local = b - int(self.base[k])
+            start = local * self.block_size
+            length = min(self.block_size, self.files[k].size - start)
+            punch_hole(self._fds[k], start, length, str(self.folder / self.files[k].name))
+            return 1
+        finally:
+            self._unlock(b)
+
+
+@dataclass(frozen=True)
+class BlockFile:
+    """One file of a :class:`BlockStore`, addressed by byte ranges."""
+
+    store: BlockStore
+    index: int
+
+    def blocks(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        return covered_blocks(starts, ends, self.store.block_size) + self.store.base[self.index]
+
+    def ensure(self, starts: np.ndarray, ends: np.ndarray) -> Snapshot:
+        return self.store.ensure(self.blocks(starts, ends))
+
+    def unchanged(self, snapshot: Snapshot) -> bool:
+        return self.store.unchanged(snapshot)
+
+    def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None = None) -> None:
+        self.store.prefetch(self.blocks(starts, ends), step)
+
+    def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:
+        return self.store.resident(self.blocks(starts, ends))

@@ -41,20 +41,20 @@ def pinned_ranges(split: SplitFile) -> np.ndarray:
     return np.stack([gap_start[useful], gap_end[useful]], axis=1).astype(np.int64)
 
 
-def write_block_index(path: Path, sha256: str) -> Path:
+def write_block_index(path: Path, sha256: str, block_size: int = BLOCK_SIZE) -> Path:
     """Write the index of split file ``path`` (whose SHA-256 is ``sha256``) beside it; returns the index's path."""
     split = SplitFile(path, access="sequential")
-    crcs = block_crcs(path)
+    crcs = block_crcs(path, block_size)
     pinned = pinned_ranges(split)
     target = path.with_name(index_name(path.name))
-    values = (split.stamp.size, BLOCK_SIZE, crcs.shape[0], pinned.shape[0], bytes.fromhex(sha256))
+    values = (split.stamp.size, block_size, crcs.shape[0], pinned.shape[0], bytes.fromhex(sha256))
     return write_side_file(target, INDEX_FORMAT, values, [crcs, pinned])
 
 
-def write_block_indexes(folder: Path, manifest: Manifest) -> list[str]:
+def write_block_indexes(folder: Path, manifest: Manifest, block_size: int = BLOCK_SIZE) -> list[str]:
     """Write the index of every split file ``manifest`` lists in ``folder``; returns their names."""
     names = []
     for entry in manifest.files.values():
-        write_block_index(folder / entry.file, entry.sha256)
+        write_block_index(folder / entry.file, entry.sha256, block_size)
         names.append(index_name(entry.file))
     return names

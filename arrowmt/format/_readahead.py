@@ -105,11 +105,12 @@ def word_page_runs(ranges: WordRanges) -> tuple[np.ndarray, np.ndarray]:
     return page_runs(first, end)
 
 
-def will_need(ranges: Iterable[WordRanges], step: int | None = None) -> int:
+def will_need(ranges: Iterable[WordRanges], step: int | None = None, now: int | None = None) -> int:
     """Start reading the pages of every range (``MADV_WILLNEED``), without waiting; returns the pages asked for.
 
     Ranges of a remote file's cache are fetched in the background instead (``step``: the plan
-    position that needs them, which keeps them cached in preference to later ones).
+    position that needs them, ``now``: the position read now; the cache keeps blocks needed
+    sooner in preference to those needed later).
 
     Ranges of several maps (a mixture's corpora, both columns) are merged into page runs of
     this process's address space at once (:func:`will_need_many`) instead of map by map.
@@ -118,7 +119,7 @@ def will_need(ranges: Iterable[WordRanges], step: int | None = None) -> int:
     ranges = list(ranges)
     for part in ranges:
         if part.remote is not None:
-            part.remote.prefetch(*part.byte_bounds(), step)
+            part.remote.prefetch(*part.byte_bounds(), step, now)
     ranges = [part for part in ranges if part.remote is None]
     if _WILLNEED is None:
         return asked

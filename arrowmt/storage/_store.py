@@ -89,7 +89,9 @@ class BlockStore:
         self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
         self._fetchers = ThreadPoolExecutor(workers, thread_name_prefix="arrowmt-fetch")
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="arrowmt-ahead")
-        self.now = 0
+        self.now = 0  # plan steps, increasing over passes (epochs)
+        self._base = 0  # the step of the current pass's position 0
+        self._position = 0
         self.fetched_bytes = 0  # by this process
         self._warned = False
         self.ensure(np.flatnonzero(self.pinned))
@@ -128,10 +130,15 @@ class BlockStore:
     def resident(self, blocks: np.ndarray) -> bool:
         return bool(np.all(self.state.present[blocks]))
 
-    def prefetch(self, blocks: np.ndarray, step: int | None = None) -> None:
-        """Fetch the missing of ``blocks`` in the background (errors are left to the read that needs them)."""
+    def prefetch(self, blocks: np.ndarray, step: int | None = None, now: int | None = None) -> None:
+        """Fetch the missing of ``blocks`` in the background (errors are left to the read that needs them).
+
+        ``step``: the position in the pass over the plan that needs them; ``now``: the position read now.
+        """
+        if now is not None:
+            self.advance(now)
         if step is not None:
-            self.announce(blocks, step)
+            self.announce(blocks, self._base + step)
         missing = blocks[self.state.present[blocks] == 0]
         if missing.size:
             self._ahead.submit(self._fetch_quietly, missing)
@@ -141,9 +148,12 @@ class BlockStore:
         known = self.state.next_use[blocks]
         self.state.next_use[blocks] = np.where(known < self.now, step, np.minimum(known, step))
 
-    def advance(self, step: int) -> None:
-        """The plan is at ``step`` now (blocks last needed before it are needed no more, as far as is known)."""
-        self.now = step
+    def advance(self, position: int) -> None:
+        """The pass over the plan is at ``position`` (a smaller one than before starts a new pass, later in time)."""
+        if position < self._position:
+            self._base += self._position + 1
+        self._position = position
+        self.now = self._base + position
 
     # ------------------------------------------------------------ fetching
 
@@ -324,8 +334,8 @@ class BlockFile:
     def unchanged(self, snapshot: Snapshot) -> bool:
         return self.store.unchanged(snapshot)
 
-    def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None = None) -> None:
-        self.store.prefetch(self.blocks(starts, ends), step)
+    def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None = None, now: int | None = None) -> None:
+        self.store.prefetch(self.blocks(starts, ends), step, now)
 
     def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:
         return self.store.resident(self.blocks(starts, ends))

@@ -68,9 +68,11 @@ class Prefetcher:
         self.streak = 0  # batches found resident in a row
         self.pages = 0  # pages asked for so far
         self.sampled = 0  # batches whose residency was sampled
+        self.position = start  # the batch handed out now
 
     def step(self, position: int) -> None:
         """Batch ``position`` is being handed out: ask for what the next batches need."""
+        self.position = position
         while self.values_done < position + self.depth:
             q = self.values_done + 1
             rows = self.batch_at(q)
@@ -96,7 +98,7 @@ class Prefetcher:
                 return
         else:
             self.streak = 0
-            self.pages += will_need(ranges)
+            self.pages += will_need(ranges, q, self.position)
         self.values_done = q
 
     def _resident(self, ranges: list[WordRanges]) -> bool:

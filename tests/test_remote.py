@@ -1,0 +1,238 @@
+"""Corpora on object storage: a real S3 server (moto) on 127.0.0.1, batches identical to the local copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("moto.server", reason="needs moto[server] (the [test] extra)")
+
+import pyarrow.fs as pafs
+import torch
+from torch.utils.data import DataLoader
+
+import arrowmt
+from arrowmt._errors import InvalidParameterError, StorageError
+from arrowmt.format._block_index import index_name, read_block_index
+from arrowmt.format._indexing import write_block_indexes
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._mirror import check_cache_limit
+from arrowmt.storage import block_runs, covered_blocks
+from tests.conftest import MULTI30K
+from tests.state_helpers import check_resume
+
+BUCKET = "corpora"
+SMALL_BLOCK = 4096
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[pafs.S3FileSystem]:
+    """A moto S3 server on 127.0.0.1 and the AWS variables pointing at it, for the module."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        fs = pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"], allow_bucket_creation=True)
+        fs.create_dir(BUCKET)
+        yield fs
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multi30k val (1,014 pairs) converted, with block indexes of 4 KiB blocks (many blocks on a small corpus)."""
+    out = tmp_path_factory.mktemp("remote") / "corpus"
+    arrowmt.convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", progress=False)
+    write_block_indexes(out, Manifest.load(out), SMALL_BLOCK)
+    return out
+
+
+def upload(fs: pafs.S3FileSystem, folder: Path, prefix: str) -> str:
+    pafs.copy_files(str(folder), f"{BUCKET}/{prefix}", destination_filesystem=fs)
+    return f"s3://{BUCKET}/{prefix}"
+
+
+@pytest.fixture(scope="module")
+def url(s3: pafs.S3FileSystem, corpus: Path) -> str:
+    return upload(s3, corpus, "val")
+
+
+def batches(dataset: arrowmt.ArrowMTDataset, workers: int = 0, **kw: object) -> list[dict]:
+    sampler = arrowmt.TokenBatchSampler(dataset, max_tokens=512, seed=5, **kw)
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=arrowmt.FairseqCollater(dataset.special_ids),
+                        num_workers=workers)  # fmt: skip
+    return [flat(batch) for batch in loader]
+
+
+def flat(value: object) -> object:
+    """Tensors as lists, inside dicts, sequences and objects, for comparing batches."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: flat(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [flat(v) for v in value]
+    return flat(vars(value)) if hasattr(value, "__dict__") else value
+
+
+def size_of(corpus: Path) -> int:
+    return (corpus / "train.arrow").stat().st_size
+
+
+# ---------------------------------------------------------------- block arithmetic
+
+
+def test_covered_blocks_exact() -> None:
+    got = covered_blocks(np.array([0, 10, 100, 300, 5]), np.array([5, 130, 101, 300, 64]), 64)
+    assert got.tolist() == [0, 1, 2]
+    assert covered_blocks(np.array([128]), np.array([129]), 64).tolist() == [2]
+
+
+def test_block_runs_exact() -> None:
+    first, count = block_runs(np.array([1, 2, 3, 4, 5, 9, 10, 12]), 2)
+    assert first.tolist() == [1, 3, 5, 9, 12] and count.tolist() == [2, 2, 1, 2, 1]
+
+
+def test_cache_limit_values() -> None:
+    assert check_cache_limit("20G") == 20 << 30
+    assert check_cache_limit("512MiB") == 512 << 20
+    assert check_cache_limit(4096) == 4096
+    with pytest.raises(InvalidParameterError, match="cache_limit: expected a byte count"):
+        check_cache_limit("lots")
+    with pytest.raises(InvalidParameterError, match="cache_limit"):
+        check_cache_limit(0)
+
+
+# ---------------------------------------------------------------- the index
+
+
+def test_conversion_writes_a_block_index(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    arrowmt.convert_text(str(MULTI30K / "test"), out, src_lang="de", tgt_lang="en", progress=False)
+    entry = Manifest.load(out).files["train"]
+    index = read_block_index(out / index_name(entry.file), entry.size, entry.sha256)
+    data = (out / entry.file).read_bytes()
+    expected = [zlib.crc32(data[i : i + index.block_size]) for i in range(0, len(data), index.block_size)]
+    assert index.crcs.tolist() == expected
+    split = arrowmt.open_split(out, "train")
+    values = [(lay.values_pos * 4, (lay.values_pos + lay.values_len) * 4) for lay in split.shards[0].layouts.values()]
+    for start, end in index.pinned.tolist():  # pinned ranges never overlap token values, and cover the rest
+        assert all(end <= vs or start >= ve for vs, ve in np.concatenate(values, axis=1).T.tolist())
+    covered = sum(end - start for start, end in index.pinned.tolist())
+    assert covered + sum(int(lay.values_len.sum()) * 4 for lay in split.shards[0].layouts.values()) == len(data)
+
+
+# ---------------------------------------------------------------- identical batches
+
+
+def test_batches_from_url_equal_the_local_copy(url: str, corpus: Path, tmp_path: Path) -> None:
+    limit = size_of(corpus) // 4
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path, cache_limit=limit)
+    local = arrowmt.open_dataset(corpus, "train")
+    assert batches(remote) == batches(local)
+    store = remote.shards[0].remote.store
+    assert store.fetched_bytes > size_of(corpus)  # the limit made it fetch some blocks again
+    assert remote[3]["source"].tolist() == local[3]["source"].tolist()
+
+
+def test_dataloader_workers_and_resume_from_url(url: str, corpus: Path, tmp_path: Path) -> None:
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    local = arrowmt.open_dataset(corpus, "train")
+    assert batches(remote, workers=2) == batches(local)
+
+    def make() -> arrowmt.TokenBatchSampler:
+        return arrowmt.TokenBatchSampler(remote, max_tokens=512, seed=5, num_replicas=2, rank=1)
+
+    full = check_resume(make, consume=7)
+    local_run = list(arrowmt.TokenBatchSampler(local, max_tokens=512, seed=5, num_replicas=2, rank=1))
+    assert flat(full) == flat(local_run)
+
+
+def test_without_limit_each_block_is_fetched_once(url: str, corpus: Path, tmp_path: Path) -> None:
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    batches(remote)
+    batches(remote)
+    assert remote.shards[0].remote.store.fetched_bytes == size_of(corpus)
+
+
+FETCH = """
+import json, sys, arrowmt
+ds = arrowmt.open_dataset(sys.argv[1], "train", cache_dir=sys.argv[2])
+for i in range(len(ds)):
+    ds[i]
+print(json.dumps(ds.shards[0].remote.store.fetched_bytes))
+"""
+
+
+def test_ranks_of_a_node_fetch_each_block_once(url: str, corpus: Path, tmp_path: Path) -> None:
+    command = [sys.executable, "-c", FETCH, url, str(tmp_path)]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ) for _ in range(3)]
+    fetched = [json.loads(p.communicate(timeout=240)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(fetched) == size_of(corpus)
+
+
+# ---------------------------------------------------------------- faults
+
+
+def test_a_block_left_unverified_by_a_killed_fetch_is_fetched_again(url: str, corpus: Path, tmp_path: Path) -> None:
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    expected = [remote[i]["target"].tolist() for i in range(0, len(remote), 50)]
+    store = remote.shards[0].remote.store
+    victim = int(np.flatnonzero(~store.pinned)[3])
+    store.state.present[victim] = 0  # as a fetch killed after writing, before marking
+    with open(store.folder / "train.arrow", "r+b") as handle:
+        handle.seek(victim * store.block_size)
+        handle.write(b"\xff" * store.block_size)
+    again = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    assert [again[i]["target"].tolist() for i in range(0, len(again), 50)] == expected
+
+
+def test_a_changed_object_is_refused_naming_it(s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path) -> None:
+    url = upload(s3, corpus, "changed")
+    data = bytearray((corpus / "train.arrow").read_bytes())
+    split = arrowmt.open_split(corpus, "train")
+    at = int(split.shards[0].layouts["target"].values_pos[0]) * 4 + 40
+    data[at] ^= 0xFF  # same size, one token changed
+    with s3.open_output_stream(f"{BUCKET}/changed/train.arrow") as stream:
+        stream.write(bytes(data))
+    with pytest.raises(StorageError, match=r"changed/train\.arrow: block \d+ .*CRC-32"):
+        remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+        [remote[i] for i in range(len(remote))]
+    with s3.open_output_stream(f"{BUCKET}/changed/train.arrow") as stream:
+        stream.write(bytes(data[:-8]))
+    with pytest.raises(StorageError, match=r"changed/train\.arrow: \d+ bytes, the manifest records"):
+        arrowmt.open_dataset(url, "train", cache_dir=tmp_path / "other")
+
+
+def test_missing_objects_are_named(s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path) -> None:
+    url = upload(s3, corpus, "noindex")
+    s3.delete_file(f"{BUCKET}/noindex/train.arrow.blocks")
+    with pytest.raises(StorageError, match=r"noindex/train\.arrow\.blocks: no block index.*arrowmt index"):
+        arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    with pytest.raises(StorageError, match=r"s3://corpora/nothing/arrowmt\.json: cannot read"):
+        arrowmt.open_dataset(f"s3://{BUCKET}/nothing", "train", cache_dir=tmp_path)
+
+
+def test_unreachable_endpoint_is_one_clear_error(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: connection refused
+    with pytest.raises(StorageError, match=r"s3://corpora/val/arrowmt\.json: cannot read"):
+        arrowmt.open_dataset(url, "train", cache_dir=tmp_path)

@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(commands)
     _add_info(commands)
     _add_verify(commands)
+    _add_index(commands)
+    _add_stage(commands)
     _add_export(commands)
     _add_filter(commands)
     _add_demo(commands)
@@ -171,9 +173,10 @@ def _dataset_hint(args: argparse.Namespace) -> str | None:
     """For commands reading an arrowmt folder (``path``): what to do when there is no dataset there."""
     from arrowmt._info import is_view_file
     from arrowmt.format._manifest import manifest_path
+    from arrowmt.storage import is_url
 
     path = getattr(args, "path", None)
-    if not isinstance(path, str) or os.path.lexists(manifest_path(path)) or is_view_file(path):
+    if not isinstance(path, str) or is_url(path) or os.path.lexists(manifest_path(path)) or is_view_file(path):
         return None
     folder = Path(path)
     if not folder.exists():
@@ -223,12 +226,53 @@ def _add_info(commands: argparse._SubParsersAction) -> None:
         _cmd_info,
     )
     cmd.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _cache_flags(cmd)
     _quiet_flag(cmd)
 
 
 def _add_verify(commands: argparse._SubParsersAction) -> None:
     cmd = _add(commands, "verify", "full check of every file: SHA-256, structure, every offset, every id", _cmd_verify)
+    _cache_flags(cmd)
     _quiet_flag(cmd)
+
+
+def _cache_flags(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--cache-dir", default=None, help="cache of a URL PATH (default $ARROWMT_CACHE_DIR, ~/.cache/arrowmt)"
+    )
+    cmd.add_argument("--cache-limit", default=None, help="most bytes that cache keeps, e.g. 20G (default: no limit)")
+
+
+def _add_index(commands: argparse._SubParsersAction) -> None:
+    cmd = _add(commands, "index", "write the block indexes object storage readers need (conversion writes them)",
+               _cmd_index)  # fmt: skip
+    _quiet_flag(cmd)
+
+
+def _cmd_index(args: argparse.Namespace) -> int:
+    from arrowmt.format._indexing import write_folder_indexes
+
+    names = write_folder_indexes(args.path)
+    print(f"{args.path}: wrote {len(names)} block index(es): {', '.join(names)}")
+    return 0
+
+
+def _add_stage(commands: argparse._SubParsersAction) -> None:
+    help_text = "copy a corpus from object storage (s3://...) to a local folder: parallel, verified, resumable"
+    cmd = commands.add_parser("stage", help=help_text, description=help_text)
+    cmd.add_argument("url", help="URL of the corpus folder, e.g. s3://bucket/corpora/wmt")
+    cmd.add_argument("out", help="local output folder")
+    _common_output_flags(cmd)
+    cmd.set_defaults(func=_cmd_stage)
+
+
+def _cmd_stage(args: argparse.Namespace) -> int:
+    from arrowmt.format._stage import stage
+
+    manifest = stage(args.url, args.out, overwrite=args.overwrite, progress=not args.quiet)
+    size = sum(entry.size for entry in manifest.files.values())
+    print(f"staged {args.url} to {args.out}: {len(manifest.files)} split file(s), {size} bytes, verified")
+    return 0
 
 
 def _add_export_fairseq(targets: argparse._SubParsersAction) -> None:
@@ -382,19 +426,21 @@ def _report_converted(out: str, files: dict) -> None:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from arrowmt._info import format_summary, summarize, summary_dict
+    from arrowmt.format._mirror import local_folder
 
-    summaries = summarize(args.path, progress=not args.quiet)
+    path = local_folder(args.path, args.cache_dir, args.cache_limit)
+    summaries = summarize(path, progress=not args.quiet)
     if args.json:
-        print(json.dumps(summary_dict(args.path, summaries), indent=2, sort_keys=True))
+        print(json.dumps(summary_dict(path, summaries), indent=2, sort_keys=True))
     else:
-        print(format_summary(args.path, summaries))
+        print(format_summary(path, summaries, shown_as=args.path))
     return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from arrowmt.format._verify import verify_dataset
 
-    report = verify_dataset(args.path, progress=not args.quiet)
+    report = verify_dataset(args.path, progress=not args.quiet, cache_dir=args.cache_dir, cache_limit=args.cache_limit)
     for problem in report.problems:
         print(f"arrowmt: verify: {problem}", file=sys.stderr)
     if not report.ok:

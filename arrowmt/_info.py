@@ -116,7 +116,7 @@ def unk_count(ds: Split | View, column: str, tick: Tick | None = None) -> int:
     for shard, first in zip(split.shards, split.cumulative.tolist(), strict=False):
         unk = shard.metadata.special_ids.unk
         for batch in shard.batch_offsets(column):
-            is_unk = shard.words[batch.values_pos : batch.values_pos + batch.values_len] == unk
+            is_unk = shard.words_range(batch.values_pos, batch.values_len) == unk
             if kept is None:
                 total += int(np.count_nonzero(is_unk))
             else:

@@ -120,7 +120,7 @@ def _export_column(shard: SplitFile, name: str, column: str, dest: Path, manifes
         with bar:
             for batch in shard.batch_offsets(column):
                 begin, end = batch.values_pos + int(batch.offsets[0]), batch.values_pos + int(batch.offsets[-1])
-                values = shard.words[begin:end]
+                values = shard.words_range(begin, end - begin)
                 if bad := id_outside(values, batch.offsets, vocab_size):  # narrowing would wrap it silently
                     raise FormatError(f"{shard.path}: row {batch.first_row + bad[0]} ({column}): {bad[1]}")
                 handle.write(values.astype(dtype).tobytes())

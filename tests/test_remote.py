@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zlib
@@ -84,7 +85,7 @@ def batches(dataset: arrowmt.ArrowMTDataset, workers: int = 0, **kw: object) -> 
 
 def flat(value: object) -> object:
     """Tensors as lists, inside dicts, sequences and objects, for comparing batches."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, np.ndarray)):
         return value.tolist()
     if isinstance(value, dict):
         return {k: flat(v) for k, v in value.items()}
@@ -236,3 +237,70 @@ def test_unreachable_endpoint_is_one_clear_error(url: str, tmp_path: Path, monke
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: connection refused
     with pytest.raises(StorageError, match=r"s3://corpora/val/arrowmt\.json: cannot read"):
         arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "arrowmt", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_info_and_verify_by_url(url: str, tmp_path: Path) -> None:
+    info = run_cli("info", url, "--cache-dir", str(tmp_path), "--quiet")
+    assert info.returncode == 0, info.stderr
+    assert url in info.stdout and "1014" in info.stdout
+    verify = run_cli("verify", url, "--cache-dir", str(tmp_path), "--cache-limit", "64K", "--quiet")
+    assert verify.returncode == 0, verify.stderr
+    assert f"{url}: OK (1 files, 1014 rows" in verify.stdout
+
+
+def test_verify_reports_a_changed_object(s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path) -> None:
+    url = upload(s3, corpus, "verify-changed")
+    data = bytearray((corpus / "train.arrow").read_bytes())
+    values_at = int(arrowmt.open_split(corpus, "train").shards[0].layouts["source"].values_pos[0]) * 4
+    data[values_at + 4000] ^= 0xFF  # a token: the block is not fetched at open
+    with s3.open_output_stream(f"{BUCKET}/verify-changed/train.arrow") as stream:
+        stream.write(bytes(data))
+    done = run_cli("verify", url, "--cache-dir", str(tmp_path), "--quiet")
+    assert done.returncode == 2
+    assert "verify-changed/train.arrow: block" in done.stderr and "SHA-256 differs" in done.stderr
+
+
+def test_stage_copies_verifies_and_resumes(url: str, corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "local"
+    cache = tmp_path / ".local.arrowmt-stage"
+    arrowmt.open_dataset(url, "train", cache_dir=cache)[5]  # as a killed stage leaves it: some blocks fetched
+    done = run_cli("stage", url, str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert (out / "train.arrow").read_bytes() == (corpus / "train.arrow").read_bytes()
+    assert sorted(os.listdir(out)) == sorted(n for n in os.listdir(corpus) if not n.startswith("."))
+    assert not cache.exists()
+    again = run_cli("stage", url, str(out), "--quiet")
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+
+
+def test_index_command_writes_missing_indexes(corpus: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "old"
+    shutil.copytree(corpus, folder)
+    (folder / "train.arrow.blocks").unlink()
+    done = run_cli("index", str(folder))
+    assert done.returncode == 0, done.stderr
+    entry = Manifest.load(folder).files["train"]
+    assert read_block_index(folder / "train.arrow.blocks", entry.size, entry.sha256).block_size == 64 << 10
+
+
+def test_lm_blocks_and_mixtures_by_url(s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path) -> None:
+    mono = tmp_path / "mono"
+    arrowmt.convert_text(str(MULTI30K / "val"), mono, lang="en", progress=False)
+    write_block_indexes(mono, Manifest.load(mono), SMALL_BLOCK)
+    mono_url = upload(s3, mono, "mono")
+    remote = arrowmt.open_blocks(mono_url, tokens_per_sample=64, cache_dir=tmp_path / "c", cache_limit="16K")
+    local = arrowmt.open_blocks(mono, tokens_per_sample=64)
+    assert len(remote) == len(local)
+    assert all(flat(remote[i]) == flat(local[i]) for i in range(len(local)))
+    url = upload(s3, corpus, "mix")
+    mixed = arrowmt.open_mixture({"a": url, "b": corpus}, cache_dir=tmp_path / "m", cache_limit="32K")
+    plain = arrowmt.open_mixture({"a": corpus, "b": corpus})
+    ids = np.arange(0, len(plain), 13)
+    assert flat(mixed.__getitems__(ids.tolist())) == flat(plain.__getitems__(ids.tolist()))

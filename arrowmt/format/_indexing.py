@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from arrowmt.format._block_index import BLOCK_SIZE, INDEX_FORMAT, index_name
+from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._readahead import WORD
 from arrowmt.format._reader import SplitFile
@@ -58,3 +60,11 @@ def write_block_indexes(folder: Path, manifest: Manifest, block_size: int = BLOC
         write_block_index(folder / entry.file, entry.sha256, block_size)
         names.append(index_name(entry.file))
     return names
+
+
+def write_folder_indexes(folder: str | os.PathLike[str]) -> list[str]:
+    """Write the block index of every split file of the arrowmt folder ``folder`` (for folders converted
+    before conversion wrote them); returns their names."""
+    path = Path(folder)
+    with reading(path):
+        return write_block_indexes(path, Manifest.load(path))

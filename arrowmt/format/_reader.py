@@ -185,6 +185,12 @@ class SplitFile:
         """The word ranges ``[starts[i], starts[i] + lengths[i])`` of this file's map, for read-ahead."""
         return WordRanges(self._map, self.words.ctypes.data, starts, lengths, self.remote)
 
+    def words_range(self, start: int, length: int) -> np.ndarray:
+        """Words ``[start, start + length)``: a view of the map, or a fetched copy when the file is remote."""
+        if self.remote is None:
+            return self.words[start : start + length]
+        return self.copy_words(np.array([start], dtype=np.int64), np.array([length], dtype=np.int64))
+
     def copy_words(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The word ranges ``[starts[i], starts[i] + lengths[i])`` concatenated (a copy; fetched first when remote)."""
         if self.remote is None:

@@ -238,6 +238,11 @@ def _shard_spans(shard: SplitFile, column: str, rows: np.ndarray) -> Spans:
     return Spans(shard.copy_words(starts, lengths), exclusive_cumsum(lengths), lengths)
 
 
-def open_split(path: str | os.PathLike[str], split: str = "train") -> Split:
-    """Open split ``split`` (all its shards) of the arrowmt folder at ``path``, without torch."""
-    return Split(path, split)
+def open_split(
+    path: str | os.PathLike[str],
+    split: str = "train",
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | str | None = None,
+) -> Split:
+    """Open split ``split`` (all its shards) of the arrowmt folder (or URL, cached in ``cache_dir``) at ``path``."""
+    return Split(path, split, cache_dir=cache_dir, cache_limit=cache_limit)

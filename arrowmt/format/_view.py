@@ -303,7 +303,7 @@ def _shard_hashes(shard: SplitFile, column: str) -> Iterator[tuple[int, np.ndarr
         size = int(relative[-1])
         begin = batch.values_pos + int(batch.offsets[0])
         terms = prefix[1 : size + 1]
-        np.multiply(shard.words[begin : begin + size].view(np.uint32), powers[:size], out=terms)
+        np.multiply(shard.words_range(begin, size).view(np.uint32), powers[:size], out=terms)
         prefix[0] = 0
         np.cumsum(terms, dtype=np.uint32, out=terms)
         hashes = np.diff(prefix[relative])

@@ -46,6 +46,7 @@ class TokenStream:
         self.split = split
         self.column = column
         self.words = [shard.words for shard in split.shards]
+        self.remote = any(shard.remote is not None for shard in split.shards)  # tokens copied, fetched first
         counts: list[int] = []
         bases: list[int] = []
         shards: list[int] = []
@@ -95,7 +96,7 @@ class TokenStream:
         seg = self.segments(starts, ends)
         shards = self.shard[seg.piece]
         one_shard = len(self.words) == 1 or shards.size == 0 or bool((shards == shards[0]).all())
-        if seg.block.shape[0] == starts.shape[0] and one_shard:
+        if seg.block.shape[0] == starts.shape[0] and one_shard and not self.remote:
             words = self.words[int(shards[0])] if shards.size else np.zeros(0, dtype=np.int32)
             return Spans(words, seg.words_start(self), seg.length)
         return self._gathered(seg, shards, ends - starts)
@@ -108,7 +109,7 @@ class TokenStream:
         for k in np.unique(shards).tolist():
             sel = np.flatnonzero(shards == k)
             n = seg.length[sel]
-            out[flat_positions(into[sel], n)] = self.words[k][flat_positions(source[sel], n)]
+            out[flat_positions(into[sel], n)] = self.split.shards[k].copy_words(source[sel], n)
         return Spans(out, exclusive_cumsum(lengths), lengths)
 
     def word_ranges(self, starts: np.ndarray, ends: np.ndarray) -> list[WordRanges]:
@@ -126,12 +127,12 @@ class TokenStream:
         piece = self.piece_of(positions)
         where = self.base[piece] + (positions - self.flat_start[piece])
         shards = self.shard[piece]
-        if len(self.words) == 1:
+        if len(self.words) == 1 and not self.remote:
             return self.words[0][where]
         out = np.empty(positions.shape, dtype=np.int32)
         for k in np.unique(shards).tolist():
             sel = shards == k
-            out[sel] = self.words[k][where[sel]]
+            out[sel] = self.split.shards[k].copy_words(where[sel], np.ones(int(sel.sum()), dtype=np.int64))
         return out
 
     # ---------------------------------------------------------------- rows

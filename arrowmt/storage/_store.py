@@ -15,6 +15,7 @@ each copy with the blocks' generations (:mod:`arrowmt.storage._state`).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
 import threading
@@ -154,6 +155,21 @@ class BlockStore:
             self._base += self._position + 1
         self._position = position
         self.now = self._base + position
+
+    def check_object(self, k: int, sha256: str) -> list[str]:
+        """Read remote file ``k`` whole, in order: problems with its blocks' CRC-32s or its SHA-256 (none: sound)."""
+        f, digest, problems = self.files[k], hashlib.sha256(), []
+        for start in range(0, f.size, MAX_RUN_BYTES):
+            data = self.remote.read_range(f.name, start, min(MAX_RUN_BYTES, f.size - start))
+            digest.update(data)
+            first = start // self.block_size
+            for i in range(0, len(data), self.block_size):
+                if zlib.crc32(memoryview(data)[i : i + self.block_size]) != int(f.crcs[first + i // self.block_size]):
+                    problems.append(f"{self.remote.url_of(f.name)}: block {first + i // self.block_size} differs "
+                                    "from the block index (CRC-32)")  # fmt: skip
+        if digest.hexdigest() != sha256:
+            problems.append(f"{self.remote.url_of(f.name)}: SHA-256 differs from the manifest (object changed)")
+        return problems
 
     # ------------------------------------------------------------ fetching
 

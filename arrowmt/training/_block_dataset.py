@@ -29,6 +29,7 @@ from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans
 from arrowmt.format._split import Split
 from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, load_blocks, shifted_heads
+from arrowmt.storage import is_url
 
 BlockSample = dict[str, "torch.Tensor | int"]
 
@@ -187,8 +188,17 @@ def open_blocks(
     document_sep_len: int = 1,
     cache_dir: str | os.PathLike[str] | None = None,
     access: str = DEFAULT_ACCESS,
+    cache_limit: int | str | None = None,
 ) -> BlockDataset:
     """The token blocks of split ``split`` (all its shards) of the monolingual arrowmt folder at ``path``
-    (``access``: the maps' access advice, as in :func:`~arrowmt.training._dataset.open_dataset`)."""
-    split_files = Split(path, split, access=access)
+    (``access``: the maps' access advice, as in :func:`~arrowmt.training._dataset.open_dataset`).
+
+    ``cache_dir``: where the block table is cached (default: in the folder); when ``path`` is a
+    URL, where the remote corpus is cached (at most ``cache_limit`` bytes) and its block table with it.
+    """
+    if is_url(path):
+        split_files = Split(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)
+        cache_dir = None
+    else:
+        split_files = Split(path, split, access=access)
     return BlockDataset(split_files, tokens_per_sample, break_mode, document_sep_len, cache_dir)

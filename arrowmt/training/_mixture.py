@@ -31,6 +31,7 @@ from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import SpecialIds
+from arrowmt.format._mirror import CacheOptions, local_folder
 from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import check_indices
 from arrowmt.format._spans import Spans
@@ -49,6 +50,7 @@ from arrowmt.plans import (
     resample_counts,
     temperature_ratios,
 )
+from arrowmt.storage import is_url
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
@@ -246,15 +248,24 @@ def _tags_per_corpus(names: list[str], tags: Mapping[str, Tags] | Sequence[Tags]
     return list(tags)
 
 
-def open_corpus(source: CorpusSource, split: str = "train", manifests: dict[Path, Manifest] | None = None) -> Corpus:
+def open_corpus(
+    source: CorpusSource,
+    split: str = "train",
+    manifests: dict[Path, Manifest] | None = None,
+    cache: CacheOptions | None = None,
+) -> Corpus:
     """A mixture corpus: a dataset object as is, ``(folder, split)``, a view file, or a folder's ``split``.
 
     ``manifests`` caches each folder's manifest, so many splits of one folder load it once.
+    A folder may be a URL, cached as ``cache`` says (default: :class:`CacheOptions` from the environment).
     """
     if hasattr(source, "column_spans"):
         return source  # type: ignore[return-value]
     if isinstance(source, tuple):
-        folder, split = Path(source[0]), source[1]
+        source, split = source
+    if is_url(source):
+        options = cache or CacheOptions.of(None, None)
+        folder = local_folder(source, options.cache_dir, options.cache_limit)  # type: ignore[arg-type]
     else:
         folder = Path(source)  # type: ignore[arg-type]
         if folder.is_file():
@@ -269,10 +280,16 @@ def open_mixture(
     corpora: Mapping[str, CorpusSource],
     split: str = "train",
     tags: Mapping[str, Tags] | Sequence[Tags] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | str | None = None,
 ) -> Mixture:
-    """Open every corpus (see :func:`open_corpus`; folders give their ``split``) as one :class:`Mixture`."""
+    """Open every corpus (see :func:`open_corpus`; folders give their ``split``) as one :class:`Mixture`.
+
+    Corpora given by URL are cached in ``cache_dir``, each holding at most ``cache_limit`` bytes.
+    """
     manifests: dict[Path, Manifest] = {}
-    return Mixture({name: open_corpus(source, split, manifests) for name, source in corpora.items()}, tags)
+    cache = CacheOptions.of(cache_dir, cache_limit)
+    return Mixture({name: open_corpus(source, split, manifests, cache) for name, source in corpora.items()}, tags)
 
 
 class MixtureBatchSampler(PlanSampler):

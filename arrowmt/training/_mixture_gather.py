@@ -65,6 +65,8 @@ class MixtureGather:
         splits = [c.corpus if isinstance(c, View) else c for c in corpora]
         if not all(isinstance(s, Split) for s in splits):
             raise TypeError("every corpus must be a split or a view of one")
+        if any(shard.remote is not None for s in splits for shard in s.shards):
+            raise TypeError("remote corpora are gathered by their own readers (fetched first)")
         self.offsets = offsets
         self.columns = columns
         self.views = [c.rows if isinstance(c, View) else None for c in corpora]

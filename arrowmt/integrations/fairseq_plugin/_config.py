@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 
 from fairseq.tasks.translation import TranslationConfig
 
+CACHE_DIR_HELP = "node-local cache of a --data URL (s3://...; default $ARROWMT_CACHE_DIR or ~/.cache/arrowmt)"
+CACHE_LIMIT_HELP = "most bytes the cache of a --data URL keeps, e.g. 20G (default: $ARROWMT_CACHE_LIMIT, else all)"
+
 
 @dataclass
 class TranslationArrowConfig(TranslationConfig):
@@ -28,6 +31,14 @@ class TranslationArrowConfig(TranslationConfig):
     arrow_train_view: str = field(
         default="",
         metadata={"help": "read the training split through this arrowmt view file (arrowmt filter) of the data folder"},
+    )
+    arrow_cache_dir: str = field(
+        default="",
+        metadata={"help": CACHE_DIR_HELP},
+    )
+    arrow_cache_limit: str = field(
+        default="",
+        metadata={"help": CACHE_LIMIT_HELP},
     )
     arrow_prefetch: int = field(
         default=8,

@@ -26,6 +26,8 @@ class LanguageModelingArrowConfig(LanguageModelingConfig):
         default=_SHARED["arrow_plan_cache_dir"].default, metadata=_SHARED["arrow_plan_cache_dir"].metadata
     )
     arrow_prefetch: int = field(default=_SHARED["arrow_prefetch"].default, metadata=_SHARED["arrow_prefetch"].metadata)
+    arrow_cache_dir: str = field(default="", metadata=_SHARED["arrow_cache_dir"].metadata)
+    arrow_cache_limit: str = field(default="", metadata=_SHARED["arrow_cache_limit"].metadata)
     rebuild_batches: bool = field(
         default=_SHARED["rebuild_batches"].default, metadata=_SHARED["rebuild_batches"].metadata
     )

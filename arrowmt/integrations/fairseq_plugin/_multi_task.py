@@ -36,8 +36,9 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, ReadAheadEpochBatchIterator, pair_spec
+from arrowmt.integrations.fairseq_plugin._config import CACHE_DIR_HELP, CACHE_LIMIT_HELP
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
-from arrowmt.integrations.fairseq_plugin._task import check_symbols
+from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder
 from arrowmt.plans import PlanParams, Sampling, load_mixture_plan, temperature_ratios
 from arrowmt.training import (
     DEFAULT_DEPTH,
@@ -69,6 +70,8 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
             default="",
             help="folder for arrowmt's shared batch-plan files (default: .arrowmt-cache inside the data folder)",
         )
+        parser.add_argument("--arrow-cache-dir", default="", help=CACHE_DIR_HELP)
+        parser.add_argument("--arrow-cache-limit", default="", help=CACHE_LIMIT_HELP)
         parser.add_argument(
             "--arrow-prefetch",
             type=int,
@@ -227,7 +230,7 @@ def _data_path(args: Any) -> str:
     paths = utils.split_paths(args.data) if args.data else []
     if len(paths) != 1:
         raise InvalidParameterError(f"data: expected one arrowmt folder, got {args.data!r}")
-    return paths[0]
+    return str(data_folder(paths[0], args))
 
 
 def _parse_views(spec: str) -> dict[str, str]:

@@ -25,6 +25,7 @@ from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._dictionaries import mismatch_error
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._metadata import ColumnInfo
+from arrowmt.format._mirror import local_folder
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import symbols_sha256
 from arrowmt.integrations.fairseq_plugin._batches import (
@@ -132,10 +133,17 @@ class TranslationArrowTask(TranslationTask):
 
 
 def _data_paths(cfg: TranslationArrowConfig) -> list[str]:
+    """The ``--data`` folders; a URL (``s3://...``) becomes the local folder caching it (``--arrow-cache-dir``)."""
     paths = utils.split_paths(cfg.data) if cfg.data else []
     if not paths:
         raise InvalidParameterError(f"data: expected the path of a converted arrowmt folder, got {cfg.data!r}")
-    return paths
+    return [str(data_folder(path, cfg)) for path in paths]
+
+
+def data_folder(path: str, cfg: Any) -> Path:
+    """``path``, or for a URL the folder caching it as ``--arrow-cache-dir``/``--arrow-cache-limit`` say."""
+    cache_dir = getattr(cfg, "arrow_cache_dir", "") or None
+    return local_folder(path, cache_dir, getattr(cfg, "arrow_cache_limit", "") or None)
 
 
 def _check_supported(cfg: TranslationArrowConfig) -> None:

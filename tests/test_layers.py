@@ -19,14 +19,16 @@ LAYERS = {
     "arrowmt._errors": 0,
     "arrowmt._optional": 0,
     "arrowmt._version": 0,
-    "arrowmt.format": 1,
-    "arrowmt.converters": 2,
-    "arrowmt.plans": 3,
-    "arrowmt.training": 4,
-    "arrowmt.integrations": 5,
+    "arrowmt.storage": 1,
+    "arrowmt.format": 2,
+    "arrowmt.converters": 3,
+    "arrowmt.plans": 4,
+    "arrowmt.training": 5,
+    "arrowmt.integrations": 6,
 }
-TOP = 6
+TOP = 7
 TORCH_FREE = (
+    "arrowmt.storage",
     "arrowmt.format",
     "arrowmt.converters",
     "arrowmt.plans",
@@ -99,7 +101,7 @@ def test_torch_free_layers_never_import_torch() -> None:
 
 def test_plans_import_only_the_core_and_the_format() -> None:
     """The plan layer sits between format and training: no torch, no training, no conversion, no integration."""
-    allowed = ("arrowmt._", "arrowmt.format", "arrowmt.plans")
+    allowed = ("arrowmt._", "arrowmt.storage", "arrowmt.format", "arrowmt.plans")
     bad = [
         f"{module} imports {name}"
         for module, path in modules().items()
@@ -198,3 +200,16 @@ def test_wheel_has_only_the_arrowmt_top_level_name(tmp_path: Path) -> None:
     assert "arrowmt/converters/_fairseq_folder.py" in names
     assert "arrowmt/sample_data/multi30k/train.de.gz" in names
     assert "BuildBackendWarning" not in done.stderr
+
+
+def test_storage_imports_only_the_core() -> None:
+    """The storage layer knows files as bytes and blocks: nothing of the format or anything above it."""
+    bad = [
+        f"{module} imports {name}"
+        for module, path in modules().items()
+        if module.startswith("arrowmt.storage")
+        for name in imported(path, module)
+        if name.startswith("arrowmt") and not name.startswith(("arrowmt._", "arrowmt.storage"))
+    ]
+    assert "arrowmt.storage._store" in modules()
+    assert bad == []

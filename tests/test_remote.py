@@ -8,15 +8,11 @@ import shutil
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
-
-pytest.importorskip("moto.server", reason="needs moto[server] (the [test] extra)")
-
 import pyarrow.fs as pafs
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -28,33 +24,11 @@ from arrowmt.format._manifest import Manifest
 from arrowmt.format._mirror import check_cache_limit
 from arrowmt.storage import block_runs, covered_blocks
 from tests.conftest import MULTI30K
+from tests.s3_server import BUCKET, s3, upload
 from tests.state_helpers import check_resume
 
-BUCKET = "corpora"
 SMALL_BLOCK = 4096
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[pafs.S3FileSystem]:
-    """A moto S3 server on 127.0.0.1 and the AWS variables pointing at it, for the module."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in env.items():
-            patch.setenv(key, value)
-        fs = pafs.S3FileSystem(endpoint_override=env["AWS_ENDPOINT_URL"], allow_bucket_creation=True)
-        fs.create_dir(BUCKET)
-        yield fs
-    server.stop()
+__all__ = ["s3"]  # the fixture
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +38,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     arrowmt.convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", progress=False)
     write_block_indexes(out, Manifest.load(out), SMALL_BLOCK)
     return out
-
-
-def upload(fs: pafs.S3FileSystem, folder: Path, prefix: str) -> str:
-    pafs.copy_files(str(folder), f"{BUCKET}/{prefix}", destination_filesystem=fs)
-    return f"s3://{BUCKET}/{prefix}"
 
 
 @pytest.fixture(scope="module")

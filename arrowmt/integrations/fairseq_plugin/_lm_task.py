@@ -34,7 +34,7 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 )
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
 from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
-from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths
+from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths, is_sharded
 from arrowmt.plans import cache_folder, load_block_plan
 from arrowmt.training import BlockDataset
 
@@ -64,6 +64,9 @@ class LanguageModelingArrowTask(LanguageModelingTask):
         if args.output_dictionary_size >= 0:
             output = TruncatedDictionary(dictionary, args.output_dictionary_size)
         return dictionary, output
+
+    def has_sharded_data(self, split: str) -> bool:
+        return is_sharded(self.args.data)
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> ArrowBlocksLMDataset:
         """Open ``split`` (all its shards) memory-mapped, in blocks; colon-separated folders one per epoch."""

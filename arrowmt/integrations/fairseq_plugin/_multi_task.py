@@ -38,7 +38,7 @@ from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, ReadAheadEpochBatchIterator, pair_spec
 from arrowmt.integrations.fairseq_plugin._config import CACHE_DIR_HELP, CACHE_LIMIT_HELP
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
-from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder
+from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder, is_sharded
 from arrowmt.plans import PlanParams, Sampling, load_mixture_plan, temperature_ratios
 from arrowmt.training import (
     DEFAULT_DEPTH,
@@ -90,6 +90,9 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
         self.views = _parse_views(args.arrow_train_views)
 
     # -- data
+
+    def has_sharded_data(self, split: str) -> bool:
+        return is_sharded(self.args.data)
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
         """Every pair's ``split`` memory-mapped, as one tagged mixture."""

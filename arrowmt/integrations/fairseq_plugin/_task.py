@@ -91,6 +91,9 @@ class TranslationArrowTask(TranslationTask):
         )
         return cls(cfg, src_dict, tgt_dict)
 
+    def has_sharded_data(self, split: str) -> bool:
+        return is_sharded(self.cfg.data)
+
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
         """Open ``split`` (all its shards) memory-mapped; training cycles through colon-separated folders."""
         paths = _data_paths(self.cfg)
@@ -138,6 +141,11 @@ def _data_paths(cfg: TranslationArrowConfig) -> list[str]:
     if not paths:
         raise InvalidParameterError(f"data: expected the path of a converted arrowmt folder, got {cfg.data!r}")
     return [str(data_folder(path, cfg)) for path in paths]
+
+
+def is_sharded(data: str) -> bool:
+    """Whether ``--data`` names several folders (fairseq's own test, a ``:`` anywhere, takes ``s3://`` for two)."""
+    return len(utils.split_paths(data)) > 1 if data else False
 
 
 def data_folder(path: str, cfg: Any) -> Path:

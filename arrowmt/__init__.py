@@ -1,13 +1,14 @@
 """arrowmt: memory-mapped Apache Arrow corpora for machine-translation training.
 
 The public API is what this module exports (``__all__``); everything else is internal.
-The package has five layers, each importing only those below it (docs/layers.md):
+The package has six layers, each importing only those below it (docs/layers.md):
 
-1. :mod:`arrowmt.format`: the on-disk format (never imports torch);
-2. :mod:`arrowmt.converters`: conversion from fairseq data-bins and raw text, export;
-3. :mod:`arrowmt.plans`: the batching spec, fairseq's bucketing arithmetic, batch plans (never imports torch);
-4. :mod:`arrowmt.training`: the sampler over any plan, the torch dataset, collaters;
-5. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and ``transformers``, the fairseq plugin.
+1. :mod:`arrowmt.storage`: remote folders and the node-local block cache (never imports torch);
+2. :mod:`arrowmt.format`: the on-disk format (never imports torch);
+3. :mod:`arrowmt.converters`: conversion from fairseq data-bins and raw text, export;
+4. :mod:`arrowmt.plans`: the batching spec, fairseq's bucketing arithmetic, batch plans (never imports torch);
+5. :mod:`arrowmt.training`: the sampler over any plan, the torch dataset, collaters;
+6. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and ``transformers``, the fairseq plugin.
 
 Exports load their module on first use, so ``import arrowmt`` (and the CLI) never
 imports torch unless a training class is used.
@@ -26,6 +27,7 @@ from arrowmt._errors import (
     MissingDependencyError,
     OutputExistsError,
     OutputWriteError,
+    StorageError,
     VocabularyError,
 )
 from arrowmt._version import __version__
@@ -37,10 +39,12 @@ if TYPE_CHECKING:
     from arrowmt.converters._from_table import convert_table
     from arrowmt.converters._parallel_text import convert_text
     from arrowmt.converters._parquet_export import export_parquet
+    from arrowmt.format._indexing import write_folder_indexes
     from arrowmt.format._manifest import FileEntry, Manifest
     from arrowmt.format._metadata import SpecialIds
     from arrowmt.format._ratio import length_ratio
     from arrowmt.format._split import Split, open_split
+    from arrowmt.format._stage import stage
     from arrowmt.format._verify import VerifyReport, verify_dataset
     from arrowmt.format._view import View, ViewReport, build_view, open_view
     from arrowmt.format._vocab import Dictionary
@@ -109,8 +113,10 @@ _LAZY = {
     "open_split": "arrowmt.format._split",
     "open_view": "arrowmt.format._view",
     "open_view_dataset": "arrowmt.training._view_dataset",
+    "stage": "arrowmt.format._stage",
     "summarize": "arrowmt._info",
     "verify_dataset": "arrowmt.format._verify",
+    "write_folder_indexes": "arrowmt.format._indexing",
 }
 
 
@@ -152,6 +158,7 @@ __all__ = [
     "SpecialIds",
     "Split",
     "SplitSummary",
+    "StorageError",
     "TagCollater",
     "Tags",
     "TokenBatchSampler",
@@ -176,6 +183,8 @@ __all__ = [
     "open_split",
     "open_view",
     "open_view_dataset",
+    "stage",
     "summarize",
     "verify_dataset",
+    "write_folder_indexes",
 ]

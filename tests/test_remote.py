@@ -273,3 +273,14 @@ def test_lm_blocks_and_mixtures_by_url(s3: pafs.S3FileSystem, corpus: Path, tmp_
     plain = arrowmt.open_mixture({"a": corpus, "b": corpus})
     ids = np.arange(0, len(plain), 13)
     assert flat(mixed.__getitems__(ids.tolist())) == flat(plain.__getitems__(ids.tolist()))
+
+
+def test_a_full_cache_disk_is_a_clear_error(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(StorageError, match=r"train\.arrow: cannot write to the cache: No space left on device"):
+        [remote[i] for i in range(len(remote))]

@@ -230,8 +230,11 @@ def test_overwrite_leaves_nothing_of_the_earlier_output(fairseq_mmap_dir: Path, 
         "dict.de.txt",
         "dict.en.txt",
         "test.arrow",
+        "test.arrow.blocks",
         "train.arrow",
+        "train.arrow.blocks",
         "valid.arrow",
+        "valid.arrow.blocks",
     ]
     export_fairseq(out, back, overwrite=True, progress=False)
     assert not list(back.glob("train1.*"))
@@ -267,12 +270,13 @@ def test_convert_two_pair_data_bin_into_itself_keeps_everything(fairseq_mmap_dir
     convert_fairseq(fairseq_mmap_dir, fairseq_mmap_dir, pair="de-en", overwrite=True, progress=False)
     after = snapshot(fairseq_mmap_dir)
     assert {name: after[name] for name in before} == before  # every fairseq file kept, byte for byte
-    assert set(after) - set(before) == {"arrowmt.json", "train.arrow", "valid.arrow", "test.arrow"}
+    splits = {"train.arrow", "valid.arrow", "test.arrow"}
+    assert set(after) - set(before) == {"arrowmt.json", *splits, *(f"{name}.blocks" for name in splits)}
     # the other pair into the same folder: the de-en splits go, dict.de.txt stays (fairseq's own)
     manifest = convert_fairseq(fairseq_mmap_dir, fairseq_mmap_dir, pair="fr-en", overwrite=True, progress=False)
     after = snapshot(fairseq_mmap_dir)
     assert {name: after[name] for name in before} == before
-    assert set(after) - set(before) == {"arrowmt.json", "valid.arrow"}
+    assert set(after) - set(before) == {"arrowmt.json", "valid.arrow", "valid.arrow.blocks"}
     assert manifest.dictionaries == {"fr": "dict.fr.txt", "en": "dict.en.txt"}
     assert verify_dataset(fairseq_mmap_dir).ok
     assert leftovers(fairseq_mmap_dir.parent) == []

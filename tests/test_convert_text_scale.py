@@ -25,6 +25,7 @@ from arrowmt.training._dataset import open_dataset
 from tests.conftest import MULTI30K, ROOT, fairseq_fixture, gz_lines, import_fairseq, text_options
 
 DATA_FILES = ("train.arrow", "test.arrow", "dict.de.txt", "dict.en.txt", "arrowmt.json")
+INDEXES = ("train.arrow.blocks", "test.arrow.blocks")  # block indexes, for object storage
 
 
 def _plain(folder: Path, name: str, lines: dict[str, list[str]] | None = None) -> str:
@@ -63,7 +64,7 @@ def test_byte_identical_whatever_workers_chunks_and_compression(
     manifest = convert_with_options(opts, tmp_path / "out", progress=False)
     _same_files(reference, tmp_path / "out", DATA_FILES[:-1])
     assert manifest.files == Manifest.load(reference).files
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(DATA_FILES)  # no spill files left
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(DATA_FILES + INDEXES)  # no spill files left
 
 
 def test_one_line_per_chunk(tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_failure_keeps_the_previous_dataset(tmp_path: Path, reference: Path) -> 
     with pytest.raises(InputDataError, match="expected the same number of lines"):
         convert_with_options(text_options(prefixes={"train": str(bad / "val")}), out, overwrite=True, progress=False)
     _same_files(reference, out)
-    assert sorted(p.name for p in out.iterdir()) == sorted(DATA_FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted(DATA_FILES + INDEXES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "out"]  # no staging or spill files beside it
 
 

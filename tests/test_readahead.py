@@ -244,9 +244,9 @@ def cold(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
     asked: list[np.ndarray] = []
     real = _prefetch.will_need
 
-    def record(parts: list[WordRanges]) -> int:
+    def record(parts: list[WordRanges], *hints: int | None) -> int:
         asked.extend(p.starts for p in parts)
-        return real(parts)
+        return real(parts, *hints)
 
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
     monkeypatch.setattr(_prefetch, "will_need", record)

@@ -34,6 +34,7 @@ from arrowmt._version import __version__
 
 if TYPE_CHECKING:
     from arrowmt._info import ColumnSummary, SplitSummary, summarize
+    from arrowmt._order import order_copy
     from arrowmt.converters._fairseq_export import export_fairseq
     from arrowmt.converters._fairseq_folder import convert_fairseq
     from arrowmt.converters._from_table import convert_table
@@ -113,6 +114,7 @@ _LAZY = {
     "open_split": "arrowmt.format._split",
     "open_view": "arrowmt.format._view",
     "open_view_dataset": "arrowmt.training._view_dataset",
+    "order_copy": "arrowmt._order",
     "stage": "arrowmt.format._stage",
     "summarize": "arrowmt._info",
     "verify_dataset": "arrowmt.format._verify",
@@ -183,6 +185,7 @@ __all__ = [
     "open_split",
     "open_view",
     "open_view_dataset",
+    "order_copy",
     "stage",
     "summarize",
     "verify_dataset",

@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verify(commands)
     _add_index(commands)
     _add_stage(commands)
+    _add_order(commands)
     _add_export(commands)
     _add_filter(commands)
     _add_demo(commands)
@@ -254,6 +255,33 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
     names = write_folder_indexes(args.path)
     print(f"{args.path}: wrote {len(names)} block index(es): {', '.join(names)}")
+    return 0
+
+
+def _add_order(commands: argparse._SubParsersAction) -> None:
+    help_text = "copy a corpus with its training split stored in batch-plan order (one read per batch)"
+    cmd = commands.add_parser("order", help=help_text, description=help_text)
+    cmd.add_argument("corpus", help="arrowmt dataset folder")
+    cmd.add_argument("out", help="output folder")
+    cmd.add_argument("--split", default="train", help="split to store in plan order (default: train)")
+    cmd.add_argument("--max-tokens", type=int, default=4096, help="the training's token budget (default 4096)")
+    cmd.add_argument("--max-sentences", type=int, default=None, help="the training's sentence limit per batch")
+    cmd.add_argument("--required-batch-size-multiple", type=int, default=1, help="as in fairseq (default 1)")
+    cmd.add_argument("--max-source-positions", type=int, default=None, help="rows longer than this are left out")
+    cmd.add_argument("--max-target-positions", type=int, default=None, help="rows longer than this are left out")
+    cmd.add_argument("--seed", type=int, default=1, help="the training's seed (default 1)")
+    cmd.add_argument("--skip-invalid-size-inputs", action="store_true", help="skip rows over the limits")
+    _common_output_flags(cmd)
+    cmd.set_defaults(func=_cmd_order)
+
+
+def _cmd_order(args: argparse.Namespace) -> int:
+    from arrowmt._order import order_copy
+
+    options = ("split", "max_tokens", "max_sentences", "required_batch_size_multiple", "max_source_positions",
+               "max_target_positions", "seed", "skip_invalid_size_inputs", "overwrite")  # fmt: skip
+    manifest = order_copy(args.corpus, args.out, progress=not args.quiet, **{k: getattr(args, k) for k in options})
+    print(f"wrote {args.out}: split {args.split!r} in plan order ({manifest.files[args.split].rows} rows)")
     return 0
 
 

@@ -20,6 +20,7 @@ from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest, plain_name_error, read_json
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
+from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._schema import SOURCE, TARGET, TOKENS
 from arrowmt.format._split import open_shard
 from arrowmt.format._vocab import id_outside
@@ -58,6 +59,7 @@ def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, p
     folder = Path(path)
     with reading(folder):  # the manifest and every split file from one publish
         manifest = Manifest.load(folder)
+        refuse_row_order(manifest, folder, "export")
         shards = {split: open_shard(folder, manifest, split, "sequential") for split in manifest.files}
     with StagedOutput.begin(out, overwrite) as staged:
         earlier = earlier_export(staged.target)

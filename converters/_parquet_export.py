@@ -28,6 +28,7 @@ from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._ragged import Ragged
+from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._schema import TOKEN_TYPE
 from arrowmt.format._split import Split
 
@@ -53,6 +54,7 @@ def export_parquet(
     folder = Path(path)
     with reading(folder):  # the manifest and every split from one publish
         manifest = Manifest.load(folder)
+        refuse_row_order(manifest, folder, "export")
         splits = [Split(folder, split, manifest, access="sequential") for split in manifest.splits()]
     with StagedOutput.begin(out, overwrite) as staged:
         names = _copy_dictionaries(folder, manifest, staged.path)

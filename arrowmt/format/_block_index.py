@@ -24,7 +24,7 @@ from arrowmt._errors import FormatError
 from arrowmt.format._sidefile import HEADER_BYTES, SideFile, SideFormat, open_side_file
 from arrowmt.storage import covered_blocks
 
-BLOCK_SIZE = 64 << 10
+BLOCK_SIZE = 4096  # a page: a row read costs one block, a batch stored together (arrowmt order) a few
 INDEX_SUFFIX = ".blocks"
 INDEX_FORMAT = SideFormat(
     "block index", b"ARROWMT-BINDEX\x00\x00", 1, "QQQQ32s", "write it again with `arrowmt index FOLDER`"
@@ -67,7 +67,7 @@ def read_block_index(path: Path, size: int, sha256: str) -> BlockIndex:
 
 
 def _array(side: SideFile, dtype: type, count: int, offset: int) -> np.ndarray:
-    return np.array(side.array(dtype, count, offset))
+    return side.array(dtype, count, offset)  # a read-only view of the map, shared by the node's processes
 
 
 def _pinned(side: SideFile, blocks: int, ranges: int) -> np.ndarray:

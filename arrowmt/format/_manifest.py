@@ -29,6 +29,7 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 REQUIRED_KEYS = frozenset({"format", "format_version", "languages", "dictionaries", "source_format", "files"})
 OPTIONAL_KEYS = frozenset({"provenance"})
 PAIRS_KEY = "pairs"  # provenance key: the language pairs of a folder holding several (``["de-en", "fr-en"]``)
+ROW_ORDER_KEY = "row_order"  # provenance key: split -> row order file of a copy stored in plan order
 ENTRY_KEYS = ("file", "rows", "size", "sha256")
 SHOWN_CHARS = 80
 FILE_KINDS = (
@@ -115,8 +116,13 @@ class Manifest:
         )
 
     def file_names(self) -> set[str]:
-        """Every file this manifest lists (split files and dictionaries), the manifest itself excluded."""
-        return {entry.file for entry in self.files.values()} | set(self.dictionaries.values())
+        """Every file this manifest lists (split files, dictionaries, row orders), the manifest itself excluded."""
+        return {entry.file for entry in self.files.values()} | set(self.dictionaries.values()) | self.row_order_files()
+
+    def row_order_files(self) -> set[str]:
+        """The row order files of splits stored in plan order (:mod:`arrowmt.format._row_order`)."""
+        listed = self.provenance.get(ROW_ORDER_KEY)
+        return {str(name) for name in listed.values()} if isinstance(listed, dict) else set()
 
     def check_files(self, folder: Path, path: Path) -> None:
         """FormatError unless every listed file that exists is a regular file inside ``folder``."""

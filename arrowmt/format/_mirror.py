@@ -124,7 +124,8 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
                 "(object replaced or truncated since conversion)"
             )
     (folder / STATE_DIR).mkdir(parents=True, exist_ok=True)
-    for name in [*manifest.dictionaries.values(), *(index_name(entry.file) for entry in entries)]:
+    small = [*manifest.dictionaries.values(), *manifest.row_order_files(), *(index_name(e.file) for e in entries)]
+    for name in small:
         try:
             data = remote.read(name)
         except StorageError as exc:

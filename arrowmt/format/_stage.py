@@ -26,7 +26,7 @@ from arrowmt.format._progress import progress_bar
 from arrowmt.format._schema import MANIFEST_NAME
 
 STAGE_SUFFIX = ".arrowmt-stage"
-BLOCKS_PER_STEP = 1024  # blocks asked for at once (64 MiB of 64 KiB blocks: 8 range requests in flight)
+BLOCKS_PER_STEP = 16384  # blocks asked for at once (64 MiB of 4 KiB blocks: 8 range requests in flight)
 
 
 def stage(url: str, out: str | os.PathLike[str], *, overwrite: bool = False, progress: bool = True) -> Manifest:

@@ -56,6 +56,7 @@ from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._ratio import length_ratio
 from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
+from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._sidefile import HEADER_BYTES, VIEW_FORMAT, SideFile, open_side_file, write_side_file
 from arrowmt.format._spans import Spans, take_flat
@@ -343,6 +344,7 @@ def build_view(
     started = time.perf_counter()
     filters = ViewFilters(max_len, min_len, max_len_ratio, bool(dedup))
     source = Split(corpus, split, access="sequential")
+    refuse_row_order(source.manifest, source.path, "filter")
     keep, dropped = select_rows(source, filters, rows)
     kept = np.flatnonzero(keep)
     del keep

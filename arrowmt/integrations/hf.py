@@ -69,6 +69,7 @@ from arrowmt.format._atomic import (
 )
 from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._reader import FileIdentity, ensure_offsets_checked
+from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._split import Split, open_split
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ def load_split(
     """
     hf = import_datasets()
     dataset = open_split(path, split)
+    refuse_row_order(dataset.manifest, dataset.path, "load into datasets")
     _check_offsets(dataset)
     links = _link_shards(dataset, _link_folder(hf, dataset, cache_dir))
     info = hf.DatasetInfo(features=token_features(dataset.columns), description=_description(path, split))

@@ -26,6 +26,7 @@ from arrowmt.plans._mixing import (
     temperature_ratios,
 )
 from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
+from arrowmt.plans._order import inverse_order, plan_order
 from arrowmt.plans._plan import PlanParams, load_plan
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays
 from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, as_provider
@@ -59,11 +60,13 @@ __all__ = [
     "check_weights",
     "corpus_of",
     "epoch_batch_order",
+    "inverse_order",
     "load_block_plan",
     "load_blocks",
     "load_mixture_plan",
     "load_plan",
     "offsets_of",
+    "plan_order",
     "release_free_heap",
     "resample_counts",
     "resume_start",

@@ -17,6 +17,7 @@ import numpy as np
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._readahead import WordRanges
+from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans, exclusive_cumsum, flat_positions
 from arrowmt.format._split import Split
@@ -43,6 +44,7 @@ class TokenStream:
             raise InvalidParameterError(
                 f"column: expected one of {list(split.columns)} in {split.path} split {split.split!r}, got {column!r}"
             )
+        refuse_row_order(split.manifest, split.path, "LM blocks read")
         self.split = split
         self.column = column
         self.words = [shard.words for shard in split.shards]

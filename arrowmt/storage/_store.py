@@ -40,6 +40,7 @@ DEFAULT_WORKERS = 8
 MAX_RUN_BYTES = 8 << 20  # the largest range request
 PROTECTED_STEPS = 1  # blocks needed within this many steps of now are never freed
 READ_RETRIES = 100  # copies redone after a concurrent eviction before giving up
+EVICT_SLACK = 32  # each eviction frees 1/32 of the cache beyond what is needed
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,6 @@ class BlockStore:
         self.base = np.concatenate([[0], np.cumsum(counts)])
         total = int(self.base[-1])
         self.state = CacheState(folder / STATE_DIR / "state", total)
-        self.crcs = np.concatenate([f.crcs for f in self.files]) if self.files else np.zeros(0, np.uint32)
         self.pinned = np.zeros(total, dtype=bool)
         for k, f in enumerate(self.files):
             self.pinned[self.base[k] + f.pinned] = True
@@ -289,17 +289,19 @@ class BlockStore:
         if self.limit is None:
             return count
         with self._evicting:
-            excess = int(np.count_nonzero(self.state.present)) + count - self.limit // self.block_size
-            freed = 0
-            for b in self._victims().tolist() if excess > 0 else []:
-                if freed >= excess:
-                    break
-                freed += self._evict(b)
-            if freed < excess and not self._warned:
-                self._warned = True
-                message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
-                logger.warning(message, self.remote.url, self.limit)
-            return max(0, count - max(0, excess - freed))
+            capacity = self.limit // self.block_size
+            excess = int(np.count_nonzero(self.state.present)) + count - capacity
+            if excess > 0:  # free a little more than needed, so that freeing (a sort of the cache) is rare
+                freed = 0
+                for b in self._victims().tolist():
+                    if freed >= excess + capacity // EVICT_SLACK:
+                        break
+                    freed += self._evict(b)
+                if freed < excess and not self._warned:
+                    self._warned = True
+                    message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
+                    logger.warning(message, self.remote.url, self.limit)
+            return min(count, max(0, capacity - int(np.count_nonzero(self.state.present))))
 
     def _victims(self) -> np.ndarray:
         present = np.flatnonzero(self.state.present.astype(bool) & ~self.pinned)

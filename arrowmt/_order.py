@@ -1,0 +1,54 @@
+"""``arrowmt order``: a copy of a corpus whose training split is stored in the order its batch plan reads it.
+
+Training reads each batch's rows from all over a split (fairseq's batches are rows of
+similar length, drawn across the corpus). When the corpus does not fit in memory, or sits
+on object storage, every such row costs a page or a block. The copy stores the rows of each
+planned batch together, one batch after another (the batches are still shuffled per epoch),
+and keeps the original row numbers (:mod:`arrowmt.format._row_order`): a sampler with the
+same batching options plans the same batches and each batch is one contiguous read.
+Other options still give the original's batches, with less locality.
+"""
+
+from __future__ import annotations
+
+import os
+
+from arrowmt.converters._reorder import write_reordered
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._split import Split
+from arrowmt.plans import PlanParams, load_plan, plan_order
+
+
+def order_copy(
+    corpus: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    split: str = "train",
+    max_tokens: int | None = 4096,
+    max_sentences: int | None = None,
+    required_batch_size_multiple: int = 1,
+    max_source_positions: int | None = None,
+    max_target_positions: int | None = None,
+    seed: int = 1,
+    skip_invalid_size_inputs: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Manifest:
+    """Copy ``corpus`` to ``out`` with ``split`` stored in the order of the plan a
+    :class:`~arrowmt.TokenBatchSampler` with these options makes (same names, same defaults)."""
+    params = PlanParams(
+        max_tokens,
+        max_sentences,
+        required_batch_size_multiple,
+        max_source_positions,
+        max_target_positions,
+        seed,
+        skip_invalid_size_inputs,
+    )
+    data = Split(corpus, split)
+    plan = load_plan(data, params, None)
+    order = plan_order(plan.indices, len(data))
+    ordered_by = {"split": split, "plan": plan.key, "max_tokens": max_tokens, "seed": seed}
+    return write_reordered(
+        corpus, out, split, order, {"ordered_by": ordered_by}, overwrite=overwrite, progress=progress
+    )

@@ -1,0 +1,99 @@
+"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.format._row_order``).
+
+The rows are gathered from the source in the new order block by block (never all in
+memory), written like any conversion (staging folder, manifest last), and the split's
+row order file keeps the original row numbers. The other splits are copied as they are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from arrowmt.converters._output import OutputFolder, column
+
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest
+from arrowmt.format._ragged import Ragged
+from arrowmt.format._row_order import order_name, refuse_row_order, write_row_order
+from arrowmt.format._split import Split
+from arrowmt.format._vocab import Dictionary
+
+
+@dataclass(frozen=True)
+class OrderedRows:
+    """Column ``name`` of ``split``, rows ``order[0], order[1], ...`` (a :class:`~arrowmt.format._writer.RowSource`)."""
+
+    split: Split
+    name: str
+    order: np.ndarray
+
+    @property
+    def tokens(self) -> int:
+        return int(self.split.metadata.columns[self.name].tokens)
+
+    def __len__(self) -> int:
+        return int(self.order.shape[0])
+
+    def lengths(self, block_rows: int) -> Iterator[np.ndarray]:
+        for start in range(0, len(self), block_rows):
+            yield self.split.lengths(self.name, self.order[start : start + block_rows])
+
+    def pieces(self, block_rows: int) -> Iterator[Ragged]:
+        for start in range(0, len(self), block_rows):
+            spans = self.split.column_spans(self.name, self.order[start : start + block_rows]).compact()
+            yield Ragged.from_lengths(spans.lengths, spans.words)
+
+
+def write_reordered(
+    corpus: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    split: str,
+    order: np.ndarray,
+    provenance: dict[str, object],
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Manifest:
+    """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows)."""
+    source_manifest = Manifest.load(corpus)
+    refuse_row_order(source_manifest, Path(corpus), "order")
+    splits = {name: Split(corpus, name, source_manifest) for name in source_manifest.splits()}
+    if split not in splits:
+        raise InvalidParameterError(f"split: expected one of {sorted(splits)}, got {split!r}")
+    rows = len(splits[split])
+    if order.shape[0] != rows or not np.all(np.bincount(order, minlength=rows) == 1):
+        raise InvalidParameterError(f"order: expected a permutation of the {rows} rows of {split!r}")
+    with OutputFolder.prepare(
+        out, dict(source_manifest.languages), source_manifest.source_format, overwrite, progress
+    ) as folder:
+        for lang, name in source_manifest.dictionaries.items():
+            source = Path(corpus) / name
+            folder.add_dictionary(lang or None, Dictionary.load(source), source)
+        for name, data in splits.items():
+            stored = order if name == split else np.arange(len(data), dtype=np.int64)
+            folder.write(name, _columns(data, stored, folder), data.special_ids)
+        where = np.empty_like(order)
+        where[order] = np.arange(order.shape[0], dtype=np.int64)
+        write_row_order(folder.path / order_name(split), where)
+        folder.manifest.provenance = {
+            **source_manifest.provenance,
+            **provenance,
+            ROW_ORDER_KEY: {split: order_name(split)},
+        }
+        return folder.finish()
+
+
+def _columns(data: Split, rows: np.ndarray, folder: OutputFolder) -> dict:
+    out = {}
+    for name in data.columns:
+        info = data.metadata.columns[name]
+        dictionary = Dictionary.load(data.path / info.dictionary)
+        origin = f"{data.path} split {data.split!r} column {name!r}"
+        out[name] = column(
+            OrderedRows(data, name, rows), info.lang, folder.dictionary_name(info.lang), dictionary, origin
+        )
+    return out

@@ -1,0 +1,99 @@
+"""``arrowmt order``: a corpus stored in plan order reads the original's rows and batches, each batch in one stretch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import arrowmt
+from arrowmt._errors import InvalidParameterError
+from arrowmt.plans._order import inverse_order, plan_order
+from tests.conftest import MULTI30K
+from tests.state_helpers import check_resume
+
+MAX_TOKENS = 700
+
+
+def test_plan_order_exact() -> None:
+    assert plan_order(np.array([4, 1, 3]), 6).tolist() == [4, 1, 3, 0, 2, 5]
+    assert inverse_order(np.array([4, 1, 3, 0, 2, 5])).tolist() == [3, 1, 4, 2, 0, 5]
+    with pytest.raises(InvalidParameterError, match="at most once"):
+        plan_order(np.array([1, 1]), 3)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("order") / "corpus"
+    arrowmt.convert_text(
+        str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", testpref=str(MULTI30K / "test"), progress=False
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def ordered(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("order") / "ordered"
+    arrowmt.order_copy(corpus, out, max_tokens=MAX_TOKENS, seed=3, progress=False)
+    return out
+
+
+def batches(path: Path, **kw: object) -> list[list[int]]:
+    dataset = arrowmt.open_dataset(path, "train")
+    sampler = arrowmt.TokenBatchSampler(dataset, **{"max_tokens": MAX_TOKENS, "seed": 3, **kw})  # type: ignore[arg-type]
+    collate = arrowmt.FairseqCollater(dataset.special_ids)
+    out = []
+    for ids in sampler:
+        batch = collate(dataset.__getitems__(ids))
+        out.append([list(map(int, ids)), batch["net_input"]["src_tokens"].tolist(), batch["target"].tolist()])
+    return out
+
+
+def test_rows_and_batches_are_the_originals(corpus: Path, ordered: Path) -> None:
+    original, copy = arrowmt.open_dataset(corpus, "train"), arrowmt.open_dataset(ordered, "train")
+    assert len(copy) == len(original)
+    for i in (0, 5, 500, len(original) - 1):
+        assert copy[i]["source"].tolist() == original[i]["source"].tolist()
+    assert np.array_equal(copy.lengths("target"), original.lengths("target"))
+    assert batches(ordered) == batches(corpus)
+    assert batches(ordered, seed=9, num_replicas=2, rank=1) == batches(corpus, seed=9, num_replicas=2, rank=1)
+
+
+def test_each_planned_batch_is_one_stretch_of_the_file(ordered: Path) -> None:
+    dataset = arrowmt.open_dataset(ordered, "train")
+    sampler = arrowmt.TokenBatchSampler(dataset, max_tokens=MAX_TOKENS, seed=3)
+    for ids in sampler:
+        _, local = dataset.locate(ids)
+        assert np.array_equal(np.sort(local), np.arange(local.min(), local.min() + local.size))
+
+
+def test_resume_on_the_ordered_copy(ordered: Path) -> None:
+    dataset = arrowmt.open_dataset(ordered, "train")
+    check_resume(lambda: arrowmt.TokenBatchSampler(dataset, max_tokens=MAX_TOKENS, seed=3), consume=5)
+
+
+def test_other_splits_are_copied_as_they_are(corpus: Path, ordered: Path) -> None:
+    a, b = arrowmt.open_split(corpus, "test"), arrowmt.open_split(ordered, "test")
+    assert (ordered / "test.arrow").read_bytes() == (corpus / "test.arrow").read_bytes() or all(
+        np.array_equal(a.row_array("target", i), b.row_array("target", i)) for i in range(len(a))
+    )
+
+
+def test_readers_of_rows_as_stored_refuse_the_copy(ordered: Path, tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameterError, match="stores rows in plan order"):
+        arrowmt.export_fairseq(ordered, tmp_path / "back", progress=False)
+    with pytest.raises(InvalidParameterError, match="stores rows in plan order"):
+        arrowmt.order_copy(ordered, tmp_path / "again", progress=False)
+
+
+def test_order_command(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    command = [sys.executable, "-m", "arrowmt", "order", str(corpus), str(out), "--max-tokens", "700", "--seed", "3"]
+    done = subprocess.run([*command, "--quiet"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert batches(out) == batches(corpus)
+    verify = subprocess.run([sys.executable, "-m", "arrowmt", "verify", str(out)], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr

@@ -12,6 +12,8 @@ of a network file system. Rows:
 * ``arrowmt cold``: the defaults (random-access advice, read-ahead of 8 batches);
 * ``arrowmt cold, no read-ahead``: ``prefetch=0`` (random-access advice only);
 * ``arrowmt cold, before``: ``prefetch=0`` and the kernel's default read-around (arrowmt until now);
+* ``arrowmt ..., plan order``: the copy ``arrowmt order`` makes (``DATA/arrowmt-ordered``, the same
+  ``--max-tokens 4096 --seed 1``): each batch's rows stored together; same batches;
 * ``fairseq cold``: fairseq's mmap ``IndexedDataset`` + ``LanguagePairDataset`` + ``EpochBatchIterator``;
 * ``hf cold``: ``datasets.Dataset.from_file`` + ``with_format("numpy")`` in a ``DataLoader``.
 
@@ -39,12 +41,15 @@ ROOT = HERE.parent
 SMALL_RAM = ROOT.parent / "shared" / "tools" / "small_ram.sh"
 BLKIO = Path("/sys/fs/cgroup/blkio")
 
+ORDERED = "arrowmt-ordered"  # `arrowmt order DATA/arrowmt DATA/arrowmt-ordered --max-tokens 4096 --seed 1`
 ROWS = {  # name: (system, options, cold (else reads --cache-batches), slow: reads --slow-batches batches)
     "arrowmt in cache": ("arrowmt", [], False, False),
     "arrowmt in cache, no read-ahead": ("arrowmt", ["--prefetch", "0"], False, False),
     "arrowmt cold": ("arrowmt", [], True, False),
     "arrowmt cold, no read-ahead": ("arrowmt", ["--prefetch", "0"], True, False),
     "arrowmt cold, before": ("arrowmt", ["--prefetch", "0", "--access", "normal"], True, True),
+    "arrowmt in cache, plan order": ("arrowmt", ["--folder", ORDERED], False, False),
+    "arrowmt cold, plan order": ("arrowmt", ["--folder", ORDERED], True, False),
     "fairseq cold": ("fairseq", [], True, True),
     "hf cold": ("hf", [], True, True),
 }
@@ -80,7 +85,7 @@ def _whole_disk(device: tuple[int, int]) -> str:
 def read_into_cache(data: Path) -> None:
     """Read the corpus into the page cache (again before every in-cache row: this VM's kernel reclaims cold
     pages in the background, DAMON's ``kdamond``, so pages read minutes earlier may be gone)."""
-    for path in sorted((data / "arrowmt").glob("*.arrow")):
+    for path in sorted([*(data / "arrowmt").glob("*.arrow"), *(data / ORDERED).glob("*.arrow")]):
         with open(path, "rb") as handle:
             while handle.read(1 << 24):
                 pass

@@ -230,7 +230,7 @@ class ArrowMT(Pipeline):
         from arrowmt.training._dataset import open_dataset
         from arrowmt.training._sampler import TokenBatchSampler
 
-        self.ds = open_dataset(data / "arrowmt")
+        self.ds = open_dataset(data / args.folder)
         if args.access:
             self.ds.advise(args.access)
         self.sampler = TokenBatchSampler(
@@ -540,6 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world", type=int, default=1, help="ranks in the (simulated) world: this process is one")
     p.add_argument("--rank", type=int, default=0, help="which rank of --world this process is")
     p.add_argument("--prefetch", type=int, default=8, help="arrowmt: batches read ahead (0: off)")
+    p.add_argument(
+        "--folder",
+        default="arrowmt",
+        help="arrowmt: the corpus folder inside --data (arrowmt-ordered: a copy in plan order)",
+    )
     p.add_argument(
         "--access", choices=("random", "sequential", "normal"), help="arrowmt: access advice (default: the library's)"
     )

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _stopped_message(exc: KeyboardInterrupt) -> str:
     """What Ctrl-C or SIGTERM left: nothing new, or (held while publishing) the complete new output."""
-    from arrowmt.format._atomic import COMPLETED_NOTE
+    from arrowmt.format import COMPLETED_NOTE
 
     how = "terminated" if isinstance(exc, Terminated) else "interrupted"
     return (STOPPED_AFTER if COMPLETED_NOTE in getattr(exc, "__notes__", ()) else STOPPED).format(how)
@@ -173,7 +173,7 @@ def _os_error_message(exc: OSError) -> str:
 def _dataset_hint(args: argparse.Namespace) -> str | None:
     """For commands reading an arrowmt folder (``path``): what to do when there is no dataset there."""
     from arrowmt._info import is_view_file
-    from arrowmt.format._manifest import manifest_path
+    from arrowmt.format import manifest_path
     from arrowmt.storage import is_url
 
     path = getattr(args, "path", None)
@@ -190,7 +190,7 @@ def _dataset_hint(args: argparse.Namespace) -> str | None:
 
 
 def _is_data_bin(folder: Path) -> bool:
-    from arrowmt.converters._fairseq_folder import discover
+    from arrowmt.converters import discover
 
     try:
         found = discover(folder)
@@ -251,7 +251,7 @@ def _add_index(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    from arrowmt.format._indexing import write_folder_indexes
+    from arrowmt.format import write_folder_indexes
 
     names = write_folder_indexes(args.path)
     print(f"{args.path}: wrote {len(names)} block index(es): {', '.join(names)}")
@@ -295,7 +295,7 @@ def _add_stage(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from arrowmt.format._stage import stage
+    from arrowmt.format import stage
 
     manifest = stage(args.url, args.out, overwrite=args.overwrite, progress=not args.quiet)
     size = sum(entry.size for entry in manifest.files.values())
@@ -394,7 +394,7 @@ def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
 
 
 def _cmd_convert_fairseq(args: argparse.Namespace) -> int:
-    from arrowmt.converters._fairseq_folder import convert_fairseq
+    from arrowmt.converters import convert_fairseq
 
     manifest = convert_fairseq(
         args.data_bin, args.out, pair=args.pair, overwrite=args.overwrite, progress=not args.quiet
@@ -404,8 +404,7 @@ def _cmd_convert_fairseq(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert_text(args: argparse.Namespace) -> int:
-    from arrowmt.converters._parallel_text import convert_text, parse_byte_size, unknown_lines
-    from arrowmt.converters._tasks import dask_executor
+    from arrowmt.converters import convert_text, dask_executor, parse_byte_size, unknown_lines
 
     with contextlib.ExitStack() as stack:
         executor, workers = None, args.workers
@@ -454,7 +453,7 @@ def _report_converted(out: str, files: dict) -> None:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from arrowmt._info import format_summary, summarize, summary_dict
-    from arrowmt.format._mirror import local_folder
+    from arrowmt.format import local_folder
 
     path = local_folder(args.path, args.cache_dir, args.cache_limit)
     summaries = summarize(path, progress=not args.quiet)
@@ -466,7 +465,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from arrowmt.format._verify import verify_dataset
+    from arrowmt.format import verify_dataset
 
     report = verify_dataset(args.path, progress=not args.quiet, cache_dir=args.cache_dir, cache_limit=args.cache_limit)
     for problem in report.problems:
@@ -478,7 +477,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_fairseq(args: argparse.Namespace) -> int:
-    from arrowmt.converters._fairseq_export import export_fairseq
+    from arrowmt.converters import export_fairseq
 
     prefixes = export_fairseq(args.path, args.out, overwrite=args.overwrite, progress=not args.quiet)
     print(f"wrote {len(prefixes)} fairseq mmap datasets to {args.out}")
@@ -502,7 +501,7 @@ def _add_convert_table(kinds: argparse._SubParsersAction) -> None:
 
 
 def _cmd_convert_table(args: argparse.Namespace) -> int:
-    from arrowmt.converters._from_table import convert_table, read_table_file
+    from arrowmt.converters import convert_table, read_table_file
 
     if args.split is not None and len(args.files) != 1:
         raise InvalidParameterError(f"--split: expected a single FILE, got {len(args.files)} files")
@@ -521,7 +520,7 @@ def _add_export_parquet(targets: argparse._SubParsersAction) -> None:
 
 
 def _cmd_export_parquet(args: argparse.Namespace) -> int:
-    from arrowmt.converters._parquet_export import export_parquet
+    from arrowmt.converters import export_parquet
 
     files = export_parquet(args.path, args.out, text=args.text, overwrite=args.overwrite, progress=not args.quiet)
     print(f"wrote {len(files)} Parquet file(s) to {args.out}")
@@ -551,7 +550,7 @@ FILTER_CRITERIA = ("max_len", "min_len", "max_len_ratio", "dedup", "rows")
 
 
 def _cmd_filter(args: argparse.Namespace) -> int:
-    from arrowmt.format._view import REASONS, build_view
+    from arrowmt.format import REASONS, build_view
 
     if not any(getattr(args, name) not in (None, False) for name in FILTER_CRITERIA):
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in FILTER_CRITERIA)

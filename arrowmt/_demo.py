@@ -14,9 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from arrowmt._info import format_summary, summarize
-from arrowmt.converters._parallel_text import convert_with_options
-from arrowmt.converters._text_inputs import TextConversion
-from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.converters import TextConversion, convert_with_options
+from arrowmt.format import SOURCE, TARGET
 from arrowmt.training import ArrowMTDataset, FairseqCollater, TokenBatchSampler, open_dataset
 
 SAMPLE = Path(__file__).parent / "sample_data" / "multi30k"

@@ -20,12 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._progress import progress_bar
-from arrowmt.format._sidefile import VIEW_FORMAT
-from arrowmt.format._split import Split
-from arrowmt.format._verify import find_views
-from arrowmt.format._view import VIEW_SUFFIX, View, listed_mask
+from arrowmt.format import VIEW_FORMAT, VIEW_SUFFIX, Manifest, Split, View, find_views, listed_mask, progress_bar
 
 PERCENTILES = (50, 90, 99)
 SHOWN_PROVENANCE_CHARS = 160

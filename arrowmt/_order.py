@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 
-from arrowmt.converters._reorder import write_reordered
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._split import Split
+from arrowmt.converters import write_reordered
+from arrowmt.format import Manifest, Split
 from arrowmt.plans import PlanParams, load_plan, plan_order
 
 

@@ -1,4 +1,60 @@
 """Layer 2, conversion (installed as ``arrowmt.converters``): fairseq data-bin and raw text in, fairseq out.
 
 Imports the format layer only; never torch.
+Other packages import from here, not from the private modules. Each name loads its module on first use
+(:mod:`arrowmt._lazy`), so a process loads only the converter it runs: the CLI's ``convert`` never loads the text
+converter, and a spawned text-conversion worker (which imports its task's module, hence this face) never loads the
+table or Parquet converters.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arrowmt._lazy import load_export
+
+if TYPE_CHECKING:
+    from arrowmt.converters._fairseq_export import export_fairseq
+    from arrowmt.converters._fairseq_folder import convert_fairseq, discover
+    from arrowmt.converters._from_table import convert_table, read_table_file
+    from arrowmt.converters._parallel_text import convert_text, convert_with_options, parse_byte_size, unknown_lines
+    from arrowmt.converters._parquet_export import export_parquet
+    from arrowmt.converters._reorder import write_reordered
+    from arrowmt.converters._tasks import dask_executor
+    from arrowmt.converters._text_inputs import TextConversion
+
+_EXPORTS = {
+    "arrowmt.converters._fairseq_export": ("export_fairseq",),
+    "arrowmt.converters._fairseq_folder": ("convert_fairseq", "discover"),
+    "arrowmt.converters._from_table": ("convert_table", "read_table_file"),
+    "arrowmt.converters._parallel_text": ("convert_text", "convert_with_options", "parse_byte_size", "unknown_lines"),
+    "arrowmt.converters._parquet_export": ("export_parquet",),
+    "arrowmt.converters._reorder": ("write_reordered",),
+    "arrowmt.converters._tasks": ("dask_executor",),
+    "arrowmt.converters._text_inputs": ("TextConversion",),
+}
+
+
+def __getattr__(name: str) -> object:
+    return load_export(__name__, _EXPORTS, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+__all__ = [
+    "TextConversion",
+    "convert_fairseq",
+    "convert_table",
+    "convert_text",
+    "convert_with_options",
+    "dask_executor",
+    "discover",
+    "export_fairseq",
+    "export_parquet",
+    "parse_byte_size",
+    "read_table_file",
+    "unknown_lines",
+    "write_reordered",
+]

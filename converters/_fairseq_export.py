@@ -14,16 +14,24 @@ from arrowmt.converters._fairseq_binary import MMAP_MAGIC
 from arrowmt.converters._pairs import fairseq_split_name
 
 from arrowmt._errors import FormatError
-from arrowmt.format._atomic import StagedOutput, atomic_path, write_bytes_atomic
-from arrowmt.format._dictionaries import check_split_dictionaries
-from arrowmt.format._locks import reading
-from arrowmt.format._manifest import Manifest, plain_name_error, read_json
-from arrowmt.format._progress import progress_bar
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._row_order import refuse_row_order
-from arrowmt.format._schema import SOURCE, TARGET, TOKENS
-from arrowmt.format._split import open_shard
-from arrowmt.format._vocab import id_outside
+from arrowmt.format import (
+    SOURCE,
+    TARGET,
+    TOKENS,
+    Manifest,
+    SplitFile,
+    StagedOutput,
+    atomic_path,
+    check_split_dictionaries,
+    id_outside,
+    open_shard,
+    plain_name_error,
+    progress_bar,
+    read_json,
+    reading,
+    refuse_row_order,
+    write_bytes_atomic,
+)
 
 logger = logging.getLogger(__name__)
 

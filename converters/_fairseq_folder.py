@@ -13,10 +13,7 @@ from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._pairs import parse_pair
 
 from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._schema import SOURCE, TARGET, TOKENS
-from arrowmt.format._vocab import Dictionary
-from arrowmt.format._writer import ColumnData, check_same_rows
+from arrowmt.format import SOURCE, TARGET, TOKENS, ColumnData, Dictionary, Manifest, check_same_rows
 
 logger = logging.getLogger(__name__)
 

@@ -30,11 +30,17 @@ from arrowmt.converters._output import OutputFolder, column, special_ids_of
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
-from arrowmt.format._manifest import Manifest, file_kind
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._reader import IPC_FILE_MAGIC
-from arrowmt.format._schema import SOURCE, TARGET, TOKENS
-from arrowmt.format._vocab import Dictionary, unterminated_row
+from arrowmt.format import (
+    IPC_FILE_MAGIC,
+    SOURCE,
+    TARGET,
+    TOKENS,
+    Dictionary,
+    Manifest,
+    Ragged,
+    file_kind,
+    unterminated_row,
+)
 
 SOURCE_FORMAT = "table"
 COLUMN_SETS = ((SOURCE, TARGET), (TOKENS,))

@@ -21,9 +21,7 @@ from arrowmt.converters._fairseq_folder import Discovered, _load_dict, _read_spl
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import arrow_split_names
 
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._writer import ColumnData
+from arrowmt.format import SOURCE, TARGET, ColumnData, Manifest
 
 logger = logging.getLogger(__name__)
 

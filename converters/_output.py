@@ -10,24 +10,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._atomic import StagedOutput, atomic_path
-from arrowmt.format._block_index import index_name
-from arrowmt.format._indexing import write_block_indexes
-from arrowmt.format._manifest import (
+from arrowmt.format import (
+    CACHE_DIR_NAME,
     DICTIONARY_SUFFIX,
+    MANIFEST_NAME,
+    SPLIT_SUFFIX,
+    ColumnData,
+    Dictionary,
     FileEntry,
     Manifest,
+    Ragged,
+    RowSource,
+    SpecialIds,
+    SplitFile,
+    StagedOutput,
+    atomic_path,
     file_entry,
+    index_name,
     manifest_path,
     plain_name_error,
     read_json,
+    write_block_indexes,
+    write_split,
 )
-from arrowmt.format._metadata import SpecialIds
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME, SPLIT_SUFFIX
-from arrowmt.format._vocab import Dictionary
-from arrowmt.format._writer import ColumnData, RowSource, write_split
 
 logger = logging.getLogger(__name__)
 

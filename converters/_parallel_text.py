@@ -57,12 +57,17 @@ from tqdm import tqdm
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt._version import __version__
-from arrowmt.format._atomic import TEMP_PREFIX
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._metadata import ColumnInfo, SpecialIds
-from arrowmt.format._progress import progress_bar
-from arrowmt.format._schema import SOURCE, TARGET, TOKENS
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format import (
+    SOURCE,
+    TARGET,
+    TEMP_PREFIX,
+    TOKENS,
+    ColumnInfo,
+    Dictionary,
+    Manifest,
+    SpecialIds,
+    progress_bar,
+)
 
 SOURCE_FORMAT = "text"
 UNKNOWN_WARNING_RATE = 0.05  # above this share of <unk> per column, the CLI warns loudly

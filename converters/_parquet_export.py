@@ -22,15 +22,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from arrowmt._errors import FormatError
-from arrowmt.format._atomic import StagedOutput, atomic_path
-from arrowmt.format._dictionaries import check_split_dictionaries
-from arrowmt.format._locks import reading
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._progress import progress_bar
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._row_order import refuse_row_order
-from arrowmt.format._schema import TOKEN_TYPE
-from arrowmt.format._split import Split
+from arrowmt.format import (
+    TOKEN_TYPE,
+    Manifest,
+    Ragged,
+    Split,
+    StagedOutput,
+    atomic_path,
+    check_split_dictionaries,
+    progress_bar,
+    reading,
+    refuse_row_order,
+)
 
 PARQUET_SUFFIX = ".parquet"
 ID_COLUMN = "id"

@@ -16,11 +16,16 @@ import numpy as np
 from arrowmt.converters._output import OutputFolder, column
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._row_order import order_name, refuse_row_order, write_row_order
-from arrowmt.format._split import Split
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format import (
+    ROW_ORDER_KEY,
+    Dictionary,
+    Manifest,
+    Ragged,
+    Split,
+    order_name,
+    refuse_row_order,
+    write_row_order,
+)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,7 @@ import pyarrow.compute as pc
 
 from arrowmt._errors import InputDataError, InvalidParameterError, VocabularyError
 from arrowmt._optional import require
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format import Dictionary, Ragged
 
 PathLike = str | os.PathLike[str]
 LineArray = pa.Array | pa.ChunkedArray

@@ -40,11 +40,17 @@ from arrowmt.converters._text import (
 )
 
 from arrowmt._errors import OutputWriteError, VocabularyError
-from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import DEFAULT_ROWS_PER_BATCH, MAX_LIST_VALUES
-from arrowmt.format._vocab import Dictionary
-from arrowmt.format._writer import choose_rows_per_batch_streaming, open_split_writer
+from arrowmt.format import (
+    DEFAULT_ROWS_PER_BATCH,
+    MAX_LIST_VALUES,
+    ColumnInfo,
+    Dictionary,
+    Ragged,
+    SpecialIds,
+    SplitMetadata,
+    choose_rows_per_batch_streaming,
+    open_split_writer,
+)
 
 DEFAULT_CHUNK_BYTES = 32 << 20
 SCAN_BYTES = 1 << 16

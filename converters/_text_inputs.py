@@ -23,7 +23,7 @@ from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.format._schema import SOURCE, TARGET, TOKENS
+from arrowmt.format import SOURCE, TARGET, TOKENS
 
 SPLITS = ("train", "valid", "test")
 MAX_WORKERS = 4096  # local worker processes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from tests.conftest import ROOT, fairseq_fixture
 LAYERS = {
     "arrowmt._checks": 0,
     "arrowmt._errors": 0,
+    "arrowmt._lazy": 0,
     "arrowmt._optional": 0,
     "arrowmt._version": 0,
     "arrowmt.storage": 1,
@@ -113,10 +115,6 @@ def test_plans_import_only_the_core_and_the_format() -> None:
     assert bad == []
 
 
-# Packages whose modules other packages may still import privately: they get a public face next (issue 17).
-WITHOUT_FACE = ("arrowmt.format", "arrowmt.converters")
-
-
 def private_package(name: str) -> str | None:
     """The package whose private module ``name`` is (``arrowmt.plans`` for ``arrowmt.plans._plan``), else None."""
     parts = name.split(".")
@@ -132,19 +130,58 @@ def test_no_module_imports_another_packages_private_module() -> None:
         own = module if path.name == "__init__.py" else module.rpartition(".")[0]
         for name in imported(path, module):
             package = private_package(name)
-            if package is None or package in (own, "arrowmt") or package in WITHOUT_FACE:
+            if package is None or package in (own, "arrowmt"):
                 continue
             if package.startswith("arrowmt"):
                 violations.append(f"{module} imports {name}")
     assert violations == []
 
 
-def test_faces_export_what_they_import() -> None:
-    import arrowmt.plans
-    import arrowmt.training
+@pytest.mark.parametrize("name", ["arrowmt.plans", "arrowmt.training", "arrowmt.format", "arrowmt.converters"])
+def test_faces_export_what_they_import(name: str) -> None:
+    face = importlib.import_module(name)
+    assert face.__all__ and all(hasattr(face, export) for export in face.__all__)
 
-    for face in (arrowmt.plans, arrowmt.training):
-        assert face.__all__ and all(hasattr(face, name) for name in face.__all__)
+
+def type_checking_imports(path: Path) -> dict[str, list[str]]:
+    """What the ``if TYPE_CHECKING:`` block of ``path`` imports: module -> names."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    (block,) = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    found: dict[str, list[str]] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module
+        found.setdefault(node.module, []).extend(alias.name for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("name", ["arrowmt", "arrowmt.format", "arrowmt.converters"])
+def test_lazy_faces_list_their_exports_alike(name: str) -> None:
+    """A lazy face names each export three times (imports for type checkers, ``_EXPORTS``, ``__all__``): they agree,
+    and what ``__all__`` adds is imported eagerly."""
+    face = importlib.import_module(name)
+    exports = {module: sorted(names) for module, names in face._EXPORTS.items()}
+    assert exports == {module: sorted(names) for module, names in type_checking_imports(modules()[name]).items()}
+    lazy = [export for names in exports.values() for export in names]
+    assert len(lazy) == len(set(lazy)) and len(face.__all__) == len(set(face.__all__))
+    assert set(lazy) <= set(face.__all__)
+    assert all(export in vars(face) for export in set(face.__all__) - set(lazy))
+
+
+def test_lazy_faces_load_only_what_is_used() -> None:
+    """Importing the format and converter faces loads none of their modules; a reading process that takes the
+    reader, the manifest and the schema from the format face never loads the writer, verification or the
+    vocabulary's ``pyarrow.compute`` (tens of MB a rank)."""
+    code = (
+        "import sys\n"
+        "import arrowmt.converters, arrowmt.format\n"
+        "loaded = [m for m in sys.modules if m.startswith(('arrowmt.format.', 'arrowmt.converters.'))]\n"
+        "assert loaded == [], loaded\n"
+        "from arrowmt.format import TOKENS, Manifest, SplitFile, WordRanges\n"
+        "assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'\n"
+        "assert 'arrowmt.format._writer' not in sys.modules and 'arrowmt.format._verify' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
 
 
 def test_importing_every_plan_module_does_not_load_torch() -> None:

@@ -60,17 +60,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from arrowmt._errors import ArrowMTError, FormatError, InvalidParameterError, OutputWriteError
 from arrowmt._optional import require
-from arrowmt.format._atomic import (
+from arrowmt.format import (
+    FileIdentity,
+    Manifest,
+    Split,
     StagedOutput,
     atomic_path,
+    ensure_offsets_checked,
+    open_split,
+    refuse_row_order,
     remove_unlisted,
+    split_path,
     temp_prefix,
     write_bytes_atomic,
 )
-from arrowmt.format._manifest import Manifest, split_path
-from arrowmt.format._reader import FileIdentity, ensure_offsets_checked
-from arrowmt.format._row_order import refuse_row_order
-from arrowmt.format._split import Split, open_split
 
 if TYPE_CHECKING:
     import datasets

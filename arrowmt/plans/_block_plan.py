@@ -38,17 +38,17 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError
-from arrowmt.format._reader import check_indices
-from arrowmt.format._schema import CACHE_DIR_NAME
-from arrowmt.format._sidefile import (
+from arrowmt.format import (
     BLOCKS_FORMAT,
+    CACHE_DIR_NAME,
     HEADER_BYTES,
     SideFile,
+    Split,
+    check_indices,
     load_or_build,
     open_side_file,
     write_side_file,
 )
-from arrowmt.format._split import Split
 from arrowmt.plans._blocks import (
     HEADS,
     check_break_mode,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from arrowmt.format._schema import CACHE_DIR_NAME
+from arrowmt.format import CACHE_DIR_NAME
 from arrowmt.plans._bucketing import compact_counts, report_skipped
 from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._mixing import resample

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
-from arrowmt.format._split import Split
+from arrowmt.format import CACHE_DIR_NAME, SOURCE, TARGET, Split
 from arrowmt.plans._bucketing import (
     batch_by_size,
     compact_counts,

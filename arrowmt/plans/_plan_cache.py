@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._sidefile import (
+from arrowmt.format import (
     HEADER_BYTES,
     PLAN_FORMAT,
     SideFile,

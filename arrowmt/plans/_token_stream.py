@@ -16,11 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._readahead import WordRanges
-from arrowmt.format._row_order import refuse_row_order
-from arrowmt.format._schema import TOKENS
-from arrowmt.format._spans import Spans, exclusive_cumsum, flat_positions
-from arrowmt.format._split import Split
+from arrowmt.format import TOKENS, Spans, Split, WordRanges, exclusive_cumsum, flat_positions, refuse_row_order
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._spans import Spans, exclusive_cumsum
+from arrowmt.format import Spans, exclusive_cumsum
 from arrowmt.plans import check_row_ids
 
 Sample = dict[str, "torch.Tensor | int"]

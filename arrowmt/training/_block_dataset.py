@@ -23,11 +23,7 @@ import torch
 from torch.utils.data import Dataset
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._metadata import SpecialIds
-from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges
-from arrowmt.format._schema import TOKENS
-from arrowmt.format._spans import Spans
-from arrowmt.format._split import Split
+from arrowmt.format import DEFAULT_ACCESS, TOKENS, Spans, SpecialIds, Split, WordRanges
 from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, load_blocks, shifted_heads
 from arrowmt.storage import is_url
 

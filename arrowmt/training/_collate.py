@@ -37,9 +37,7 @@ import torch
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._metadata import SpecialIds
-from arrowmt.format._schema import SOURCE, TARGET, TOKENS
-from arrowmt.format._spans import Spans
+from arrowmt.format import SOURCE, TARGET, TOKENS, Spans, SpecialIds
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._gather import gather_padded, gather_padded_shifted, padded_width
 

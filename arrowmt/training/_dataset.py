@@ -8,8 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt.format._readahead import DEFAULT_ACCESS
-from arrowmt.format._split import Split
+from arrowmt.format import DEFAULT_ACCESS, Split
 from arrowmt.training._batch import GatheredBatch
 
 

@@ -29,12 +29,7 @@ from torch.utils.data import Dataset
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._metadata import SpecialIds
-from arrowmt.format._mirror import CacheOptions, local_folder
-from arrowmt.format._readahead import WordRanges
-from arrowmt.format._reader import check_indices
-from arrowmt.format._spans import Spans
+from arrowmt.format import CacheOptions, Manifest, Spans, SpecialIds, WordRanges, check_indices, local_folder
 from arrowmt.plans import (
     BatchPlan,
     EpochPlans,

@@ -21,10 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from arrowmt.format._offsets_crc import ManyOffsetChecks
-from arrowmt.format._spans import Spans, exclusive_cumsum
-from arrowmt.format._split import Split
-from arrowmt.format._view import View
+from arrowmt.format import ManyOffsetChecks, Spans, Split, View, exclusive_cumsum
 from arrowmt.plans import corpus_of
 
 

@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 
 from arrowmt._checks import check_integer
-from arrowmt.format._readahead import WordRanges, resident_pages, will_need, word_page_runs
+from arrowmt.format import WordRanges, resident_pages, will_need, word_page_runs
 
 DEFAULT_DEPTH = 8
 MAX_DEPTH = 1024

@@ -34,7 +34,7 @@ from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._split import Split
+from arrowmt.format import Split
 from arrowmt.plans import (
     FixedPlan,
     Plan,

@@ -19,9 +19,7 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._spans import Spans, exclusive_cumsum, take_flat
-from arrowmt.format._vocab import Dictionary
+from arrowmt.format import SOURCE, TARGET, Dictionary, Spans, exclusive_cumsum, take_flat
 from arrowmt.plans import corpus_of
 from arrowmt.training._batch import GatheredBatch
 

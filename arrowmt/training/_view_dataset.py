@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from arrowmt.format._view import View
+from arrowmt.format import View
 from arrowmt.training._dataset import ArrowMTDataset
 
 

@@ -15,8 +15,7 @@ import numpy as np
 from fairseq.data import Dictionary, FairseqDataset, data_utils
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._readahead import WordRanges
-from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format import SOURCE, TARGET, WordRanges
 from arrowmt.training import ArrowMTDataset, FairseqCollater, GatheredBatch
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")

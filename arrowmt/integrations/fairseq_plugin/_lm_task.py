@@ -22,9 +22,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingTask
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._schema import TOKENS
-from arrowmt.format._split import Split
+from arrowmt.format import TOKENS, Manifest, Split
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
     batch_iterator,

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 from fairseq.data import FairseqDataset
 
-from arrowmt.format._readahead import WordRanges
-from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format import SOURCE, TARGET, WordRanges
 from arrowmt.training import FairseqCollater, GatheredBatch, Mixture
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")

@@ -34,7 +34,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format._schema import SOURCE, TARGET
+from arrowmt.format import SOURCE, TARGET
 from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, ReadAheadEpochBatchIterator, pair_spec
 from arrowmt.integrations.fairseq_plugin._config import CACHE_DIR_HELP, CACHE_LIMIT_HELP
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset

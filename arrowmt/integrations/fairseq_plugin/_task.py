@@ -22,12 +22,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format._dictionaries import mismatch_error
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._metadata import ColumnInfo
-from arrowmt.format._mirror import local_folder
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._vocab import symbols_sha256
+from arrowmt.format import SOURCE, TARGET, ColumnInfo, Manifest, local_folder, mismatch_error, symbols_sha256
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
     batch_iterator,

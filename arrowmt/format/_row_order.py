@@ -16,6 +16,7 @@ import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest, plain_name_error
+from arrowmt.format._readahead import advise
 from arrowmt.format._sidefile import SideFormat, open_side_file, write_side_file
 
 ORDER_SUFFIX = ".rows"
@@ -58,6 +59,7 @@ def read_row_order(folder: Path, manifest: Manifest, split: str, rows: int) -> n
     count, itemsize = side.values
     if count != rows or itemsize not in (4, 8):
         raise FormatError(f"{path}: row order of {count} rows ({itemsize}-byte), the split has {rows}")
+    advise(side.map, "random")  # looked up a row at a time: a fault reads its page, not the kernel's read-around
     return side.array(f"<i{itemsize}", count, 0)
 
 

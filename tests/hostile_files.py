@@ -1,12 +1,16 @@
-"""Helpers for tests that put hostile things where arrowmt expects its own files (FIFOs, flipped bits)."""
+"""Helpers for tests that put hostile things where arrowmt expects its own files (FIFOs, flipped bits, forgeries)."""
 
 from __future__ import annotations
 
 import os
 import threading
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from arrowmt.format._chunks import TABLE_PREFIX, chunk_crcs, pack_table, parse_table_prefix, table_bytes
+from arrowmt.format._sidefile import BLOCKS_FORMAT, HEADER_BYTES, PLAN_FORMAT, VIEW_FORMAT
 
 
 def fifo_at(path: Path) -> Path:
@@ -54,3 +58,20 @@ def flip_bit(path: Path, byte: int, bit: int = 0) -> None:
         value = handle.read(1)[0]
         handle.seek(byte)
         handle.write(bytes([value ^ (1 << bit)]))
+
+
+def body_start(raw: bytes | bytearray) -> int:
+    """Where the body of the side file ``raw`` (its bytes) starts: after its header and chunk table."""
+    body, chunk = parse_table_prefix("test", bytes(raw[HEADER_BYTES : HEADER_BYTES + TABLE_PREFIX.size]))
+    return HEADER_BYTES + table_bytes(body, chunk)
+
+
+def reseal(raw: bytearray) -> None:
+    """Store checksums that match the edited side file ``raw`` (its bytes), as a deliberate forger would."""
+    fmt = next(f for f in (PLAN_FORMAT, BLOCKS_FORMAT, VIEW_FORMAT) if raw.startswith(f.magic))
+    start = body_start(raw)
+    body, chunk = parse_table_prefix("test", bytes(raw[HEADER_BYTES : HEADER_BYTES + TABLE_PREFIX.size]))
+    table = pack_table(chunk_crcs([bytes(raw[start:])], chunk), body, chunk)
+    raw[HEADER_BYTES:start] = table
+    fields = fmt.layout.size
+    raw[fields : fields + 4] = zlib.crc32(bytes(raw[:fields]) + table).to_bytes(4, "little")

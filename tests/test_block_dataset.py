@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 
 from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
+from arrowmt.format._sidefile import HEADER_BYTES
 from arrowmt.format._split import Split
 from arrowmt.plans._blocks import BREAK_MODES, block_bounds, row_starts
 from arrowmt.training._block_collate import FairseqBlockCollater, PlainBlockCollater
@@ -31,7 +32,7 @@ from arrowmt.training._block_dataset import open_blocks
 from arrowmt.training._block_sampler import BlockBatchSampler
 from tests.builders import multi30k_dataset
 from tests.conftest import fairseq_rows, import_fairseq
-from tests.hostile_files import fifo_at, flip_bit, unblocking
+from tests.hostile_files import body_start, fifo_at, flip_bit, reseal, unblocking
 from tests.lm_data import documents_text, fairseq_mono, mono_corpus, preprocess_mono
 from tests.state_helpers import SamplerLoader, check_resume
 
@@ -331,32 +332,48 @@ def test_block_table_is_cached_and_rebuilt_when_corrupt(
     second = open_blocks(corpus[1], "train", 40, "complete_doc", cache_dir=cache)
     assert not second.table.built and np.array_equal(second.table.starts, first.table.starts)
     assert second.table.starts.base is not None  # a view of the mapped file
-    expected = first.table.ends.copy()  # the map sees the in-place corruption below
-    raw = bytearray(table.read_bytes())
-    raw[-8:] = (10**12).to_bytes(8, "little")  # the last block ends past the corpus
-    table.write_bytes(bytes(raw))
+    expected = first.table.ends.copy()  # the map sees the in-place changes below
+    flip_bit(table, HEADER_BYTES + 16)  # the first chunk's CRC-32 in the chunk table: refused at open
     with caplog.at_level(logging.WARNING):
         rebuilt = open_blocks(corpus[1], "train", 40, "complete_doc", cache_dir=cache)
-    assert rebuilt.table.built and "rebuilding block table" in caplog.text
+    assert rebuilt.table.built and "rebuilding block table" in caplog.text and "block table checksum" in caplog.text
     assert np.array_equal(rebuilt.table.ends, expected)
+    n, raw = len(expected), bytearray(table.read_bytes())
+    end = body_start(raw) + 16 * n  # ends[n - 1] ends here
+    raw[end - 8 : end] = (10**12).to_bytes(8, "little")  # the last block ends past the corpus
+    reseal(raw)  # with checksums that match, as a forger would write it: the range checks must refuse it
+    table.write_bytes(bytes(raw))
+    forged = open_blocks(corpus[1], "train", 40, "complete_doc", cache_dir=cache)
+    assert not forged.table.built and forged.bounds(np.array([0]))[1].tolist() == expected[:1].tolist()
+    message = rf"block {n - 1}: range \d+\.\.1000000000000 .*is not a non-empty range .*within \d+ tokens"
+    with pytest.raises(FormatError, match=message):
+        forged[n - 1]
+    with pytest.raises(FormatError, match=message):
+        forged.sizes()
     assert open_blocks(corpus[1], "train", 41, "complete_doc", cache_dir=cache).table.built  # other parameters
     assert len(list(cache.glob("blocks-*.bin"))) == 2
 
 
-def test_a_block_table_changed_within_range_is_rebuilt(
-    corpus: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_a_block_table_changed_within_range_is_refused_when_read_and_rebuilt(
+    corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """A row offset 0 <-> 1 passes every range check (offsets <= 2): only the checksum sees it."""
+    """A row offset 0 <-> 1 passes every range check (offsets <= 2): only the checksum sees it, when its chunk is
+    first read; the table is then removed, and the next open rebuilds it."""
     cache = tmp_path / "cache"
     first = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)
     (table,) = cache.glob("blocks-*.bin")
     offsets = first.table.row_offsets.copy()
     k = int(np.flatnonzero(offsets < 2)[0])
-    flip_bit(table, 128 + 16 * len(offsets) + k)  # the header, starts and ends, then one byte per block
-    with caplog.at_level(logging.WARNING):
-        rebuilt = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)
-    assert rebuilt.table.built and "rebuilding block table" in caplog.text and "block table checksum" in caplog.text
-    assert np.array_equal(rebuilt.table.row_offsets, offsets)
+    sample = first[k]["source"]  # (first's map sees the change below, and has checked every chunk already)
+    flip_bit(table, body_start(table.read_bytes()) + 16 * len(offsets) + k)  # starts and ends, then a byte per block
+    reopened = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)
+    assert not reopened.table.built
+    with pytest.raises(FormatError, match=r"block table checksum: chunk 0 of 1 .*; removed it: a cache file"):
+        reopened[k]
+    assert not table.exists()
+    rebuilt = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)
+    assert rebuilt.table.built and np.array_equal(rebuilt.table.row_offsets, offsets)
+    assert torch.equal(rebuilt[k]["source"], sample)
 
 
 def test_a_fifo_at_the_block_table_path_is_refused(corpus: tuple[Path, Path], tmp_path: Path) -> None:

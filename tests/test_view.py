@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +13,14 @@ import torch
 from arrowmt._cli import main
 from arrowmt._errors import FormatError, InvalidParameterError, OutputExistsError
 from arrowmt.format import _view
+from arrowmt.format._chunks import CHUNK_BYTES
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
+from arrowmt.format._sidefile import HEADER_BYTES
 from arrowmt.format._split import Split
 from arrowmt.format._verify import verify_dataset
-from arrowmt.format._view import HEADER_BYTES, build_view, open_view
+from arrowmt.format._view import build_view, open_view
 from arrowmt.format._writer import ColumnData, write_split
 from arrowmt.plans._block_plan import write_table
 from arrowmt.plans._plan_cache import plan_key
@@ -26,7 +29,7 @@ from arrowmt.training._dataset import open_dataset
 from arrowmt.training._sampler import TokenBatchSampler
 from arrowmt.training._view_dataset import open_view_dataset
 from tests.builders import lengths_dataset, multi30k_dataset
-from tests.hostile_files import fifo_at, flip_bit, unblocking
+from tests.hostile_files import body_start, fifo_at, flip_bit, reseal, unblocking
 
 VOCAB = 50
 
@@ -160,22 +163,34 @@ def test_file_costs_four_bytes_per_kept_row_and_is_checked(tmp_path: Path) -> No
     path = tmp_path / "v.view"
     report = build_view(corpus, path, max_len=90)
     size = path.stat().st_size
-    description = size - HEADER_BYTES - 4 * report.kept
+    raw = path.read_bytes()
+    description = size - body_start(raw) - 4 * report.kept
+    assert body_start(raw) == HEADER_BYTES + 24  # the chunk table: 16 bytes, one CRC-32, padding
     assert report.kept == 90 and 0 < description <= 512 and description % 8 == 0
     with pytest.raises(OutputExistsError):
         build_view(corpus, path, max_len=10)
     assert open_view(path, corpus).rows.shape == (90,)  # the refused rewrite left it intact
-    raw = path.read_bytes()
     broken = tmp_path / "broken.view"
     for data, match in (
         (raw[:-4], "view size"),
         (b"X" + raw[1:], "magic"),
-        (raw[: size - 8] + np.array([7, 3], dtype="<u4").tobytes(), "strictly increasing"),
-        (raw[: size - 4] + np.array([100], dtype="<u4").tobytes(), "expected < 100"),
+        (raw[: size - 8] + np.array([7, 3], dtype="<u4").tobytes(), "view checksum: chunk 0 of 1"),
     ):
         broken.write_bytes(data)
         with pytest.raises(FormatError, match=match):
             open_view(broken, corpus)
+    for rows, match in (([7, 3], "view row 88: expected rows in strictly increasing order"), ([88, 100], "< 100")):
+        forged = bytearray(raw[: size - 8] + np.array(rows, dtype="<u4").tobytes())
+        reseal(forged)  # checksums that match: the row checks must catch it
+        broken.write_bytes(bytes(forged))
+        view = open_view(broken, corpus)
+        with pytest.raises(FormatError, match=match):
+            view.check_all()
+        with pytest.raises(FormatError, match=match):
+            view.rows  # noqa: B018
+    with pytest.raises(FormatError, match=r"view rows: expected < 100 \(the split's rows\), found 100"):
+        view.corpus_rows(np.array([0, 89]))
+    assert view.corpus_rows(np.array([0, 88])).tolist() == [0, 88]
 
 
 def alternating_view(tmp_path: Path) -> tuple[Path, Path]:
@@ -193,7 +208,11 @@ def test_a_flipped_bit_in_a_row_number_is_refused(tmp_path: Path) -> None:
     assert int(view.rows[2]) == 4
     del view
     flip_bit(path, at)
-    with pytest.raises(FormatError, match=r"v\.view: view checksum: expected CRC-32 [0-9a-f]{8} \(header\)"):
+    message = (
+        r"v\.view: view checksum: chunk 0 of 1 \(file bytes 152\.\.\d+\): expected CRC-32 [0-9a-f]{8} \(chunk "
+        r"table\), found [0-9a-f]{8} \(contents changed on disk\); rebuild it with `arrowmt filter`"
+    )
+    with pytest.raises(FormatError, match=message):  # the description shares the first chunk: checked at open
         open_view(path, corpus)
 
 
@@ -217,8 +236,73 @@ def test_a_version_1_view_is_refused_with_the_command_that_rebuilds_it(tmp_path:
     raw = bytearray(path.read_bytes())
     raw[16:20] = (1).to_bytes(4, "little")
     path.write_bytes(bytes(raw))
-    with pytest.raises(FormatError, match=r"view magic/version: .* v2, found .* v1; rebuild it with `arrowmt filter`"):
+    with pytest.raises(FormatError, match=r"view magic/version: .* v3, found .* v1; rebuild it with `arrowmt filter`"):
         open_view(path, corpus)
+
+
+def as_version_2(raw: bytes) -> bytes:
+    """A view file as version 2 wrote it: no chunk table, one CRC-32 of the header fields and the whole body."""
+    fields, body = bytearray(raw[:112]), raw[body_start(raw) :]
+    fields[16:20] = (2).to_bytes(4, "little")
+    crc = zlib.crc32(bytes(fields) + body).to_bytes(4, "little")
+    return (bytes(fields) + crc).ljust(HEADER_BYTES, b"\x00") + body
+
+
+def test_a_version_2_view_is_still_read_and_checked_whole_at_open(tmp_path: Path) -> None:
+    corpus, path = alternating_view(tmp_path)
+    old = corpus / "old.view"
+    old.write_bytes(as_version_2(path.read_bytes()))
+    view = open_view(old, corpus)
+    assert view.rows.tolist() == list(range(0, 40, 2)) and view.corpus_rows(np.array([3])).tolist() == [6]
+    assert view.fingerprint() == open_view(path, corpus).fingerprint()  # the same rows: plans over it are reused
+    assert verify_dataset(corpus, progress=False).side_files == 1  # verify checks it too
+    flip_bit(old, old.stat().st_size - 4 * 17)  # a row number
+    with pytest.raises(FormatError, match=r"view checksum: expected CRC-32 [0-9a-f]{8} \(header\), found "):
+        open_view(old, corpus)
+
+
+def big_view(tmp_path: Path) -> tuple[Path, Path, int]:
+    """(corpus, view, body start): 300,000 kept rows (1.2 MB of row numbers: two chunks)."""
+    corpus = lengths_dataset(tmp_path / "big", np.full(300_001, 2), np.full(300_001, 2))
+    path = build_view(corpus, corpus / "big.view", rows=np.arange(1, 300_001)).path
+    return corpus, path, body_start(path.read_bytes())
+
+
+def test_a_corrupt_chunk_of_a_view_fails_the_rows_in_it_and_keeps_the_file(tmp_path: Path) -> None:
+    """Opening reads the first chunk (the description's); rows of the second are checked when first read. A view is
+    not a cache: it is never removed, the message says how to rebuild it."""
+    corpus, path, body = big_view(tmp_path)
+    description = path.stat().st_size - body - 4 * 300_000
+    second = (CHUNK_BYTES - description) // 4  # the first row in the second chunk
+    flip_bit(path, body + CHUNK_BYTES + 4 * 1000)
+    view = open_view(path, corpus)
+    assert len(view) == 300_000 and view.corpus_rows(np.array([0, second - 1])).tolist() == [1, second]
+    message = (
+        rf"big\.view: view checksum: chunk 1 of 2 \(file bytes {body + CHUNK_BYTES}\.\.{path.stat().st_size - 1}\): "
+        r".*; rebuild it with `arrowmt filter`"
+    )
+    with pytest.raises(FormatError, match=message):
+        view.corpus_rows(np.array([5, second]))
+    with pytest.raises(FormatError, match=message):
+        view.lengths(SOURCE)  # every row
+    assert path.exists()
+    problems = verify_dataset(corpus, progress=False).problems
+    assert any(p.startswith(f"{path}: view checksum: chunk 1 of 2") for p in problems), problems
+
+
+def test_a_mixture_checks_the_chunks_of_its_views(tmp_path: Path) -> None:
+    """The mixture's gather reads a view's rows through the address space: only after their chunks are checked."""
+    from arrowmt.training._mixture import open_mixture
+
+    corpus, path, _ = big_view(tmp_path)
+    mixture = open_mixture({"view": path, "corpus": corpus})
+    assert mixture.__getitems__([0, 7, 300_000]).ids.tolist() == [0, 7, 300_000]
+    view = mixture.corpora[0]
+    assert view.mapped_rows.shape == (300_000,) and view._rows.checks.checked.tolist() == [True, False]
+    flip_bit(path, path.stat().st_size - 4)  # the last row: chunk 1, not checked yet (the map sees the change)
+    with pytest.raises(FormatError, match=r"big\.view: view checksum: chunk 1 of 2"):
+        mixture.__getitems__([1, 299_999])
+    assert mixture.__getitems__([1, 2]).ids.tolist() == [1, 2]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
@@ -252,8 +336,8 @@ def test_verify_checks_views_and_cache_files(tmp_path: Path) -> None:
     write_table(table, key, 2, 30, np.array([0, 10]), np.array([10, 30]), np.array([0, 0]))
     report = verify_dataset(corpus, progress=False)
     assert report.problems == baseline and report.side_files == 4 and good.exists()
-    for path, byte in ((bad, -4), (plan, HEADER_BYTES), (table, HEADER_BYTES + 8)):
-        flip_bit(path, path.stat().st_size + byte if byte < 0 else byte)
+    for path in (bad, plan, table):
+        flip_bit(path, path.stat().st_size - 4 if path == bad else body_start(path.read_bytes()) + 8)
     fifo_at(corpus / "stray.view")
     problems = [p for p in verify_dataset(corpus, progress=False).problems if p not in baseline]
     assert len(problems) == 4, problems

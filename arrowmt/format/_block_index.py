@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.format._sidefile import HEADER_BYTES, SideFile, SideFormat, open_side_file
+from arrowmt.format._sidefile import SideFile, SideFormat, open_side_file
 from arrowmt.storage import covered_blocks
 
 BLOCK_SIZE = 4096  # a page: a row read costs one block, a batch stored together (arrowmt order) a few
@@ -54,7 +54,7 @@ def read_block_index(path: Path, size: int, sha256: str) -> BlockIndex:
     """The index at ``path`` of a split file of ``size`` bytes and SHA-256 ``sha256`` (FormatError if not)."""
 
     def expected_size(where: Path, values: tuple) -> int:
-        return HEADER_BYTES + 4 * values[2] + 16 * values[3]
+        return pinned_at(values[2]) + 16 * values[3]
 
     side = open_side_file(path, INDEX_FORMAT, expected_size)
     file_size, block_size, blocks, ranges, digest = side.values
@@ -67,8 +67,13 @@ def read_block_index(path: Path, size: int, sha256: str) -> BlockIndex:
 
 
 def _array(side: SideFile, dtype: type, count: int, offset: int) -> np.ndarray:
-    return side.array(dtype, count, offset)  # a read-only view of the map, shared by the node's processes
+    return side.array(dtype, count, offset).slice(0, count)  # checked; a read-only view of the map, shared
 
 
 def _pinned(side: SideFile, blocks: int, ranges: int) -> np.ndarray:
-    return _array(side, np.int64, 2 * ranges, 4 * blocks).reshape(-1, 2)
+    return _array(side, np.int64, 2 * ranges, pinned_at(blocks)).reshape(-1, 2)
+
+
+def pinned_at(blocks: int) -> int:
+    """Where the pinned ranges start in the body: after the CRCs, padded to 8 bytes."""
+    return -(-4 * blocks // 8) * 8

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.format._block_index import BLOCK_SIZE, INDEX_FORMAT, index_name
+from arrowmt.format._block_index import BLOCK_SIZE, INDEX_FORMAT, index_name, pinned_at
 from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._readahead import WORD
@@ -50,7 +50,8 @@ def write_block_index(path: Path, sha256: str, block_size: int = BLOCK_SIZE) -> 
     pinned = pinned_ranges(split)
     target = path.with_name(index_name(path.name))
     values = (split.stamp.size, block_size, crcs.shape[0], pinned.shape[0], bytes.fromhex(sha256))
-    return write_side_file(target, INDEX_FORMAT, values, [crcs, pinned])
+    padding = bytes(pinned_at(crcs.shape[0]) - 4 * crcs.shape[0])
+    return write_side_file(target, INDEX_FORMAT, values, [crcs, padding, pinned])
 
 
 def write_block_indexes(folder: Path, manifest: Manifest, block_size: int = BLOCK_SIZE) -> list[str]:

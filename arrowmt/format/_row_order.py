@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest, plain_name_error
 from arrowmt.format._readahead import advise
 from arrowmt.format._sidefile import SideFormat, open_side_file, write_side_file
 
 ORDER_SUFFIX = ".rows"
 ORDER_FORMAT = SideFormat("row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 1, "QI", "make the copy again")
-HEADER = 128
 
 
 def order_name(split: str) -> str:
@@ -45,15 +45,16 @@ def write_row_order(path: Path, where: np.ndarray) -> Path:
     return write_side_file(path, ORDER_FORMAT, (where.shape[0], itemsize), [where.astype(f"<i{itemsize}")])
 
 
-def read_row_order(folder: Path, manifest: Manifest, split: str, rows: int) -> np.ndarray | None:
-    """Where each of the ``rows`` rows of ``split`` is stored (a read-only map), or None in plain order."""
+def read_row_order(folder: Path, manifest: Manifest, split: str, rows: int) -> CheckedArray | None:
+    """Where each of the ``rows`` rows of ``split`` is stored (a map whose chunks are checked on first use),
+    or None in plain order."""
     name = order_files(manifest).get(split)
     if name is None:
         return None
     path = folder / name
 
     def size(where: Path, values: tuple) -> int:
-        return HEADER + values[0] * values[1]
+        return values[0] * values[1]
 
     side = open_side_file(path, ORDER_FORMAT, size)
     count, itemsize = side.values

@@ -109,7 +109,7 @@ class Split:
         indices = row_numbers(indices, where)
         check_indices(indices, len(self), where)
         if self.stored_at is not None:  # a copy in plan order: row i is stored at stored_at[i]
-            indices = self.stored_at[indices].astype(np.int64)
+            indices = self.stored_at.take(indices).astype(np.int64)
         if len(self.shards) == 1:
             return np.zeros(indices.shape, dtype=np.int64), indices
         shard = np.searchsorted(self.cumulative, indices, side="right") - 1
@@ -123,7 +123,7 @@ class Split:
         if indices is None:
             parts = [s.lengths(column, dtype=dtype) for s in self.shards]
             stored = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            return stored if self.stored_at is None else stored[self.stored_at]
+            return stored if self.stored_at is None else stored[self.stored_at.slice(0, len(self))]
         return self._located_lengths(column, *self.locate(indices), dtype)
 
     def _located_lengths(self, column: str, shard: np.ndarray, local: np.ndarray, dtype: type | np.dtype) -> np.ndarray:

@@ -218,7 +218,7 @@ def _verify_side_files(folder: Path, report: VerifyReport, bar: tqdm) -> None:
     bar.total += len(views) + len(cached)
     bar.refresh()
     for path in views:
-        _count_or_report(report, lambda path=path: View(path, folder), "")
+        _count_or_report(report, lambda path=path: _check_view_file(path, folder), "")
         bar.update(1)
     for path, fmt in cached:
         _count_or_report(report, lambda path=path, fmt=fmt: _check_cache_file(path, fmt), _STALE_CACHE)
@@ -233,10 +233,22 @@ def _count_or_report(report: VerifyReport, check: Callable[[], object], advice: 
         report.problems.append(f"{exc}{advice}")
 
 
+def _check_view_file(path: Path, folder: Path) -> View:
+    """The view at ``path`` once every byte of it is checked (every chunk, rows in order); FormatError if bad."""
+    view = View(path, folder)
+    view.check_all()
+    return view
+
+
 def _check_cache_file(path: Path, fmt: SideFormat) -> SideFormat | None:
-    """``fmt`` once ``path`` is found sound, None for a file of another version (never read); FormatError if bad."""
+    """``fmt`` once ``path`` is found sound (header, chunk table, every chunk), None for a file of another version
+    (never read); FormatError if bad."""
     version = stored_version(path, fmt)
     if version is not None and version != fmt.version:
         return None
-    open_side_file(path, fmt, None).map.close()
+    side = open_side_file(path, fmt, None)
+    try:
+        side.check_all()
+    finally:
+        side.map.close()
     return fmt

@@ -7,24 +7,31 @@ through it with the :class:`~arrowmt.format._split.Split` interface (rows,
 lengths, located spans, fingerprint), so it goes wherever a split goes: datasets,
 samplers, mixtures, the fairseq plugin.
 
-A view file is a side file (:mod:`arrowmt.format._sidefile`: one header with a CRC-32
-of the whole contents, atomic write, read-only map). Layout (little-endian)::
+A view file is a side file (:mod:`arrowmt.format._sidefile`: a header and chunk table,
+a CRC-32 per 1 MiB chunk of the contents, atomic write, read-only map). Layout
+(little-endian)::
 
-    header (128 bytes): magic b"ARROWMT-VIEW\\0\\0\\0\\0", u32 version (2), u32 row itemsize (4 or 8),
+    header (128 bytes): magic b"ARROWMT-VIEW\\0\\0\\0\\0", u32 version (3), u32 row itemsize (4 or 8),
                         32-byte SHA-256 fingerprint of the split (Split.fingerprint),
                         32-byte SHA-256 of the row bytes, u64 corpus rows, u64 kept rows,
-                        u64 description bytes, u32 CRC-32 of the header fields and everything
-                        after the header, zero padding
+                        u64 description bytes, u32 CRC-32 of the header fields and the chunk
+                        table, zero padding
+    chunk table:        u64 body bytes, u32 chunk bytes, u32 zero, a CRC-32 per chunk of the body
+                        (arrowmt.format._chunks), zero-padded to a multiple of 8 bytes
     description:        UTF-8 JSON {"split", "filters", "dropped"}, zero-padded to a multiple of 8
     rows:               u32 or u64 [kept rows], strictly increasing, each < corpus rows
 
-Opening a view checks, before any row is used: that the path is a regular file, the
-header (magic, version, sizes), the description, that the rows strictly increase
-below the corpus rows, the CRC-32 (one pass over the file: a flipped bit in a row
-number that keeps the order is refused), and that the corpus is the one the view was
-made from. A version 1 file (no checksum) is refused: rebuild it with ``arrowmt filter``.
-The SHA-256 of the rows is the view's identity (:meth:`View.fingerprint`, part of
-the keys of batch plans over it); the CRC-32 is what checks the bytes.
+Opening a view checks: that the path is a regular file, the header (magic, version,
+sizes), its CRC-32 (header fields and chunk table), the description (its chunks' CRC-32
+first), and that the corpus is the one the view was made from. The row list is read
+where it is used, each 1 MiB chunk's CRC-32 checked on first use (a flipped bit in a row
+number that keeps the order is refused), and every row served is checked below the
+corpus rows; :attr:`View.rows` (every row at once) and ``verify`` also check that the
+rows strictly increase. A version 2 file (written before the chunk table: one CRC-32
+over the whole file) is still read, its checksum checked when it is opened; a version 1
+file (no checksum) is refused: rebuild it with ``arrowmt filter``. The SHA-256 of the
+rows is the view's identity (:meth:`View.fingerprint`, part of the keys of batch plans
+over it); the CRC-32s are what check the bytes.
 
 The file names no path: the corpus is given when the view is opened (by default
 the folder holding the view file, or that folder's parent).
@@ -51,6 +58,7 @@ import numpy as np
 
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import Manifest, plain_name_error
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._ratio import length_ratio
@@ -58,7 +66,7 @@ from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
 from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._schema import MANIFEST_NAME
-from arrowmt.format._sidefile import HEADER_BYTES, VIEW_FORMAT, SideFile, open_side_file, write_side_file
+from arrowmt.format._sidefile import VIEW_FORMAT, SideFile, open_side_file, write_side_file
 from arrowmt.format._spans import Spans, take_flat
 from arrowmt.format._split import Split
 
@@ -391,19 +399,20 @@ class ViewHeader:
     kept: int
     description_bytes: int
 
-    def file_size(self) -> int:
-        return HEADER_BYTES + _padded(self.description_bytes) + self.kept * self.itemsize
+    def body_bytes(self) -> int:
+        """Bytes after the header (and chunk table): the padded description, then the rows."""
+        return _padded(self.description_bytes) + self.kept * self.itemsize
 
 
-def _view_size(path: Path, values: tuple) -> int:
-    """The file size a view header implies; FormatError for fields no writer produces."""
+def _view_body_size(path: Path, values: tuple) -> int:
+    """The body bytes a view header implies; FormatError for fields no writer produces."""
     itemsize, _, _, corpus_rows, kept, text = values
     if itemsize not in (4, 8) or kept > corpus_rows or text > MAX_DESCRIPTION_BYTES:
         raise FormatError(
             f"{path}: view header: expected row itemsize 4 or 8, kept <= corpus rows and a description of at "
             f"most {MAX_DESCRIPTION_BYTES} bytes, found {itemsize}, {kept} > {corpus_rows}?, {text} bytes"
         )
-    return _header_of(values).file_size()
+    return _header_of(values).body_bytes()
 
 
 def _header_of(values: tuple) -> ViewHeader:
@@ -422,8 +431,13 @@ def _check_rows(path: Path, rows: np.ndarray, n: int) -> None:
                 f"{path}: view row {k}: expected rows in strictly increasing order, found {int(rows[k - 1])} "
                 f"then {int(rows[k])}"
             )
-    if rows.size and int(rows[-1]) >= n:
-        raise FormatError(f"{path}: view rows: expected < {n} (the split's rows), found {int(rows[-1])}")
+    _check_below(path, rows[-1:], n)
+
+
+def _check_below(path: Path, rows: np.ndarray, n: int) -> None:
+    """Every one of ``rows`` lies below ``n`` (the split's rows)."""
+    if rows.size and int(rows.max()) >= n:
+        raise FormatError(f"{path}: view rows: expected < {n} (the split's rows), found {int(rows.max())}")
 
 
 def default_corpus(view_path: Path) -> Path:
@@ -451,8 +465,8 @@ class View:
     def __init__(self, path: str | os.PathLike[str], corpus: str | os.PathLike[str] | None = None) -> None:
         self.view_path = Path(path)
         corpus_path = default_corpus(self.view_path) if corpus is None else Path(corpus)
-        side, self.description, self.rows = _open_view(self.view_path)
-        self.identity, self.header, self._map = FileIdentity.of_stat(side.stat), _header_of(side.values), side.map
+        side, self.description, self._rows = _open_view(self.view_path)
+        self.identity, self.header, self._side = FileIdentity.of_stat(side.stat), _header_of(side.values), side
         self.corpus = Split(corpus_path, str(self.description["split"]))
         self._check_corpus()
 
@@ -496,7 +510,27 @@ class View:
         return self.corpus.is_monolingual
 
     def __len__(self) -> int:
-        return int(self.rows.shape[0])
+        return len(self._rows)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Every kept corpus row, increasing (a read-only view of the map): reads and checks the whole row list."""
+        self.check_all()
+        return self._rows.raw
+
+    def check_all(self) -> None:
+        """Check the whole row list (once): every chunk's CRC-32, rows strictly increasing below the corpus rows."""
+        self._side.check_whole(lambda: _check_rows(self.view_path, self._rows.raw, self.header.corpus_rows))
+
+    @property
+    def mapped_rows(self) -> np.ndarray:
+        """The row list as mapped, unchecked: for where it lies in memory; read it after :meth:`check_chunks`."""
+        return self._rows.raw
+
+    def check_chunks(self, indices: np.ndarray) -> bool:
+        """Check the chunks holding view rows ``indices`` (in range) on their first use; whether every chunk is."""
+        self._rows.ensure(indices)
+        return self._rows.checks.all_checked
 
     def __repr__(self) -> str:
         name, kept = type(self).__name__, f"{len(self)} of {len(self.corpus)} rows"
@@ -506,7 +540,9 @@ class View:
         """The corpus row of each view index (int64), bounds-checked."""
         indices = np.asarray(indices, dtype=np.int64)
         check_indices(indices, len(self), f"view {self.view_path}")
-        return self.rows[indices].astype(np.int64)
+        rows = self._rows.take(indices).astype(np.int64)
+        _check_below(self.view_path, rows, self.header.corpus_rows)
+        return rows
 
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shard number and row-within-shard of each view index."""
@@ -562,26 +598,16 @@ class View:
             raise FormatError(f"{self.path}: split {self.split!r} files changed since the view was opened")
 
 
-def _open_view(path: Path) -> tuple[SideFile, dict, np.ndarray]:
-    """Map the view file read-only after checking its header, size, description, rows and CRC-32."""
-    side = open_side_file(path, VIEW_FORMAT, _view_size, _check_view)
+def _open_view(path: Path) -> tuple[SideFile, dict, CheckedArray]:
+    """Map the view file read-only after checking its header, size, chunk table and description."""
+    side = open_side_file(path, VIEW_FORMAT, _view_body_size)
     header = _header_of(side.values)
-    return side, _description(side, header), _rows(side, header)
-
-
-def _check_view(side: SideFile) -> None:
-    """The description is a JSON object naming a split; rows strictly increase below the corpus rows."""
-    header = _header_of(side.values)
-    _description(side, header)
-    _check_rows(side.path, _rows(side, header), header.corpus_rows)
+    rows = side.array(f"<u{header.itemsize}", header.kept, _padded(header.description_bytes))
+    return side, _description(side, header), rows
 
 
 def _description(side: SideFile, header: ViewHeader) -> dict:
     return _parse_description(side.path, side.body(0, header.description_bytes))
-
-
-def _rows(side: SideFile, header: ViewHeader) -> np.ndarray:
-    return side.array(f"<u{header.itemsize}", header.kept, _padded(header.description_bytes))
 
 
 def _parse_description(path: Path, raw: bytes) -> dict:

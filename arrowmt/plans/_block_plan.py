@@ -10,21 +10,29 @@ Two cached parts, each named by the hash of what it depends on:
   ``max_positions`` filter and ``batch_by_size``): an ordinary batch-plan file of
   :mod:`arrowmt.plans._plan_cache`, its "rows" being blocks.
 
-A block table is a side file (:mod:`arrowmt.format._sidefile`: one header with a
-CRC-32 of the whole contents checked on open, atomic write, build-once lock,
-read-only map; a FIFO, folder or device at its path is refused). Layout (little-endian)::
+A block table is a side file (:mod:`arrowmt.format._sidefile`: a header and chunk table
+checked on open, a CRC-32 per 1 MiB chunk of the contents checked on first use, atomic
+write, build-once lock, read-only map; a FIFO, folder or device at its path is refused).
+Layout (little-endian)::
 
-    header (128 bytes): magic b"ARROWMT-BLOCKS\\0\\0", u32 version (2), u32 zero, 32-byte SHA-256
+    header (128 bytes): magic b"ARROWMT-BLOCKS\\0\\0", u32 version (3), u32 zero, 32-byte SHA-256
                         of the key, u64 split rows, u64 split tokens, u64 block count,
-                        u32 CRC-32 of the header fields and everything after the header, zero padding
+                        u32 CRC-32 of the header fields and the chunk table, zero padding
+    chunk table:        u64 body bytes, u32 chunk bytes, u32 zero, a CRC-32 per chunk of the body
+                        (arrowmt.format._chunks), zero-padded to a multiple of 8 bytes
     starts:             int64 [block count], flat position of each block's first token
     ends:               int64 [block count], one past its last token
     offsets:            uint8 [block count], how far the block starts inside its row, capped at 2;
                         zero-padded to a multiple of 8 bytes
 
-Version 1 (no checksum) is never read: the version is part of the key that names the
-file. Every process but the builder maps the file read-only (shared page cache, no
-private copy).
+:meth:`MappedBlocks.bounds` and :meth:`MappedBlocks.offsets` read the blocks a batch asks
+for, from chunks checked on their first use, and check that each range is non-empty and
+within the split's tokens and each row offset at most 2; ``sizes()``, ``starts``, ``ends``
+and ``row_offsets`` read and check the whole table (every chunk, and blocks in order
+without overlap). A chunk found corrupt while training raises FormatError and removes the
+file, so the next start rebuilds it. Versions 1 (no checksum) and 2 (one CRC-32 checked on
+open) are never read: the version is part of the key that names the file. Every process
+but the builder maps the file read-only (shared page cache, no private copy).
 """
 
 from __future__ import annotations
@@ -41,7 +49,6 @@ from arrowmt._errors import FormatError
 from arrowmt.format import (
     BLOCKS_FORMAT,
     CACHE_DIR_NAME,
-    HEADER_BYTES,
     SideFile,
     Split,
     check_indices,
@@ -131,32 +138,69 @@ class RowBlocks:
 
 
 class MappedBlocks:
-    """Break modes ``none``/``complete``/``complete_doc``: the block table file, mapped read-only; picklable by path."""
+    """Break modes ``none``/``complete``/``complete_doc``: the block table file, mapped read-only, checked as it is
+    read; picklable by path."""
 
     def __init__(self, path: Path, key: str, rows: int, total: int, built: bool = False) -> None:
         self.path, self.key, self.rows, self.total, self.built = path, key, rows, total, built
         side = _open_table(path, key, rows, total)
         count = side.values[-1]
-        self._map = side.map
-        self.starts = side.array("<i8", count, 0)
-        self.ends = side.array("<i8", count, 8 * count)
-        self.row_offsets = side.array(np.uint8, count, 16 * count)
-        _check_table(path, self.starts, self.ends, self.row_offsets, total)
+        self._side = side
+        self._starts = side.array("<i8", count, 0)
+        self._ends = side.array("<i8", count, 8 * count)
+        self._row_offsets = side.array(np.uint8, count, 16 * count)
 
     def __len__(self) -> int:
-        return int(self.starts.shape[0])
+        return len(self._starts)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Every block's first flat token (a read-only view of the map): reads and checks the whole table."""
+        return self._whole()[0]
+
+    @property
+    def ends(self) -> np.ndarray:
+        """One past every block's last flat token: reads and checks the whole table."""
+        return self._whole()[1]
+
+    @property
+    def row_offsets(self) -> np.ndarray:
+        """How far every block starts inside its row, capped at 2: reads and checks the whole table."""
+        return self._whole()[2]
+
+    def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        arrays = (self._starts.raw, self._ends.raw, self._row_offsets.raw)
+        self._side.check_whole(lambda: _check_table(self.path, *arrays, self.total))
+        return arrays
 
     def bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ids = _checked_ids(ids, len(self))
-        return self.starts[ids], self.ends[ids]
+        starts, ends = self._starts.take(ids), self._ends.take(ids)
+        bad = (starts < 0) | (ends <= starts) | (ends > self.total)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise FormatError(
+                f"{self.path}: block {int(ids[k])}: range {int(starts[k])}..{int(ends[k])} is not a non-empty range "
+                f"within {self.total} tokens (corrupt)"
+            )
+        return starts, ends
 
     def offsets(self, ids: np.ndarray) -> np.ndarray:
-        return self.row_offsets[_checked_ids(ids, len(self))]
+        ids = _checked_ids(ids, len(self))
+        offsets = self._row_offsets.take(ids)
+        bad = np.flatnonzero(offsets > HEADS)
+        if bad.size:
+            k = int(bad[0])
+            raise FormatError(
+                f"{self.path}: block {int(ids[k])}: row offset {int(offsets[k])}, expected <= {HEADS} (corrupt)"
+            )
+        return offsets
 
     def sizes(self) -> np.ndarray:
+        starts, ends, _ = self._whole()
         out = np.empty(len(self), dtype=np.int64)
         for a in range(0, len(self), CHECK_CHUNK):
-            np.subtract(self.ends[a : a + CHECK_CHUNK], self.starts[a : a + CHECK_CHUNK], out=out[a : a + CHECK_CHUNK])
+            np.subtract(ends[a : a + CHECK_CHUNK], starts[a : a + CHECK_CHUNK], out=out[a : a + CHECK_CHUNK])
         return compact_counts(out)
 
     def __reduce__(self) -> tuple[type[MappedBlocks], tuple[Path, str, int, int]]:
@@ -174,7 +218,8 @@ def _checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
 
 
 def _open_table(path: Path, key: str, rows: int, total: int) -> SideFile:
-    """Map ``path`` read-only after checking its header against ``key``, ``rows``, ``total``, its size and CRC-32."""
+    """Map ``path`` read-only after checking its header against ``key``, ``rows``, ``total``, its size and the
+    header's CRC-32 (its contents are checked as they are read)."""
 
     def check(side: SideFile) -> None:
         _, digest, got_rows, got_total, _ = side.values
@@ -184,12 +229,12 @@ def _open_table(path: Path, key: str, rows: int, total: int) -> SideFile:
                 f"found {(digest.hex(), got_rows, got_total)} (stale)"
             )
 
-    return open_side_file(path, BLOCKS_FORMAT, lambda _path, values: table_size(values[-1]), check)
+    return open_side_file(path, BLOCKS_FORMAT, lambda _path, values: body_size(values[-1]), check, discard_corrupt=True)
 
 
-def table_size(count: int) -> int:
-    """Bytes of a block table file of ``count`` blocks."""
-    return HEADER_BYTES + 16 * count + -(-count // 8) * 8
+def body_size(count: int) -> int:
+    """Bytes of the body of a block table of ``count`` blocks (after its header and chunk table)."""
+    return 16 * count + -(-count // 8) * 8
 
 
 def _check_table(path: Path, starts: np.ndarray, ends: np.ndarray, offsets: np.ndarray, total: int) -> None:
@@ -218,7 +263,7 @@ def write_table(
         np.ascontiguousarray(starts, dtype="<i8"),
         np.ascontiguousarray(ends, dtype="<i8"),
         np.ascontiguousarray(offsets, dtype=np.uint8),
-        b"\x00" * (table_size(count) - HEADER_BYTES - 17 * count),
+        b"\x00" * (body_size(count) - 17 * count),
     ]
     write_side_file(path, BLOCKS_FORMAT, (0, bytes.fromhex(key), rows, total, count), sections)
 
@@ -288,5 +333,5 @@ def load_block_plan(table: BlockTable, params: BatchSpec, folder: str | os.PathL
     plan = load_or_build_plan(folder, key, len(table), lambda: build_block_plan(table, params))
     if plan.built:
         release_free_heap()
-    report_skipped(where, plan.indices.size, plan.dropped, "blocks", "max_positions/max_tokens")
+    report_skipped(where, plan.samples, plan.dropped, "blocks", "max_positions/max_tokens")
     return plan

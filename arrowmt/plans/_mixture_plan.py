@@ -112,7 +112,7 @@ def load_mixture_plan(
     if plan.built:
         release_free_heap()
     _keep_recent(folder, plan.path, keep_plans)
-    report_skipped(f"mixture {folder}", plan.indices.size, plan.dropped, "drawn samples", "the length limits")
+    report_skipped(f"mixture {folder}", plan.samples, plan.dropped, "drawn samples", "the length limits")
     return plan
 
 

@@ -170,5 +170,5 @@ def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[s
     if plan.built:
         release_free_heap()
     limits = "max_tokens/max_source_positions/max_target_positions"
-    report_skipped(str(dataset.path), plan.indices.size, plan.dropped, "samples", limits)
+    report_skipped(str(dataset.path), plan.samples, plan.dropped, "samples", limits)
     return plan

@@ -1,31 +1,42 @@
 """A batch plan (flat sample indices + batch offsets) computed once and shared through a mapped file.
 
-A plan file is a side file (:mod:`arrowmt.format._sidefile`: one header, CRC-32,
-atomic write, build-once lock, read-only map). Layout (little-endian)::
+A plan file is a side file (:mod:`arrowmt.format._sidefile`: header, chunk table,
+per-chunk CRC-32s, atomic write, build-once lock, read-only map). Layout (little-endian)::
 
-    header (128 bytes): magic b"ARROWMT-PLAN\\0\\0\\0\\0", u32 version (2), u32 index itemsize (4 or 8),
+    header (128 bytes): magic b"ARROWMT-PLAN\\0\\0\\0\\0", u32 version (3), u32 index itemsize (4 or 8),
                         32-byte SHA-256 of the key, u64 dataset rows, u64 index count,
-                        u64 batch count, u64 samples dropped, u32 CRC-32 of the contents, zero padding
+                        u64 batch count, u64 samples dropped, u32 CRC-32 of the header fields and
+                        the chunk table, zero padding
+    chunk table:        u64 body bytes, u32 chunk bytes, u32 zero, a CRC-32 per chunk of the body
+                        (arrowmt.format._chunks), zero-padded to a multiple of 8 bytes
     indices:            int32 or int64 [index count], zero-padded to a multiple of 8 bytes
     offsets:            int64 [batch count + 1]
 
-The CRC-32 (zlib) covers the header fields before it, the indices with their padding
-and the offsets: every byte that decides a batch. Reading a plan checks it (about 14 ms
-per 50 MB, i.e. per 12.6M int32 indices), so a plan whose contents changed on disk,
-even to values that are still in range (swapped indices, edited offsets or ``dropped``),
-is refused with FormatError; :func:`load_or_build_plan` then logs a warning and rebuilds
-it. A checksum catches accidental changes (bit rot, a stray write, an editor); whoever
-can write the cache folder can also rewrite the checksum, so it is no defence against
-a deliberate forgery (the range checks still keep every index inside the dataset).
-Version 1 files (no checksum) are never read: the version is part of the key, so a
-version 2 reader looks for another file name and builds its plan once.
+Opening a plan reads and checks its header and chunk table only (344 bytes for 12.6M int32
+indices): the header's fields against the key and the dataset's rows, the sizes, the
+header's CRC-32. :meth:`BatchPlan.batch` reads two offsets and one batch's indices, and
+checks the CRC-32 of each 1 MiB chunk they lie in the first time it is used, then that
+``0 <= start <= end <= index count`` and that the indices lie in ``[0, rows)``. So a rank
+that walks its share of the batches reads and checks only the chunks those batches touch,
+and no batch is served from bytes that changed on disk, even to values still in range
+(swapped indices, edited offsets). ``indices``, ``offsets`` and :meth:`BatchPlan.check_all`
+read and check the whole plan (every chunk, offsets non-decreasing from 0 to the index
+count, every index in range). A checksum catches accidental changes (bit rot, a stray
+write, an editor); whoever can write the cache folder can also rewrite the checksums, so
+they are no defence against a deliberate forgery (the range checks still keep every index
+inside the dataset). Versions 1 (no checksum) and 2 (one CRC-32 over the whole file,
+checked at open) are never read: the version is part of the key, so a version 3 reader
+looks for another file name and builds its plan once.
 
 The file is named by the key's hash and built by one process under the side-file lock
 (:func:`arrowmt.format._sidefile.load_or_build`); every other process waits on the
 lock, then maps the finished file read-only, so the plan lives in shared page cache and
-not in each rank's private memory. A file with a bad header, another key, another row
-count, the wrong size, a wrong checksum or inconsistent contents is rebuilt; a FIFO,
-folder or device at the plan's path is refused (FormatError), never opened.
+not in each rank's private memory. A file with a bad header or chunk table, another key,
+another row count or the wrong size is rebuilt when it is loaded; a FIFO, folder or
+device at the plan's path is refused (FormatError), never opened. A chunk found corrupt
+later, while batches are read, raises FormatError naming the file and the chunk, and
+removes the file (under its lock, if it is still the one opened), so the next start
+rebuilds it; the batches of chunks found sound stay readable meanwhile.
 """
 
 from __future__ import annotations
@@ -42,10 +53,8 @@ import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import (
-    HEADER_BYTES,
     PLAN_FORMAT,
     SideFile,
-    checksum,
     load_or_build,
     open_side_file,
     write_side_file,
@@ -80,37 +89,30 @@ class PlanHeader:
     def values(self) -> tuple[int, bytes, int, int, int, int]:
         return (self.itemsize, self.digest, self.rows, self.n_indices, self.n_batches, self.dropped)
 
-    def fields(self) -> bytes:
-        """The packed fields before the checksum (the first bytes the checksum covers)."""
-        return PLAN_FORMAT.pack(self.values())
-
     def indices_bytes(self) -> int:
         """Bytes of the index array including its padding to 8."""
         return -(-self.n_indices * self.itemsize // 8) * 8
 
-    def file_size(self) -> int:
-        return HEADER_BYTES + self.indices_bytes() + 8 * (self.n_batches + 1)
-
-
-def contents_checksum(header: PlanHeader, body: bytes | memoryview) -> int:
-    """CRC-32 of the header fields and ``body`` (the indices with their padding, then the offsets)."""
-    return checksum(header.fields(), [body])
+    def body_bytes(self) -> int:
+        """Bytes after the header and chunk table: the indices with their padding, then the offsets."""
+        return self.indices_bytes() + 8 * (self.n_batches + 1)
 
 
 class BatchPlan:
-    """A read-only, memory-mapped batch plan; picklable (the copy maps the file again)."""
+    """A read-only, memory-mapped batch plan, checked as it is read; picklable (the copy maps the file again)."""
 
     def __init__(self, path: Path, key: str, rows: int, built: bool = False) -> None:
         self.path = path
         self.key = key
         self.rows = rows
         self.built = built
-        side = open_side_file(path, PLAN_FORMAT, _plan_size, lambda side: _check_header(side, key, rows))
+        side = open_side_file(
+            path, PLAN_FORMAT, _plan_body_size, lambda side: _check_header(side, key, rows), discard_corrupt=True
+        )
         self.header = PlanHeader(*side.values)
-        self._map = side.map
-        self.indices = side.array(f"<i{self.header.itemsize}", self.header.n_indices, 0)
-        self.offsets = side.array("<i8", self.header.n_batches + 1, self.header.indices_bytes())
-        _check_contents(path, self.indices, self.offsets, rows)
+        self._side = side
+        self._indices = side.array(f"<i{self.header.itemsize}", self.header.n_indices, 0)
+        self._offsets = side.array("<i8", self.header.n_batches + 1, self.header.indices_bytes())
 
     def __len__(self) -> int:
         return self.header.n_batches
@@ -120,9 +122,45 @@ class BatchPlan:
         """Samples left out of the plan because they were too long."""
         return self.header.dropped
 
+    @property
+    def samples(self) -> int:
+        """Sample indices in the plan, all batches together (from the header: nothing read)."""
+        return self.header.n_indices
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Every batch's indices, batch after batch (a read-only view of the map): reads and checks the whole plan."""
+        self.check_all()
+        return self._indices.raw
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each batch starts in :attr:`indices`, and their end: reads and checks the whole plan."""
+        self.check_all()
+        return self._offsets.raw
+
+    def check_all(self) -> None:
+        """Check every chunk's CRC-32, that offsets run from 0 to the index count, and every index (once)."""
+        self._side.check_whole(lambda: _check_contents(self.path, self._indices.raw, self._offsets.raw, self.rows))
+
     def batch(self, b: int) -> np.ndarray:
-        """Sample indices of batch ``b`` (a read-only view of the map)."""
-        return self.indices[self.offsets[b] : self.offsets[b + 1]]
+        """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use."""
+        n, total = self.header.n_batches, self.header.n_indices
+        if not 0 <= b < n:
+            raise IndexError(f"{self.path}: plan batch {b}: expected 0..{n - 1}")
+        start, end = self._offsets.slice(b, b + 2).tolist()
+        if not 0 <= start <= end <= total:
+            raise FormatError(
+                f"{self.path}: plan batch {b}: expected offsets 0 <= start <= end <= {total}, found {start}..{end} "
+                "(corrupt)"
+            )
+        batch = self._indices.slice(start, end)
+        if batch.size and (int(batch.min()) < 0 or int(batch.max()) >= self.rows):
+            raise FormatError(
+                f"{self.path}: plan batch {b} indices: expected 0..{self.rows - 1}, "
+                f"found {int(batch.min())}..{int(batch.max())} (corrupt)"
+            )
+        return batch
 
     def __reduce__(self) -> tuple[type[BatchPlan], tuple[Path, str, int]]:
         return (BatchPlan, (self.path, self.key, self.rows))
@@ -143,7 +181,7 @@ def plan_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
 
 
 def write_plan(path: Path, key: str, rows: int, plan: PlanArrays) -> None:
-    """Write ``plan`` atomically at ``path`` (indices as int32 when the dataset allows), with its checksum."""
+    """Write ``plan`` atomically at ``path`` (indices as int32 when the dataset allows), with its checksums."""
     offsets = np.ascontiguousarray(plan.offsets, dtype="<i8")
     itemsize = 4 if rows <= INT32_LIMIT else 8
     indices = np.ascontiguousarray(plan.indices, dtype=f"<i{itemsize}")
@@ -165,19 +203,12 @@ def _check_plan_arrays(plan: PlanArrays) -> None:
 # ---------------------------------------------------------------- reading and checking
 
 
-def _plan_size(path: Path, values: tuple) -> int:
-    """The file size a plan header implies; FormatError for an index itemsize other than 4 or 8."""
+def _plan_body_size(path: Path, values: tuple) -> int:
+    """The body bytes a plan header implies; FormatError for an index itemsize other than 4 or 8."""
     header = PlanHeader(*values)
     if header.itemsize not in (4, 8):
         raise FormatError(f"{path}: plan index itemsize: expected 4 or 8, found {header.itemsize}")
-    return header.file_size()
-
-
-def _parse_header(path: Path, raw: bytes) -> PlanHeader:
-    """The header of the plan file ``path`` from its first bytes ``raw``."""
-    header = PlanHeader(*PLAN_FORMAT.unpack(path, raw))
-    _plan_size(path, header.values())
-    return header
+    return header.body_bytes()
 
 
 def _check_header(side: SideFile, key: str, rows: int) -> None:
@@ -201,7 +232,8 @@ def _check_contents(path: Path, indices: np.ndarray, offsets: np.ndarray, rows: 
 
 
 def read_plan(path: str | os.PathLike[str], key: str, rows: int) -> BatchPlan:
-    """Map the plan at ``path``; FormatError if it is missing, corrupt or for another key/dataset."""
+    """Map the plan at ``path``; FormatError if it is missing, for another key/dataset, or its header or chunk table
+    is corrupt (its body is checked as batches are read)."""
     return BatchPlan(Path(path), key, rows)
 
 

@@ -8,10 +8,13 @@ loop over corpora. Only positions the readers validated are ever read: a row's o
 come from its record batch's offsets buffer (checked inside the map when the file was
 opened) and its tokens lie between offsets checked against that record batch's value
 count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them, and each
-record batch's offsets checksum is checked on first use, as there. The rows'
-tokens are then copied into one compact array, so no window of a later padding step
+record batch's offsets checksum is checked on first use, as there. A view's row list is
+read only after the CRC-32 of each chunk holding the batch's rows was checked
+(:meth:`View.check_chunks`, on first use), and its rows must lie inside their split. The
+rows' tokens are then copied into one compact array, so no window of a later padding step
 ever reads outside a row's own file. Anything unexpected (a corpus of another kind,
-offsets that fail the check) falls back to the corpora's own readers, which raise.
+offsets that fail the check, a view row outside its split) falls back to the corpora's
+own readers, which raise.
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ class MixtureGather:
             raise TypeError("corpora stored in plan order are gathered by their own readers (row numbers translated)")
         self.offsets = offsets
         self.columns = columns
-        self.views = [c.rows if isinstance(c, View) else None for c in corpora]
+        self.view_of = [c if isinstance(c, View) else None for c in corpora]
+        self.views = [None if v is None else v.mapped_rows for v in self.view_of]  # read after check_chunks
         maps = [shard.words for s in splits for shard in s.shards] + [v for v in self.views if v is not None]
         self.space = AddressSpace(maps)
         self._tables(splits)
@@ -76,6 +80,7 @@ class MixtureGather:
     def _tables(self, splits: list[Split]) -> None:
         """Per shard and per record batch, everything :meth:`spans` indexes, as flat arrays."""
         rows = np.array([len(s) for s in splits], dtype=np.int64)
+        self.split_rows = rows
         self.key_base = exclusive_cumsum(rows)
         shard_start, rows_per_batch, batch_base = [], [], []
         places: dict[str, list[list[np.ndarray]]] = {c: [[], [], []] for c in self.columns}
@@ -98,6 +103,7 @@ class MixtureGather:
         self.batch_base = np.array(batch_base, dtype=np.int64)
         self.places = {c: tuple(np.concatenate(p).astype(np.int64) for p in parts) for c, parts in places.items()}
         self.is_view = np.array([v is not None for v in self.views])
+        self.view_unchecked = self.is_view.copy()  # a view with chunks of its row list not checked yet
         self.view_base = np.array([0 if v is None else self.space.offset(v) for v in self.views], dtype=np.int64)
         self.view_wide = np.array([v is not None and v.itemsize == 8 for v in self.views])
 
@@ -105,8 +111,8 @@ class MixtureGather:
         """Each column's rows of global ids ``ids`` (checked in range), gathered compact; None: use the readers."""
         corpus = corpus_of(self.offsets, ids)
         rows = ids - self.offsets[corpus]
-        if self.is_view.any():
-            self._through_views(corpus, rows)
+        if self.is_view.any() and not self._through_views(corpus, rows):
+            return None  # the view's reader names the row outside its split
         key = self.key_base[corpus] + rows
         shard = np.searchsorted(self.shard_start, key, side="right") - 1
         local = key - self.shard_start[shard]
@@ -134,9 +140,16 @@ class MixtureGather:
             out[column] = Spans(words[begin : begin + int(lengths[k].sum())], row_starts - begin, lengths[k])
         return out
 
-    def _through_views(self, corpus: np.ndarray, rows: np.ndarray) -> None:
-        """Replace view rows by the split rows they stand for (in place)."""
+    def _through_views(self, corpus: np.ndarray, rows: np.ndarray) -> bool:
+        """Replace view rows by the split rows they stand for (in place), each view's chunks checked on first use;
+        False if one lies outside its split."""
+        unchecked = self.view_unchecked[corpus]
+        if unchecked.any():
+            for k in np.unique(corpus[unchecked]).tolist():
+                self.view_unchecked[k] = not self.view_of[k].check_chunks(rows[corpus == k])
         for wide, table in ((False, self.space.uint32), (True, self.space.uint64)):
             mask = self.is_view[corpus] & (self.view_wide[corpus] == wide)
             if mask.any():
                 rows[mask] = table[self.view_base[corpus[mask]] + rows[mask]].astype(np.int64)
+        viewed = self.is_view[corpus]
+        return not (rows[viewed] >= self.split_rows[corpus[viewed]]).any()

@@ -33,7 +33,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
-from arrowmt._errors import InvalidParameterError
+from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import Split
 from arrowmt.plans import (
     FixedPlan,
@@ -179,7 +179,12 @@ class PlanSampler(Sampler[list[int]]):
         plan = self.plan
 
         def batch_at(q: int) -> np.ndarray | None:
-            return plan.batch(int(ids[q])) if q < ids.shape[0] else None
+            if q >= ids.shape[0]:
+                return None
+            try:
+                return plan.batch(int(ids[q]))
+            except FormatError:  # a corrupt plan chunk ends the read-ahead; handing out that batch raises
+                return None
 
         self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start)
         return self.prefetcher

@@ -509,6 +509,7 @@ def reader(args: argparse.Namespace) -> int:
         t1 = time.perf_counter()
         first = None
         rows = batches = src_tokens = tgt_tokens = 0
+        cut = False
         for batch in loader:
             if first is None:
                 first = time.perf_counter() - t_start
@@ -518,6 +519,9 @@ def reader(args: argparse.Namespace) -> int:
             tgt_tokens += int(batch["ntokens"])
             if args.max_batches and batches >= args.max_batches:
                 break
+            if args.epoch_seconds and time.perf_counter() - t1 > args.epoch_seconds:
+                cut = True
+                break  # a partial epoch: its bytes and time per row are extrapolated in the table
         wall = time.perf_counter() - t1
         e1 = server_state()
         result["epochs"].append(
@@ -530,6 +534,7 @@ def reader(args: argparse.Namespace) -> int:
                 "src_tokens": src_tokens,
                 "tgt_tokens": tgt_tokens,
                 "tokens_per_s": (src_tokens + tgt_tokens) / wall,
+                "partial": cut,
                 "cpu_s": round(cpu_seconds() - c0, 2),
                 **diff(e0, e1),
                 "cache_bytes": du(args.cache_dir),
@@ -565,6 +570,9 @@ def run_reader(
     command += ["--epochs", str(args.epochs), "--server-pid", str(server.pid), "--shuffle-block", str(shuffle_block)]
     if args.max_batches:
         command += ["--max-batches", str(args.max_batches)]
+    budget = dict(item.split("=") for item in args.epoch_seconds).get(system)
+    if budget:
+        command += ["--epoch-seconds", budget]
     env = {**os.environ, **server.env()}
     counters(server.endpoint, reset=True)
     started = time.perf_counter()
@@ -577,7 +585,8 @@ def run_reader(
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.communicate()
-                return {"system": system, "error": f"not done in {args.timeout:.0f} s"}
+                fetched = counters(server.endpoint)["total"]
+                return {"system": system, "error": f"not done in {args.timeout:.0f} s", "fetched": fetched}
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     if p.returncode != 0:
@@ -603,6 +612,8 @@ def check(result: dict[str, Any], info: dict[str, Any], max_batches: int) -> Non
         return
     want = (info["rows"], info["tokens"]["de"], info["tokens"]["en"])
     for e in result.get("epochs", []):
+        if e.get("partial"):
+            continue
         got = (e["rows"], e["src_tokens"], e["tgt_tokens"])
         e["complete"] = got == want
         if got != want:
@@ -643,6 +654,7 @@ def run(args: argparse.Namespace) -> int:
         "arrowmt_batches_4096": arrowmt_batches,
         "epochs": args.epochs,
         "max_batches": args.max_batches,
+        "epoch_seconds": args.epoch_seconds,
         "repeat": args.repeat,
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
@@ -681,6 +693,7 @@ def _spread(values: list[float], fmt: str) -> str:
 def table(saved: dict[str, Any]) -> str:
     """One markdown table: a line per system and epoch, medians over the repeats (range in brackets)."""
     header, runs = saved["header"], saved["runs"]
+    rows = header["rows"]
     systems = list(dict.fromkeys(r["system"] for r in runs))
     lines = [
         f"{header['rows']:,} pairs; cache {header['cache_frac']:.0%} of each system's copy; "
@@ -695,7 +708,9 @@ def table(saved: dict[str, Any]) -> str:
         ok = [r for r in mine if "error" not in r]
         for r in mine:
             if "error" in r:
-                lines.append(f"| {system} | | | | | | | error: {r['error'][:200]} | | | | | | |")
+                got = r.get("fetched", {}).get("get_bytes")
+                fetched = f"{got / 1e6:.0f} MB before the end" if got is not None else ""
+                lines.append(f"| {system} | | | | {fetched} | | | error: {r['error'][:200]} | | | | | | |")
         if not ok:
             continue
         stored = ok[0]["stored_bytes"] / 1e6
@@ -711,11 +726,12 @@ def table(saved: dict[str, Any]) -> str:
         for k in range(len(ok[0]["epochs"])):
             pairs = [(r, r["epochs"][k]) for r in ok if len(r["epochs"]) > k]
             es = [e for _, e in pairs]
+            mark = " ~" if any(e.get("partial") for e in es) else ""
             lines.append(
                 f"| {system} | {k + 1} | {stored:.0f} | {limit:.0f} | "
-                f"{_spread([e['get_bytes'] / 1e6 for e in es], '{:.0f}')} | "
-                f"{_spread([e['get_bytes'] / 1e6 / stored for e in es], '{:.2f}')} | "
-                f"{_spread([e['get_requests'] for e in es], '{:.0f}')} | "
+                f"{_spread([e['get_bytes'] / 1e6 * _scale(e, rows) for e in es], '{:.0f}')}{mark} | "
+                f"{_spread([e['get_bytes'] / 1e6 / stored * _scale(e, rows) for e in es], '{:.2f}')}{mark} | "
+                f"{_spread([e['get_requests'] * _scale(e, rows) for e in es], '{:.0f}')}{mark} | "
                 f"{_spread([e['tokens_per_s'] / 1e6 for e in es], '{:.2f}M')} | "
                 f"{_spread([e['first_batch_s'] for e in es], '{:.2f}')} | "
                 f"{_spread([e['cpu_s'] for e in es], '{:.0f}')} "
@@ -724,9 +740,23 @@ def table(saved: dict[str, Any]) -> str:
                 f"{_spread([_grown(r, e, 'memory_mib', 'USS') for r, e in pairs], '{:.0f}')} / "
                 f"{_spread([_grown(r, e, 'memory_peak_mib', 'USS') for r, e in pairs], '{:.0f}')} | "
                 f"{_spread([_grown(r, e, 'memory_mib', 'Private_Dirty') for r, e in pairs], '{:.0f}')} | "
-                f"{'yes' if all(e.get('complete') for e in es) else 'NO' if any('complete' in e for e in es) else ''} |"
+                f"{_complete(es)} |"
             )
     return "\n".join(lines)
+
+
+def _scale(epoch: dict[str, Any], rows: int) -> float:
+    """1, or for a partial epoch (``--epoch-seconds``) the factor that extrapolates its counts to all rows."""
+    return rows / epoch["rows"] if epoch.get("partial") and epoch["rows"] else 1.0
+
+
+def _complete(epochs: list[dict[str, Any]]) -> str:
+    if any(e.get("partial") for e in epochs):
+        done = min(e["rows"] for e in epochs)
+        return f"partial: {done:,}+ rows, counts extrapolated (~)"
+    if all(e.get("complete") for e in epochs):
+        return "yes"
+    return "NO" if any("complete" in e for e in epochs) else ""
 
 
 def _grown(run: dict[str, Any], epoch: dict[str, Any], which: str, key: str) -> float:
@@ -776,6 +806,13 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--rows-per-batch", type=int, default=0, help="peers' batch (0: match arrowmt's batch count)")
     q.add_argument("--max-batches", type=int, default=0, help="stop each epoch after this many (0: whole epoch)")
     q.add_argument("--timeout", type=float, default=1800.0, help="seconds one reader may take")
+    q.add_argument(
+        "--epoch-seconds",
+        nargs="*",
+        default=[],
+        metavar="SYSTEM=SECONDS",
+        help="end that system's epochs after SECONDS (a partial epoch, extrapolated), e.g. arrowmt=120",
+    )
     q.add_argument("--cache-root", default=None, help="where the cache folders go (default: the temp folder)")
     q.add_argument("--json", type=Path, help="default benchmarks/results/s3-ROWS.json")
     q.add_argument(
@@ -794,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--max-batches", type=int, default=0)
     q.add_argument("--server-pid", type=int, required=True)
     q.add_argument("--shuffle-block", type=int, default=0)
+    q.add_argument("--epoch-seconds", type=float, default=0.0, help="stop an epoch after this long (0: never)")
 
     q = sub.add_parser("table", help="print the table of a saved JSON")
     q.add_argument("json", type=Path)

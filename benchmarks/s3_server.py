@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -223,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request (hundreds of thousands)
 
     app = CountingApp(DomainDispatcherApplication(create_backend_app), moto_ranges=args.moto_ranges)
     server = make_server(HOST, args.port, app, threaded=True, request_handler=MotoRequestHandler)

@@ -14,17 +14,25 @@ py=.venv-peers/bin/python
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 echo "torch==2.13.0" >"$constraints"
-"$py" -m pip install -q -c "$constraints" "mosaicml-streaming==0.13.0" "litdata==0.2.76" "moto[server]" psutil
+"$py" -m pip install -q -c "$constraints" "mosaicml-streaming==0.13.0" "litdata==0.2.76" "moto[server]"
 "$py" -m pip install -q -c "$constraints" -e .
+# import streaming needs bench_s3's allow_cpu_torchvision() first: PyPI's torchvision is a CUDA build whose ops
+# library does not load next to the CPU torch (see its docstring).
 "$py" - <<'PY'
 import importlib.metadata as md
+import sys
 
-import litdata  # noqa: F401
-import moto.server  # noqa: F401
-import streaming  # noqa: F401
-import torch
+sys.path.insert(0, "benchmarks")
+from bench_s3 import allow_cpu_torchvision
 
-import arrowmt  # noqa: F401
+allow_cpu_torchvision()
+import litdata  # noqa: E402,F401
+import moto.server  # noqa: E402,F401
+import streaming  # noqa: E402,F401
+import torch  # noqa: E402
 
-print("torch", torch.__version__, "|", *(f"{p} {md.version(p)}" for p in ("mosaicml-streaming", "litdata", "moto")))
+import arrowmt  # noqa: E402,F401
+
+names = ("mosaicml-streaming", "litdata", "moto", "pyarrow")
+print("torch", torch.__version__, "|", *(f"{p} {md.version(p)}" for p in names))
 PY

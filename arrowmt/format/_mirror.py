@@ -32,7 +32,6 @@ from arrowmt.storage import STATE_DIR, BlockFile, BlockStore, CachedFile, Remote
 CACHE_DIR_ENV = "ARROWMT_CACHE_DIR"
 CACHE_LIMIT_ENV = "ARROWMT_CACHE_LIMIT"
 SOURCE_NAME = "source.json"
-READ_RETRIES = 100
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
@@ -181,9 +180,4 @@ def guarded_copy(remote: BlockFile, words: np.ndarray, starts: np.ndarray, lengt
     """The word ranges of a cached file concatenated, fetched first; copied again if a block was evicted meanwhile."""
     first = np.asarray(starts, dtype=np.int64) * 4
     end = first + np.asarray(lengths, dtype=np.int64) * 4
-    for _ in range(READ_RETRIES):
-        snapshot = remote.ensure(first, end)
-        flat = take_flat(words, starts, lengths)
-        if remote.unchanged(snapshot):
-            return flat
-    raise StorageError(f"{remote.store.remote.url}: blocks evicted faster than they are read; raise cache_limit")
+    return remote.copied(first, end, lambda: take_flat(words, starts, lengths))

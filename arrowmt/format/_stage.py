@@ -10,7 +10,6 @@ SHA-256 is checked against the manifest and the folder is published as a convers
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 from arrowmt._errors import StorageError
 from arrowmt.format._atomic import StagedOutput
 from arrowmt.format._block_index import index_name
-from arrowmt.format._manifest import HASH_CHUNK, Manifest
+from arrowmt.format._manifest import Manifest, file_sha256
 from arrowmt.format._mirror import CacheOptions, attached_file, mirror
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._schema import MANIFEST_NAME
@@ -68,12 +67,9 @@ def _fetch_all(folder: Path, manifest: Manifest, progress: bool) -> None:
 
 def _check_sha256(url: str, folder: Path, manifest: Manifest) -> None:
     for entry in manifest.files.values():
-        digest = hashlib.sha256()
-        with open(folder / entry.file, "rb") as handle:
-            while chunk := handle.read(HASH_CHUNK):
-                digest.update(chunk)
-        if digest.hexdigest() != entry.sha256:
+        digest = file_sha256(folder / entry.file)
+        if digest != entry.sha256:
             raise StorageError(
-                f"{url}/{entry.file}: staged copy has SHA-256 {digest.hexdigest()[:16]}.., the manifest records "
+                f"{url}/{entry.file}: staged copy has SHA-256 {digest[:16]}.., the manifest records "
                 f"{entry.sha256[:16]}.. (object changed since conversion?); nothing was published"
             )

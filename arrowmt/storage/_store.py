@@ -20,10 +20,11 @@ import logging
 import os
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from arrowmt.storage._remote import RemoteFolder
 from arrowmt.storage._state import NO_USE, CacheState
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 STATE_DIR = ".arrowmt-remote"
 DEFAULT_WORKERS = 8
@@ -351,6 +353,15 @@ class BlockFile:
 
     def unchanged(self, snapshot: Snapshot) -> bool:
         return self.store.unchanged(snapshot)
+
+    def copied(self, starts: np.ndarray, ends: np.ndarray, copy: Callable[[], T]) -> T:
+        """``copy()`` of byte ranges ``[starts, ends)``, fetched first; done again if a block was freed meanwhile."""
+        for _ in range(READ_RETRIES):
+            snapshot = self.ensure(starts, ends)
+            result = copy()
+            if self.unchanged(snapshot):
+                return result
+        raise StorageError(f"{self.store.remote.url}: blocks evicted faster than they are read; raise cache_limit")
 
     def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None = None, now: int | None = None) -> None:
         self.store.prefetch(self.blocks(starts, ends), step, now)

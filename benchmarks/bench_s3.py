@@ -7,6 +7,9 @@ Systems, each reading the same rows from the same bucket, 2 epochs, shuffled, on
   ``arrowmt.json`` + dictionaries), opened by URL with a node-local cache: :func:`open_arrowmt` (**the
   hook for the arrowmt row**, issue 18's interface; a row whose reader fails is reported with its error
   and the other rows are still printed);
+* ``arrowmt-ordered``: the same reader on the copy ``arrowmt order`` makes of that folder
+  (``--max-tokens 4096 --seed 1``, the sampler's options): each planned batch's rows stored together, the
+  same batches;
 * ``streaming``: Mosaic ``streaming`` 0.13.0: MDS shards (``MDSWriter``, columns ``source``/``target``
   ``ndarray:int32``, no compression) read by ``StreamingDataset(remote=..., local=..., cache_limit=...,
   shuffle=True, batch_size=R)``;
@@ -71,8 +74,13 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: arrowmt
 sys.path.insert(0, str(HERE))  # run_one's padding
 
 BUCKET = "arrowmt-bench"
-SYSTEMS = ("arrowmt", "streaming", "litdata")
-PREFIX = {"arrowmt": "arrowmt", "streaming": "mds", "litdata": "litdata"}  # folder under DATA and in the bucket
+SYSTEMS = ("arrowmt", "arrowmt-ordered", "streaming", "litdata")
+PREFIX = {  # folder under DATA and in the bucket
+    "arrowmt": "arrowmt",
+    "arrowmt-ordered": "arrowmt-ordered",
+    "streaming": "mds",
+    "litdata": "litdata",
+}
 MAX_TOKENS = 4096
 SEED = 1
 CREDENTIALS = {  # moto accepts any; set so that no SDK looks further (files, instance metadata)
@@ -212,7 +220,12 @@ def open_litdata(url: str, cache_dir: str, cache_limit: int, rows_per_batch: int
     return loader, dataset.set_epoch
 
 
-OPENERS = {"arrowmt": open_arrowmt, "streaming": open_streaming, "litdata": open_litdata}
+OPENERS = {
+    "arrowmt": open_arrowmt,
+    "arrowmt-ordered": open_arrowmt,
+    "streaming": open_streaming,
+    "litdata": open_litdata,
+}
 
 
 # ---------------------------------------------------------------- the peers' copies (prepare)
@@ -284,6 +297,13 @@ def corpus_info(data: Path) -> dict[str, Any]:
 
 def prepare(args: argparse.Namespace) -> int:
     info = corpus_info(args.data)
+    ordered = args.data / PREFIX["arrowmt-ordered"]
+    if args.force or not (ordered / "arrowmt.json").exists():
+        import arrowmt
+
+        t0 = time.perf_counter()
+        arrowmt.order_copy(args.data / "arrowmt", ordered, max_tokens=MAX_TOKENS, seed=SEED, overwrite=True)
+        print(f"{ordered}: copy in plan order in {time.perf_counter() - t0:.0f} s")
     split_file = args.data / "arrowmt" / "train.arrow"
     shard_bytes = int(args.shard_mb * 1_000_000)
     for system, writer in (("streaming", write_mds), ("litdata", write_litdata)):

@@ -81,9 +81,7 @@ def write_reordered(
         for name, data in splits.items():
             stored = order if name == split else np.arange(len(data), dtype=np.int64)
             folder.write(name, _columns(data, stored, folder), data.special_ids)
-        where = np.empty_like(order)
-        where[order] = np.arange(order.shape[0], dtype=np.int64)
-        write_row_order(folder.path / order_name(split), where)
+        write_row_order(folder.path / order_name(split), order)
         folder.manifest.provenance = {
             **source_manifest.provenance,
             **provenance,

@@ -368,7 +368,7 @@ def test_a_block_table_changed_within_range_is_refused_when_read_and_rebuilt(
     flip_bit(table, body_start(table.read_bytes()) + 16 * len(offsets) + k)  # starts and ends, then a byte per block
     reopened = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)
     assert not reopened.table.built
-    with pytest.raises(FormatError, match=r"block table checksum: chunk 0 of 1 .*; removed it: a cache file"):
+    with pytest.raises(FormatError, match=r"block table checksum: chunk \d+ of \d+ .*; removed it: a cache file"):
         reopened[k]
     assert not table.exists()
     rebuilt = open_blocks(corpus[1], "train", 48, "none", cache_dir=cache)

@@ -26,8 +26,8 @@ TEST_FORMAT = SideFormat("test file", b"ARROWMT-TEST\x00\x00\x00\x00", 1, "Q", "
 BODY = bytes(range(40))  # 40 body bytes: five 8-byte chunks, or three of 16 (the last one 8 bytes)
 
 
-def test_the_chunk_size_is_one_mib() -> None:
-    assert CHUNK_BYTES == 2**20
+def test_the_chunk_size_is_one_page() -> None:
+    assert CHUNK_BYTES == 4096
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,8 @@ def test_the_chunk_size_is_one_mib() -> None:
         (16, 8, 2, 24),
         (17, 8, 3, 32),
         (40, 16, 3, 32),
-        (50_404_808, 2**20, 49, 216),  # a 12.6M-pair plan: 49 chunks, 16 + 196 bytes padded to 8
+        (50_404_808, 2**20, 49, 216),  # a 12.6M-pair plan in 1 MiB chunks: 49 chunks, 16 + 196 bytes padded to 8
+        (50_404_808, 4096, 12_306, 49_240),  # in pages (arrowmt's chunks): 16 + 49,224 bytes
         (2**20, 2**20, 1, 24),
         (2**20 + 1, 2**20, 2, 24),
     ],

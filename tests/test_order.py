@@ -11,7 +11,8 @@ import pytest
 
 import arrowmt
 from arrowmt._errors import InvalidParameterError
-from arrowmt.plans._order import inverse_order, plan_order
+from arrowmt.format._row_order import inverse_order, open_row_order, write_row_order
+from arrowmt.plans._order import plan_order
 from tests.conftest import MULTI30K
 from tests.state_helpers import check_resume
 
@@ -23,6 +24,22 @@ def test_plan_order_exact() -> None:
     assert inverse_order(np.array([4, 1, 3, 0, 2, 5])).tolist() == [3, 1, 4, 2, 0, 5]
     with pytest.raises(InvalidParameterError, match="at most once"):
         plan_order(np.array([1, 1]), 3)
+
+
+def test_a_planned_batch_is_translated_from_two_pages(tmp_path: Path) -> None:
+    rows = 100_000  # 400 KB per map: a hundred 4 KiB chunks each
+    order = np.random.default_rng(0).permutation(rows)
+    write_row_order(tmp_path / "train.rows", order)
+    maps = open_row_order(tmp_path / "train.rows", rows)
+    assert maps.stored(order[50_000:50_300]).tolist() == list(range(50_000, 50_300))
+    assert maps.where.checks is maps.order.checks  # one file, one chunk table
+    assert int(maps.where.checks.checked.sum()) == 2  # the first row's where chunk and the stretch's order chunk
+    scattered = order[[5, 70_000, 12]]
+    assert maps.stored(scattered).tolist() == [5, 70_000, 12]
+    assert maps.stored(order[10:20][::-1]).tolist() == list(range(19, 9, -1))  # not in stored order: row by row
+    assert maps.stored(order[rows - 3 :]).tolist() == [rows - 3, rows - 2, rows - 1]
+    assert maps.stored(order[:1]).tolist() == [0]
+    assert maps.stored(order[:0]).tolist() == []
 
 
 @pytest.fixture(scope="module")

@@ -275,7 +275,7 @@ def test_load_or_build_rebuilds_a_plan_with_a_bad_header(tmp_path: Path, caplog:
 
 
 def big_plan(rows: int = 1_000_000, size: int = 1000) -> PlanArrays:
-    """600,000 int32 indices in batches of ``size``: 2.4 MB of indices, then the offsets (three chunks)."""
+    """600,000 int32 indices in batches of ``size``: 2.4 MB of indices, then the offsets (588 chunks)."""
     indices = np.random.default_rng(0).permutation(rows)[:600_000]
     return PlanArrays(indices, np.arange(0, 600_001, size))
 
@@ -286,22 +286,24 @@ def test_a_corrupt_chunk_fails_only_the_batches_in_it(tmp_path: Path) -> None:
     path = plan_path(tmp_path, KEY)
     write_plan(path, KEY, rows, plan_arrays)
     body = body_start(path.read_bytes())
-    assert path.stat().st_size == body + 2_400_000 + 8 * 601 and body == HEADER_BYTES + 16 + 3 * 4 + 4
-    flip = body + CHUNK_BYTES + 1000  # in chunk 1: indices 262,144..524,287, batches 262..524
+    assert path.stat().st_size == body + 2_400_000 + 8 * 601 and body == HEADER_BYTES + 16 + 588 * 4
+    assert CHUNK_BYTES == 4096  # chunk k: indices 1024k..1024k+1023; the offsets start in chunk 585
+    flip = body + 256 * CHUNK_BYTES + 1000  # in chunk 256: indices 262,144..263,167, batches 262 and 263
     raw = bytearray(path.read_bytes())
     raw[flip] ^= 1
     path.write_bytes(bytes(raw))
     plan = read_plan(path, KEY, rows)
-    assert len(plan) == 600 and plan._side.chunks.checked.tolist() == [False, False, False]
-    assert plan.batch(10).tolist() == plan_arrays.indices[10_000:11_000].tolist()  # chunk 0 (and 2: offsets)
-    assert plan._side.chunks.checked.tolist() == [True, False, True]
-    assert plan.batch(599).tolist() == plan_arrays.indices[599_000:].tolist()  # chunk 2
-    message = rf"plan checksum: chunk 1 of 3 \(file bytes {body + CHUNK_BYTES}\.\.{body + 2 * CHUNK_BYTES - 1}\)"
+    assert len(plan) == 600 and plan._side.chunks.checked.shape == (588,) and not plan._side.chunks.checked.any()
+    assert plan.batch(10).tolist() == plan_arrays.indices[10_000:11_000].tolist()  # chunks 9, 10 (585: offsets)
+    assert np.flatnonzero(plan._side.chunks.checked).tolist() == [9, 10, 585]
+    assert plan.batch(599).tolist() == plan_arrays.indices[599_000:].tolist()  # chunks 584, 585 (offsets: 587)
+    start = body + 256 * CHUNK_BYTES
+    message = rf"plan checksum: chunk 256 of 588 \(file bytes {start}\.\.{start + CHUNK_BYTES - 1}\)"
     with pytest.raises(FormatError, match=message):
-        plan.batch(262)  # indices 262,000..262,999 straddle chunks 0 and 1
+        plan.batch(262)  # indices 262,000..262,999 straddle chunks 255 and 256
     assert not path.exists()
-    assert plan.batch(261).tolist() == plan_arrays.indices[261_000:262_000].tolist()  # still in chunk 0
-    assert plan._side.chunks.checked.tolist() == [True, False, True]
+    assert plan.batch(261).tolist() == plan_arrays.indices[261_000:262_000].tolist()  # chunks 254, 255
+    assert not plan._side.chunks.checked[256]
     rebuilt = load_or_build_plan(tmp_path, KEY, rows, big_plan)
     assert rebuilt.built and rebuilt.batch(262).tolist() == plan_arrays.indices[262_000:263_000].tolist()
 
@@ -422,7 +424,7 @@ def test_a_sampler_hands_out_the_batches_before_a_corrupt_chunk_then_raises(tmp_
     clean = [plan.batch(b).tolist() for b in range(300)]
     body = body_start(plan.path.read_bytes())
     raw = bytearray(plan.path.read_bytes())
-    raw[body + CHUNK_BYTES + 4 * 1000] ^= 1  # chunk 1 holds indices 262,144..524,287: batches 262..524
+    raw[body + 256 * CHUNK_BYTES + 4 * 1000] ^= 1  # chunk 256 holds indices 262,144..263,167: batches 262, 263
     plan.path.write_bytes(bytes(raw))  # a new file: the plan mapped above keeps the old one
     again = TokenBatchSampler(open_dataset(corpus), max_tokens=1000, shuffle=False)
     assert not again.plan.built and again.prefetch == 8
@@ -430,7 +432,8 @@ def test_a_sampler_hands_out_the_batches_before_a_corrupt_chunk_then_raises(tmp_
     assert ahead is not None and ahead.batch_at(261).tolist() == clean[261] and ahead.batch_at(262) is None
     assert not plan.path.exists()  # found corrupt by the read-ahead: removed
     served = []
-    with pytest.raises(FormatError, match=r"plan checksum: chunk 1 of 3 .*; it has been removed since it was opened"):
+    removed = r"plan checksum: chunk 256 of 588 .*; it has been removed since it was opened"
+    with pytest.raises(FormatError, match=removed):
         for batch in again:
             served.append(batch)
     assert served == clean[:262]

@@ -193,6 +193,8 @@ def test_schedule_reads_tokens_of_the_next_depth_batches_and_offsets_of_the_dept
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)  # nothing in the page cache
     source = RecordingSource()
     ahead = Prefetcher(source, 2, batches(6))
+    assert source.asked == [("values", 0)]  # is the corpus remote? (no)
+    source.asked.clear()
     ahead.step(0)
     assert source.asked == [("values", 0), ("values", 1), ("values", 2), ("offsets", 3), ("offsets", 4)]
     source.asked.clear()
@@ -205,17 +207,58 @@ def test_schedule_reads_tokens_of_the_next_depth_batches_and_offsets_of_the_dept
     assert ahead.pages == 9
 
 
+class FakeRemote:
+    """A remote file's cache: records what the plan says it needs (``plan_use``) and what is fetched ahead."""
+
+    def __init__(self) -> None:
+        self.planned: list[tuple[list[int], int, int]] = []
+        self.fetched: list[tuple[list[int], int | None, int | None]] = []
+
+    def plan_use(self, starts: np.ndarray, ends: np.ndarray, step: int, now: int) -> None:
+        self.planned.append((starts.tolist(), step, now))
+
+    def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None, now: int | None) -> None:
+        self.fetched.append((starts.tolist(), step, now))
+
+    def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:
+        return False
+
+
+class RemoteSource:
+    """Batch ``q`` is row ``q``: word ``100 q`` of a remote file."""
+
+    def __init__(self) -> None:
+        self.remote = FakeRemote()
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        starts = np.array([100 * int(indices[0])])
+        return [WordRanges(FakeMap(1000 * PAGE), 0, starts, np.array([1]), self.remote)]  # type: ignore[arg-type]
+
+
+def test_a_remote_pass_is_planned_whole_then_read_further_ahead() -> None:
+    """A resumed pass at position 3 of 8: the cache learns the position of every batch left, then fetches ahead by
+    at least REMOTE_DEPTH batches."""
+    source = RemoteSource()
+    ahead = Prefetcher(source, 2, batches(8), start=3)
+    assert ahead.depth == _prefetch.REMOTE_DEPTH
+    assert source.remote.planned == [([400 * q], q, 3) for q in range(3, 8)]
+    ahead.step(3)
+    assert source.remote.fetched == [([400 * q], q, 3) for q in range(3, 8)]  # values: up to the epoch's end
+    assert Prefetcher(source, 0, batches(8)).depth == 0 and len(source.remote.planned) == 5  # off: nothing planned
+
+
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
     source = RecordingSource()
     Prefetcher(source, 1, batches(10), start=7).step(7)
-    assert source.asked == [("values", 7), ("values", 8), ("offsets", 9)]
+    assert source.asked == [("values", 7), ("values", 7), ("values", 8), ("offsets", 9)]
 
 
 def test_schedule_backs_off_while_the_pages_are_resident(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: len(pages))  # all in the page cache
     source = RecordingSource()
     ahead = Prefetcher(source, 1, batches(1000))
+    source.asked.clear()
     for position in range(300):
         ahead.step(position)
     sampled = [q for kind, q in source.asked if kind == "values"]
@@ -415,14 +458,20 @@ def test_offsets_checks_read_their_record_batches_ahead_together() -> None:
     asked: list[tuple[str, list[int]]] = []
 
     def checks() -> OffsetChecks:
-        present = np.ones(6, dtype=bool)
+        pieces, first = np.full(6, 4), np.arange(7)  # 4 rows a batch, one piece each
         return OffsetChecks(
-            Path("f"), ("a",), expected, present, lambda c, b: stored[c, b], lambda c, b: asked.append((c, b.tolist()))
+            Path("f"),
+            ("a",),
+            pieces,
+            first,
+            expected,
+            lambda c, b: stored[c, b],
+            lambda c, b, f, r: asked.append((c, b.tolist())),
         )
 
     one = checks()
-    one.ensure("a", np.array([4, 1, 4, 2]))
-    one.ensure("a", np.array([2, 5]))  # 2 is checked: one batch left, nothing to read ahead together
+    one.ensure("a", np.array([4, 1, 4, 2]), np.array([0, 3, 1, 2]))
+    one.ensure("a", np.array([2, 5]), np.array([0, 0]))  # 2 is checked: one batch left, nothing to read together
     assert asked == [("a", [1, 2, 4])]
     asked.clear()
     many = ManyOffsetChecks([checks(), checks()])

@@ -34,7 +34,7 @@ from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt._errors import FormatError
 from arrowmt.format import _reader as reader_module
 from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._offsets_crc import OFFSETS_CRC_KEY, offsets_crc
+from arrowmt.format._offsets_crc import OFFSETS_CRC_KEY, OFFSETS_PIECES_KEY, PIECE_ROWS, offsets_crc
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile, ensure_offsets_checked
 from arrowmt.format._schema import MANIFEST_NAME, METADATA_KEY
@@ -662,7 +662,10 @@ def test_shifted_offset_is_caught_by_the_offsets_checksum(dataset: Path, worker:
     path = split_path(dataset, SPLIT)
     shift_offset(path, "target", 1, 4, lambda old, previous, following: old + 1 if old < following else old - 1)
     mine = assert_consistent(path, worker.read(path))
-    assert mine["status"] == "error" and "record batch 1 (target): offsets checksum: expected CRC-32" in mine["message"]
+    assert (
+        mine["status"] == "error"
+        and "record batch 1 (target): offsets checksum of rows 0..7: expected CRC-32" in (mine["message"])
+    )
     split = SplitFile(path)  # in-process is safe: every offset stays inside its batch
     assert split.row("target", 7).tolist() == corpus()["target"][7]  # other record batches read fine
     assert split.row("source", 12).tolist() == corpus()["source"][12]  # and so does the other column
@@ -778,6 +781,36 @@ def test_the_writer_records_every_batch_offsets_checksum(split_file: Path) -> No
 )
 def test_malformed_offsets_checksums_are_named_on_open(split_file: Path, value: bytes, expected: str) -> None:
     expect_format_error(rewrite(split_file, [{OFFSETS_CRC_KEY: value}] * 4), expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b"[1]", "record batch 0: offsets piece checksums: expected rows per piece and, per column"),
+        (b'{"rows":0,"source":[1],"target":[1]}', "a CRC-32 per piece of its 8 rows, got"),
+        (b'{"rows":4,"source":[1],"target":[1]}', "a CRC-32 per piece of its 8 rows, got"),
+        (b'{"rows":8,"source":[1],"target":[-1]}', "a CRC-32 per piece of its 8 rows, got"),
+    ],
+    ids=["not an object", "no rows", "too few pieces", "negative"],
+)
+def test_malformed_offsets_piece_checksums_are_named_on_open(split_file: Path, value: bytes, expected: str) -> None:
+    expect_format_error(rewrite(split_file, [{OFFSETS_PIECES_KEY: value}] * 4), expected)
+
+
+def test_a_row_used_cold_checks_only_its_piece_of_offsets(tmp_path: Path) -> None:
+    """One record batch of 3,000 rows: three pieces of offsets (1,024 rows each, one page). Reading a row checks
+    its piece only; a piece changed on disk fails its rows and no other."""
+    path = split_path(lengths_dataset(tmp_path / "c", [2] * 3000, [3] * 3000), "train")
+    split = SplitFile(path)
+    assert split.offset_checks.first.tolist() == [0, 3] and split.offset_checks.piece_rows.tolist() == [PIECE_ROWS]
+    split.spans("source", np.array([1500]))
+    assert split.offset_checks._unchecked["source"].tolist() == [True, False, True]
+    assert split.offset_checks._unchecked["target"].all()
+    shift_offset(path, "source", 0, 2500, lambda old, previous, following: old + 1)
+    split = SplitFile(path)
+    assert split.lengths("source", np.array([5, 2047])).tolist() == [2, 2]
+    with pytest.raises(FormatError, match=r"record batch 0 \(source\): offsets checksum of rows 2048\.\.2999"):
+        split.spans("source", np.array([2999]))
 
 
 def test_token_outside_dictionary_is_flagged_by_verify(dataset: Path, worker: ReadWorker) -> None:

@@ -45,7 +45,14 @@ if TYPE_CHECKING:
     from arrowmt.format._progress import progress_bar
     from arrowmt.format._ragged import Ragged
     from arrowmt.format._ratio import length_ratio
-    from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, resident_pages, will_need, word_page_runs
+    from arrowmt.format._readahead import (
+        DEFAULT_ACCESS,
+        WordRanges,
+        plan_use,
+        resident_pages,
+        will_need,
+        word_page_runs,
+    )
     from arrowmt.format._reader import IPC_FILE_MAGIC, FileIdentity, SplitFile, check_indices, ensure_offsets_checked
     from arrowmt.format._row_order import order_name, refuse_row_order, write_row_order
     from arrowmt.format._schema import (
@@ -117,7 +124,14 @@ _EXPORTS = {
     "arrowmt.format._progress": ("progress_bar",),
     "arrowmt.format._ragged": ("Ragged",),
     "arrowmt.format._ratio": ("length_ratio",),
-    "arrowmt.format._readahead": ("DEFAULT_ACCESS", "WordRanges", "resident_pages", "will_need", "word_page_runs"),
+    "arrowmt.format._readahead": (
+        "DEFAULT_ACCESS",
+        "WordRanges",
+        "plan_use",
+        "resident_pages",
+        "will_need",
+        "word_page_runs",
+    ),
     "arrowmt.format._reader": (
         "FileIdentity",
         "IPC_FILE_MAGIC",
@@ -244,6 +258,7 @@ __all__ = [
     "open_view",
     "order_name",
     "plain_name_error",
+    "plan_use",
     "progress_bar",
     "read_json",
     "reading",

@@ -28,7 +28,7 @@ import numpy as np
 from arrowmt._errors import FormatError
 from arrowmt.format._readahead import WORD, WordRanges, will_need
 
-CHUNK_BYTES = 1 << 20  # the chunk size arrowmt writes: what one first use of a chunk reads and checks
+CHUNK_BYTES = 4096  # the chunk size arrowmt writes: one page, what a first use reads and checks (4 bytes of CRC)
 MIN_CHUNK_BYTES = 8
 MAX_CHUNK_BYTES = 1 << 30
 TABLE_PREFIX = struct.Struct("<QII")  # body bytes, chunk bytes, zero

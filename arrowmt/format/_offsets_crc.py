@@ -1,20 +1,25 @@
-"""Each record batch's offsets checksum: recorded by the writer, checked before a batch's rows are first used.
+"""Each record batch's offsets checksums: recorded by the writer, checked before a row is first used.
 
 A list offset moved between its neighbours (still in order) shifts two rows'
 boundaries and passes every range check. So the writer records, for every record
-batch and column, the CRC-32 (zlib) of the batch's int32 offsets buffer (row count + 1
-little-endian values) in the batch's IPC message custom metadata, under
-:data:`OFFSETS_CRC_KEY`, as canonical JSON ``{"source": 123, "target": 456}``. Other
-Arrow readers ignore it, so the file format (version 1) is unchanged.
+batch and column, CRC-32s (zlib) of the batch's int32 offsets buffer (little-endian) in
+the batch's IPC message custom metadata, as canonical JSON:
 
-Readers check a batch's checksum the first time any of its rows is used (after the
-range checks, whose messages name the row), and remember it per open file: a CRC of
-all offsets at open would read 4 bytes per row and column (100 MB for 12.6M pairs,
-about 40 ms in the page cache and far more from disk), against arrowmt's promise of a
-setup that reads O(record batches) bytes. A check costs ~0.1 ms per 65,536-row batch.
-A record batch without the key (files written before the checksum existed, or
-rewritten by another Arrow tool) is read as before, with the range checks only; a
-value that is not a CRC-32 per column is refused when the file is opened.
+* :data:`OFFSETS_PIECES_KEY`: ``{"rows": 1024, "source": [crc, ...], "target": [...]}``, one
+  CRC-32 per *piece* of :data:`PIECE_ROWS` rows (the piece's offsets: its rows' starts and
+  the end of its last row, ``rows + 1`` values, one 4 KiB page), so a row used cold costs
+  the check of one page of offsets, not of its whole record batch;
+* :data:`OFFSETS_CRC_KEY`: ``{"source": 123, "target": 456}``, one CRC-32 of the whole
+  buffer (row count + 1 values): what files written before the pieces carry, and what
+  readers of that time check. Readers check the pieces when a batch records them.
+
+Other Arrow readers ignore both, so the file format (version 1) is unchanged. Readers
+check a piece the first time any of its rows is used (after the range checks, whose
+messages name the row), and remember it per open file: a CRC of all offsets at open
+would read 4 bytes per row and column (100 MB for 12.6M pairs), against arrowmt's
+promise of a setup that reads O(record batches) bytes. A record batch without either
+key (rewritten by another Arrow tool) is read with the range checks only; a value that
+is not a CRC-32 per column (and piece) is refused when the file is opened.
 """
 
 from __future__ import annotations
@@ -28,32 +33,57 @@ import numpy as np
 
 from arrowmt._errors import FormatError
 
-OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # key in a record batch's custom metadata
+OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # key in a record batch's custom metadata: one CRC per column
+OFFSETS_PIECES_KEY = b"arrowmt.offsets_crc32_pieces"  # key: one CRC per column and piece of PIECE_ROWS rows
+PIECE_ROWS = 1024  # rows per checked piece of offsets: 1025 int32 values, one page
 SHOWN_BYTES = 80
 OffsetsOf = Callable[[str, int], np.ndarray]
 """``offsets(column, batch)``: a record batch's offsets (a view of the map)."""
-ReadAhead = Callable[[str, np.ndarray], None]
-"""``read_ahead(column, batches)``: start reading those record batches' offsets (a hint)."""
+ReadAhead = Callable[[str, np.ndarray, np.ndarray, np.ndarray], None]
+"""``read_ahead(column, batches, first_rows, rows)``: start reading those rows' offsets in those record batches
+(a hint)."""
 
 
 def offsets_crc(offsets: np.ndarray) -> int:
-    """CRC-32 of a record batch's offsets as stored (int32, little-endian)."""
+    """CRC-32 of offsets as stored (int32, little-endian)."""
     return zlib.crc32(memoryview(np.ascontiguousarray(offsets, dtype="<i4")).cast("B"))
 
 
-def encode_offsets_crcs(crcs: Mapping[str, int]) -> dict[bytes, bytes]:
-    """A record batch's custom metadata recording each column's offsets CRC-32."""
-    return {OFFSETS_CRC_KEY: json.dumps(dict(crcs), sort_keys=True, separators=(",", ":")).encode("ascii")}
+def piece_crcs(offsets: np.ndarray) -> list[int]:
+    """The CRC-32 of each piece of a record batch's ``offsets`` (row count + 1 values)."""
+    rows = offsets.shape[0] - 1
+    return [offsets_crc(offsets[a : min(a + PIECE_ROWS, rows) + 1]) for a in range(0, rows, PIECE_ROWS)]
+
+
+def encode_offsets_crcs(offsets: Mapping[str, np.ndarray]) -> dict[bytes, bytes]:
+    """A record batch's custom metadata recording each column's offsets CRC-32s (whole, and per piece)."""
+    pieces = {"rows": PIECE_ROWS, **{c: piece_crcs(o) for c, o in offsets.items()}}
+    return {
+        OFFSETS_CRC_KEY: _json({c: offsets_crc(o) for c, o in offsets.items()}),
+        OFFSETS_PIECES_KEY: _json(pieces),
+    }
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def _is_crc(value: object) -> bool:
+    return type(value) is int and 0 <= value < 2**32
+
+
+def _decoded(raw: bytes, where: str) -> object:
+    try:
+        return json.loads(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FormatError(f"{where}: offsets checksum: expected JSON, got {raw[:SHOWN_BYTES]!r} (corrupt)") from exc
 
 
 def decode_offsets_crcs(raw: bytes, columns: tuple[str, ...], where: str) -> list[int]:
     """Each column's offsets CRC-32 in a record batch's custom metadata value ``raw``; FormatError naming ``where``."""
-    try:
-        crcs = json.loads(raw.decode("ascii"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise FormatError(f"{where}: offsets checksum: expected JSON, got {raw[:SHOWN_BYTES]!r} (corrupt)") from exc
+    crcs = _decoded(raw, where)
     valid = isinstance(crcs, dict) and sorted(crcs) == sorted(columns)
-    if not valid or not all(type(crcs[c]) is int and 0 <= crcs[c] < 2**32 for c in columns):
+    if not valid or not all(_is_crc(crcs[c]) for c in columns):
         raise FormatError(
             f"{where}: offsets checksum: expected a CRC-32 per column {list(columns)}, "
             f"got {raw[:SHOWN_BYTES]!r} (corrupt)"
@@ -61,31 +91,52 @@ def decode_offsets_crcs(raw: bytes, columns: tuple[str, ...], where: str) -> lis
     return [crcs[c] for c in columns]
 
 
-class OffsetChecks:
-    """Which record batches of one split file have had their offsets checksum checked, per column.
+def decode_piece_crcs(raw: bytes, columns: tuple[str, ...], rows: int, where: str) -> tuple[int, np.ndarray]:
+    """(rows per piece, CRC-32s [piece, column]) in a record batch's ``raw`` piece checksums; FormatError naming
+    ``where`` unless every column has one CRC-32 per piece of the batch's ``rows`` rows."""
+    found = _decoded(raw, where)
+    per = found.get("rows") if isinstance(found, dict) else None
+    valid = isinstance(found, dict) and sorted(found) == sorted([*columns, "rows"]) and type(per) is int and per > 0
+    count = -(-rows // per) if valid else 0
+    if not valid or not all(
+        isinstance(found[c], list) and len(found[c]) == count and all(map(_is_crc, found[c])) for c in columns
+    ):
+        raise FormatError(
+            f"{where}: offsets piece checksums: expected rows per piece and, per column {list(columns)}, a CRC-32 "
+            f"per piece of its {rows} rows, got {raw[:SHOWN_BYTES]!r} (corrupt)"
+        )
+    return per, np.array([found[c] for c in columns], dtype=np.uint32).T.reshape(count, len(columns))
 
-    ``expected[b, c]`` is the CRC-32 recorded for batch ``b`` and column ``c`` when
-    ``present[b]`` (batches without one are never checked); ``offsets(column, b)``
-    returns the batch's offsets as stored.
+
+class OffsetChecks:
+    """Which pieces of one split file's record batches have had their offsets checksum checked, per column.
+
+    Record batch ``b`` has pieces ``first[b]..first[b + 1] - 1`` of ``piece_rows[b]`` rows each
+    (the last one shorter; a batch recording one CRC is one piece; a batch recording none has
+    no piece and is never checked); ``expected[p, c]`` is piece ``p``'s CRC-32 for column ``c``;
+    ``offsets(column, b)`` returns the batch's offsets as stored.
     """
 
     def __init__(
         self,
         path: Path,
         columns: tuple[str, ...],
+        piece_rows: np.ndarray,
+        first: np.ndarray,
         expected: np.ndarray,
-        present: np.ndarray,
         offsets: OffsetsOf,
         read_ahead: ReadAhead | None = None,
     ) -> None:
         self.path = path
         self.columns = columns
+        self.piece_rows = piece_rows
+        self.first = first
         self.expected = expected
-        self.present = present
+        self.present = piece_rows > 0
         self._offsets = offsets
         self._read_ahead = read_ahead
-        self._unchecked = {column: present.copy() for column in columns}
-        self._pending = dict.fromkeys(columns, int(np.count_nonzero(present)))
+        self._unchecked = {column: np.ones(expected.shape[0], dtype=bool) for column in columns}
+        self._pending = dict.fromkeys(columns, int(expected.shape[0]))
 
     @classmethod
     def of(
@@ -93,46 +144,79 @@ class OffsetChecks:
         path: Path,
         columns: tuple[str, ...],
         batch_metadata: Sequence[Mapping[bytes, bytes] | None],
+        batch_rows: Sequence[int],
         offsets: OffsetsOf,
         read_ahead: ReadAhead | None = None,
     ) -> OffsetChecks:
-        """The checks of a file of ``columns`` whose record batches carry ``batch_metadata`` (FormatError if bad)."""
-        expected = np.zeros((len(batch_metadata), len(columns)), dtype=np.uint32)
-        present = np.zeros(len(batch_metadata), dtype=bool)
+        """The checks of a file of ``columns`` whose record batches of ``batch_rows`` rows carry ``batch_metadata``
+        (FormatError if bad)."""
+        piece_rows = np.zeros(len(batch_metadata), dtype=np.int64)
+        counts = np.zeros(len(batch_metadata), dtype=np.int64)
+        expected = []
         for b, found in enumerate(batch_metadata):
-            raw = None if found is None else found.get(OFFSETS_CRC_KEY)
-            if raw is not None:
-                expected[b] = decode_offsets_crcs(raw, columns, f"{path}: record batch {b}")
-                present[b] = True
-        return cls(path, columns, expected, present, offsets, read_ahead)
+            where = f"{path}: record batch {b}"
+            pieces = None if found is None else found.get(OFFSETS_PIECES_KEY)
+            whole = None if found is None else found.get(OFFSETS_CRC_KEY)
+            if pieces is not None:
+                piece_rows[b], crcs = decode_piece_crcs(pieces, columns, int(batch_rows[b]), where)
+                expected.append(crcs)
+            elif whole is not None:
+                piece_rows[b] = max(int(batch_rows[b]), 1)
+                expected.append(np.array([decode_offsets_crcs(whole, columns, where)], dtype=np.uint32))
+            counts[b] = expected[-1].shape[0] if piece_rows[b] else 0
+        table = np.concatenate(expected) if expected else np.zeros((0, len(columns)), dtype=np.uint32)
+        first = np.concatenate([[0], np.cumsum(counts)])
+        return cls(path, columns, piece_rows, first, table, offsets, read_ahead)
 
-    def ensure(self, column: str, batches: np.ndarray) -> None:
-        """Check the record batches ``batches`` (any order, repeats allowed) of ``column`` not checked yet."""
+    def ensure(self, column: str, batches: np.ndarray, local: np.ndarray) -> None:
+        """Check the pieces holding rows ``local`` of record batches ``batches`` (any order, repeats allowed) of
+        ``column`` not checked yet."""
         if not self._pending[column]:
             return
-        todo = np.unique(batches[self._unchecked[column][batches]])
-        self.read_ahead(column, todo)
-        for b in todo.tolist():
-            self.ensure_one(column, b)
-
-    def read_ahead(self, column: str, batches: np.ndarray) -> None:
-        """Ask for the offsets of several record batches at once before checking them one by one: with
-        random-access advice each would otherwise be read a page per fault (a hint; nothing if none given)."""
-        if self._read_ahead is not None and batches.shape[0] > 1:
-            self._read_ahead(column, batches)
+        recorded = self.present[batches]
+        per = self.piece_rows[batches[recorded]]
+        pieces = self.first[batches[recorded]] + local[recorded] // per
+        todo = np.unique(pieces[self._unchecked[column][pieces]])
+        if todo.size > 1:
+            self._ask(column, todo)
+        for p in todo.tolist():
+            self._check(column, p)
 
     def ensure_one(self, column: str, b: int) -> None:
-        """Check record batch ``b`` of ``column`` unless done or unrecorded; FormatError naming it on a mismatch."""
-        if not self._unchecked[column][b]:
-            return
-        want = int(self.expected[b, self.columns.index(column)])
-        found = offsets_crc(self._offsets(column, b))
+        """Check every piece of record batch ``b`` of ``column`` not checked yet; FormatError naming it on a
+        mismatch."""
+        for p in range(int(self.first[b]), int(self.first[b + 1])):
+            if self._unchecked[column][p]:
+                self._check(column, p)
+
+    def read_ahead(self, column: str, batches: np.ndarray) -> None:
+        """Ask for the offsets of several whole record batches at once before checking them (a hint)."""
+        if self._read_ahead is not None and batches.shape[0] > 1:
+            rows = (self.first[batches + 1] - self.first[batches]) * self.piece_rows[batches]
+            self._read_ahead(column, batches, np.zeros_like(batches), rows)
+
+    def _ask(self, column: str, pieces: np.ndarray) -> None:
+        """Ask for the offsets of ``pieces`` before checking them one by one: with random-access advice each
+        would otherwise be read a page per fault (a hint; nothing if none given)."""
+        if self._read_ahead is not None:
+            batches = np.searchsorted(self.first, pieces, side="right") - 1
+            per = self.piece_rows[batches]
+            self._read_ahead(column, batches, (pieces - self.first[batches]) * per, per)
+
+    def _check(self, column: str, p: int) -> None:
+        b = int(np.searchsorted(self.first, p, side="right")) - 1
+        stored = self._offsets(column, b)
+        start = (p - int(self.first[b])) * int(self.piece_rows[b])
+        stop = min(start + int(self.piece_rows[b]), stored.shape[0] - 1)
+        want = int(self.expected[p, self.columns.index(column)])
+        found = offsets_crc(stored[start : stop + 1])
         if found != want:
             raise FormatError(
-                f"{self.path}: record batch {b} ({column}): offsets checksum: expected CRC-32 {want:08x} (written "
-                f"at conversion), found {found:08x}: its row boundaries changed on disk; the file is corrupt"
+                f"{self.path}: record batch {b} ({column}): offsets checksum of rows {start}..{stop - 1}: expected "
+                f"CRC-32 {want:08x} (written at conversion), found {found:08x}: their boundaries changed on disk; "
+                "the file is corrupt"
             )
-        self._unchecked[column][b] = False
+        self._unchecked[column][p] = False
         self._pending[column] -= 1
 
 

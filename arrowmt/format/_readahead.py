@@ -139,6 +139,17 @@ def will_need(ranges: Iterable[WordRanges], step: int | None = None, now: int | 
     return asked
 
 
+def plan_use(ranges: Iterable[WordRanges], step: int, now: int) -> bool:
+    """Tell the caches of remote files among ``ranges`` that plan position ``step`` needs them, the pass being at
+    ``now`` (nothing is fetched: the cache keeps blocks needed sooner); whether any range was remote."""
+    remote = False
+    for part in ranges:
+        if part.remote is not None:
+            part.remote.plan_use(*part.byte_bounds(), step, now)
+            remote = True
+    return remote
+
+
 def will_need_many(ranges: list[WordRanges]) -> int:
     """:func:`will_need` of ranges in several maps: one vectorized merge of their absolute page runs, then one
     ``madvise`` per run (maps are page-aligned and never overlap; a run over two adjacent maps is advised as is)."""

@@ -128,8 +128,9 @@ class SplitFile:
             name: _column_layout(self.path, name, [b.column(k) for b in batches], base, self.words)
             for k, name in enumerate(self.columns)
         }
+        batch_rows = [b.num_rows for b in batches]
         self.offset_checks = OffsetChecks.of(
-            self.path, self.columns, batch_metadata, self.stored_offsets, self.will_need_offsets
+            self.path, self.columns, batch_metadata, batch_rows, self.stored_offsets, self.will_need_rows_offsets
         )
 
     def __getstate__(self) -> dict:
@@ -210,7 +211,7 @@ class SplitFile:
         bad = (start.view(np.uint32) > end.view(np.uint32)) | (end.view(np.uint32) > limit)
         if np.count_nonzero(bad):
             self._raise_bad_offsets(column, rows, start, end, limit, bad)
-        self.offset_checks.ensure(column, batch)  # each record batch's checksum, on its first use
+        self.offset_checks.ensure(column, batch, local)  # each piece's checksum, on its first use
         return layout.values_pos[batch] + start, np.subtract(end, start, dtype=np.int64)
 
     def lengths(self, column: str, rows: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
@@ -264,10 +265,15 @@ class SplitFile:
     def will_need_offsets(self, column: str, batches: np.ndarray | None = None) -> None:
         """Start reading the offsets of ``column`` in record batches ``batches`` (default: all; one read-ahead
         per record batch) before a pass over them."""
-        layout, rpb = self.layouts[column], self.rows_per_batch
-        batches = np.arange(layout.offsets_pos.shape[0]) if batches is None else np.asarray(batches, dtype=np.int64)
-        counts = np.minimum(rpb, len(self) - batches * rpb)
-        will_need([self.ranges(layout.offsets_pos[batches], counts + 1)])
+        count = self.layouts[column].offsets_pos.shape[0]
+        batches = np.arange(count) if batches is None else np.asarray(batches, dtype=np.int64)
+        self.will_need_rows_offsets(column, batches, np.zeros_like(batches), np.full_like(batches, self.rows_per_batch))
+
+    def will_need_rows_offsets(self, column: str, batches: np.ndarray, first: np.ndarray, rows: np.ndarray) -> None:
+        """Start reading the offsets of ``rows`` rows (fewer at the file's end) from row ``first`` of each record
+        batch of ``batches``."""
+        rows = np.minimum(rows, np.maximum(len(self) - batches * self.rows_per_batch - first, 0))
+        will_need([self.ranges(self.layouts[column].offsets_pos[batches] + first, rows + 1)])
 
     def stored_offsets(self, column: str, b: int) -> np.ndarray:
         """Record batch ``b``'s offsets of ``column`` as stored (an unchecked view of the map)."""

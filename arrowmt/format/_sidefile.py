@@ -11,7 +11,7 @@ is laid out the same way (little-endian)::
     body:               the kind's sections, laid out as its module says
 
 The header's CRC-32 (zlib) covers the header's fields (magic and version included) and
-the chunk table; each chunk's CRC-32 covers one chunk (:data:`CHUNK_BYTES`, 1 MiB) of the
+the chunk table; each chunk's CRC-32 covers one chunk (:data:`CHUNK_BYTES`, a 4 KiB page) of the
 body. So any change to a value that decides what the file says (an index, a boundary, a
 row number, a count) is refused: in the header or chunk table when the file is opened,
 in the body when a read first touches its chunk. Opening reads only the header and the

@@ -62,7 +62,7 @@ class Split:
         self.shard_names = names
         sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.cumulative = np.concatenate([[0], np.cumsum(sizes)])
-        self.stored_at = read_row_order(self.path, self.manifest, split, len(self))  # None: rows in plain order
+        self.row_order = read_row_order(self.path, self.manifest, split, len(self))  # None: rows in plain order
         first = self.shards[0].metadata
         self.columns: tuple[str, ...] = tuple(first.columns)
         self._check_shards_agree(first)
@@ -108,8 +108,8 @@ class Split:
         where = f"{self.path} split {self.split!r}"
         indices = row_numbers(indices, where)
         check_indices(indices, len(self), where)
-        if self.stored_at is not None:  # a copy in plan order: row i is stored at stored_at[i]
-            indices = self.stored_at.take(indices).astype(np.int64)
+        if self.row_order is not None:  # a copy in plan order
+            indices = self.row_order.stored(indices)
         if len(self.shards) == 1:
             return np.zeros(indices.shape, dtype=np.int64), indices
         shard = np.searchsorted(self.cumulative, indices, side="right") - 1
@@ -123,7 +123,7 @@ class Split:
         if indices is None:
             parts = [s.lengths(column, dtype=dtype) for s in self.shards]
             stored = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            return stored if self.stored_at is None else stored[self.stored_at.slice(0, len(self))]
+            return stored if self.row_order is None else stored[self.row_order.where.whole()]
         return self._located_lengths(column, *self.locate(indices), dtype)
 
     def _located_lengths(self, column: str, shard: np.ndarray, local: np.ndarray, dtype: type | np.dtype) -> np.ndarray:

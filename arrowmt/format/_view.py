@@ -8,7 +8,7 @@ lengths, located spans, fingerprint), so it goes wherever a split goes: datasets
 samplers, mixtures, the fairseq plugin.
 
 A view file is a side file (:mod:`arrowmt.format._sidefile`: a header and chunk table,
-a CRC-32 per 1 MiB chunk of the contents, atomic write, read-only map). Layout
+a CRC-32 per 4 KiB chunk of the contents, atomic write, read-only map). Layout
 (little-endian)::
 
     header (128 bytes): magic b"ARROWMT-VIEW\\0\\0\\0\\0", u32 version (3), u32 row itemsize (4 or 8),
@@ -24,7 +24,7 @@ a CRC-32 per 1 MiB chunk of the contents, atomic write, read-only map). Layout
 Opening a view checks: that the path is a regular file, the header (magic, version,
 sizes), its CRC-32 (header fields and chunk table), the description (its chunks' CRC-32
 first), and that the corpus is the one the view was made from. The row list is read
-where it is used, each 1 MiB chunk's CRC-32 checked on first use (a flipped bit in a row
+where it is used, each 4 KiB chunk's CRC-32 checked on first use (a flipped bit in a row
 number that keeps the order is refused), and every row served is checked below the
 corpus rows; :attr:`View.rows` (every row at once) and ``verify`` also check that the
 rows strictly increase. A version 2 file (written before the chunk table: one CRC-32

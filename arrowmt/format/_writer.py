@@ -27,7 +27,7 @@ from tqdm import tqdm
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._atomic import atomic_path
 from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
-from arrowmt.format._offsets_crc import encode_offsets_crcs, offsets_crc
+from arrowmt.format._offsets_crc import encode_offsets_crcs
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import DEFAULT_ROWS_PER_BATCH, MAX_LIST_VALUES, token_schema
@@ -310,15 +310,14 @@ class SplitWriter:
         return next(iter(self._pending.values())).rows
 
     def _write_batch(self, rows: int) -> None:
-        """One record batch of ``rows`` rows, recording each column's offsets CRC-32."""
-        arrays, crcs = [], {}
+        """One record batch of ``rows`` rows, recording each column's offsets CRC-32s."""
+        arrays, stored = [], {}
         for name in self._meta.columns:
             offsets, raw = self._pending[name].take(rows)
-            stored = offsets.astype("<i4")
-            arrays.append(self._list_array(name, stored, raw))
-            crcs[name] = offsets_crc(stored)
+            stored[name] = offsets.astype("<i4")
+            arrays.append(self._list_array(name, stored[name], raw))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-        self._stream.write_batch(batch, custom_metadata=encode_offsets_crcs(crcs))
+        self._stream.write_batch(batch, custom_metadata=encode_offsets_crcs(stored))
         self._written += rows
         self._bar.update(rows)
 

@@ -26,7 +26,7 @@ from arrowmt.plans._mixing import (
     temperature_ratios,
 )
 from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
-from arrowmt.plans._order import inverse_order, plan_order
+from arrowmt.plans._order import plan_order
 from arrowmt.plans._plan import PlanParams, load_plan
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays
 from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, as_provider
@@ -60,7 +60,6 @@ __all__ = [
     "check_weights",
     "corpus_of",
     "epoch_batch_order",
-    "inverse_order",
     "load_block_plan",
     "load_blocks",
     "load_mixture_plan",

@@ -11,7 +11,7 @@ Two cached parts, each named by the hash of what it depends on:
   :mod:`arrowmt.plans._plan_cache`, its "rows" being blocks.
 
 A block table is a side file (:mod:`arrowmt.format._sidefile`: a header and chunk table
-checked on open, a CRC-32 per 1 MiB chunk of the contents checked on first use, atomic
+checked on open, a CRC-32 per 4 KiB chunk of the contents checked on first use, atomic
 write, build-once lock, read-only map; a FIFO, folder or device at its path is refused).
 Layout (little-endian)::
 

@@ -16,10 +16,3 @@ def plan_order(indices: np.ndarray, rows: int) -> np.ndarray:
     if np.count_nonzero(planned) != indices.size:
         raise InvalidParameterError(f"indices: expected each of {rows} rows at most once, got repeats")
     return np.concatenate([indices, np.flatnonzero(~planned)])
-
-
-def inverse_order(order: np.ndarray) -> np.ndarray:
-    """``where`` with ``where[order[i]] == i``: the position of each row in ``order`` (int64)."""
-    where = np.empty(order.shape[0], dtype=np.int64)
-    where[order] = np.arange(order.shape[0], dtype=np.int64)
-    return where

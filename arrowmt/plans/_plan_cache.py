@@ -12,10 +12,10 @@ per-chunk CRC-32s, atomic write, build-once lock, read-only map). Layout (little
     indices:            int32 or int64 [index count], zero-padded to a multiple of 8 bytes
     offsets:            int64 [batch count + 1]
 
-Opening a plan reads and checks its header and chunk table only (344 bytes for 12.6M int32
-indices): the header's fields against the key and the dataset's rows, the sizes, the
+Opening a plan reads and checks its header and chunk table only (49 KB for 12.6M int32
+indices: a CRC-32 per page): the header's fields against the key and the dataset's rows, the sizes, the
 header's CRC-32. :meth:`BatchPlan.batch` reads two offsets and one batch's indices, and
-checks the CRC-32 of each 1 MiB chunk they lie in the first time it is used, then that
+checks the CRC-32 of each 4 KiB chunk they lie in the first time it is used, then that
 ``0 <= start <= end <= index count`` and that the indices lie in ``[0, rows)``. So a rank
 that walks its share of the batches reads and checks only the chunks those batches touch,
 and no batch is served from bytes that changed on disk, even to values still in range

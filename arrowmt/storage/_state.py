@@ -2,8 +2,11 @@
 
 Layout (little-endian): 8-byte magic, u64 block count, then per block a u8 ``present``
 (the block is in the local file and was verified), padded to 8 bytes, a u32 ``generation``
-(bumped each time the block is filled or evicted) and an i64 ``next_use`` (the plan step
-at which a process of the node next needs it; :data:`NO_USE` when none is known).
+(bumped each time the block is filled or evicted), an i64 ``next_use`` (the plan step
+at which a process of the node next needs it; :data:`NO_USE` when none is known) and an
+i64 ``later_use`` (the use after that one, or :data:`NO_USE`): a block shared by two
+batches (a batch's first or last block, in a copy stored in plan order) is still known to
+be needed after its first use. :func:`add_use` and :func:`use_keys` say how they change.
 A process reads a block's bytes only while its generation is unchanged from before the
 read to after the copy (a sequence lock), so an eviction by another process between the
 two is seen and the read is done again.
@@ -20,7 +23,7 @@ import numpy as np
 
 from arrowmt._errors import StorageError
 
-MAGIC = b"AMTCACHE"
+MAGIC = b"AMTCACH2"  # version 2: next_use and later_use
 HEADER = struct.Struct("<8sQ")
 NO_USE = np.iinfo(np.int64).max
 
@@ -30,7 +33,21 @@ def _padded(n: int, to: int = 8) -> int:
 
 
 def state_size(blocks: int) -> int:
-    return HEADER.size + _padded(blocks) + _padded(4 * blocks) + 8 * blocks
+    return HEADER.size + _padded(blocks) + _padded(4 * blocks) + 16 * blocks
+
+
+def use_keys(next_use: np.ndarray, later_use: np.ndarray, now: int) -> np.ndarray:
+    """The first of the two known uses still to come at ``now`` (:data:`NO_USE`: none)."""
+    return np.where(next_use >= now, next_use, np.where(later_use >= now, later_use, NO_USE))
+
+
+def add_use(next_use: np.ndarray, later_use: np.ndarray, step: int, now: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two earliest uses still to come at ``now`` among the known ones and ``step`` (repeats counted once;
+    :data:`NO_USE` where fewer)."""
+    first = use_keys(next_use, later_use, now)
+    second = np.where((next_use >= now) & (later_use >= now), later_use, NO_USE)
+    low, high = np.minimum(first, step), np.maximum(first, step)
+    return low, np.where(high == low, second, np.minimum(high, second))
 
 
 class CacheState:
@@ -54,6 +71,17 @@ class CacheState:
         self.generation = np.frombuffer(self._map, dtype=np.uint32, count=blocks, offset=at)
         at += _padded(4 * blocks)
         self.next_use = np.frombuffer(self._map, dtype=np.int64, count=blocks, offset=at)
+        self.later_use = np.frombuffer(self._map, dtype=np.int64, count=blocks, offset=at + 8 * blocks)
+
+    def add_use(self, blocks: np.ndarray, step: int, now: int) -> None:
+        """``blocks`` (unique) are needed at ``step``, the plan being at ``now`` (see :func:`add_use`)."""
+        self.next_use[blocks], self.later_use[blocks] = add_use(
+            self.next_use[blocks], self.later_use[blocks], step, now
+        )
+
+    def keys(self, blocks: np.ndarray, now: int) -> np.ndarray:
+        """The next use of ``blocks`` at ``now`` (see :func:`use_keys`)."""
+        return use_keys(self.next_use[blocks], self.later_use[blocks], now)
 
     @staticmethod
     def _init(fd: int, path: Path, blocks: int, size: int) -> None:
@@ -62,7 +90,7 @@ class CacheState:
         if st.st_size == 0:
             os.ftruncate(fd, size)
             os.pwrite(fd, HEADER.pack(MAGIC, blocks), 0)
-            os.pwrite(fd, np.full(blocks, NO_USE, dtype=np.int64).tobytes(), size - 8 * blocks)
+            os.pwrite(fd, np.full(2 * blocks, NO_USE, dtype=np.int64).tobytes(), size - 16 * blocks)
             return
         magic, count = HEADER.unpack(os.pread(fd, HEADER.size, 0))
         if magic != MAGIC or count != blocks or st.st_size != size:

@@ -32,13 +32,14 @@ from arrowmt._errors import StorageError
 from arrowmt.storage._punch import punch_hole
 from arrowmt.storage._ranges import block_runs, covered_blocks
 from arrowmt.storage._remote import RemoteFolder
-from arrowmt.storage._state import NO_USE, CacheState
+from arrowmt.storage._state import CacheState
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STATE_DIR = ".arrowmt-remote"
-DEFAULT_WORKERS = 8
+DEFAULT_WORKERS = 32  # range requests in flight (a request takes tens of ms; the bytes are few)
+AHEAD_WORKERS = 16  # batches read ahead at once, each one's requests in flight together
 MAX_RUN_BYTES = 8 << 20  # the largest range request
 PROTECTED_STEPS = 1  # blocks needed within this many steps of now are never freed
 READ_RETRIES = 100  # copies redone after a concurrent eviction before giving up
@@ -91,7 +92,7 @@ class BlockStore:
         self._inflight: dict[int, threading.Event] = {}
         self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
         self._fetchers = ThreadPoolExecutor(workers, thread_name_prefix="arrowmt-fetch")
-        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="arrowmt-ahead")
+        self._ahead = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="arrowmt-ahead")
         self.now = 0  # plan steps, increasing over passes (epochs)
         self._base = 0  # the step of the current pass's position 0
         self._position = 0
@@ -138,18 +139,22 @@ class BlockStore:
 
         ``step``: the position in the pass over the plan that needs them; ``now``: the position read now.
         """
-        if now is not None:
-            self.advance(now)
-        if step is not None:
-            self.announce(blocks, self._base + step)
+        self.plan_use(blocks, step, now)
         missing = blocks[self.state.present[blocks] == 0]
         if missing.size:
             self._ahead.submit(self._fetch_quietly, missing)
 
+    def plan_use(self, blocks: np.ndarray, step: int | None, now: int | None) -> None:
+        """``blocks`` are needed at position ``step`` of the pass over the plan that is at position ``now`` (either
+        None: not known)."""
+        if now is not None:
+            self.advance(now)
+        if step is not None:
+            self.announce(blocks, self._base + step)
+
     def announce(self, blocks: np.ndarray, step: int) -> None:
         """``blocks`` are needed at plan step ``step``: kept in preference to blocks needed later or never."""
-        known = self.state.next_use[blocks]
-        self.state.next_use[blocks] = np.where(known < self.now, step, np.minimum(known, step))
+        self.state.add_use(blocks, step, self.now)
 
     def advance(self, position: int) -> None:
         """The pass over the plan is at ``position`` (a smaller one than before starts a new pass, later in time)."""
@@ -307,8 +312,7 @@ class BlockStore:
 
     def _victims(self) -> np.ndarray:
         present = np.flatnonzero(self.state.present.astype(bool) & ~self.pinned)
-        nxt = self.state.next_use[present]
-        key = np.where(nxt < self.now, NO_USE, nxt)
+        key = self.state.keys(present, self.now)
         keep = (key > self.now + PROTECTED_STEPS) & ~np.isin(present, self._blocks_read())
         present, key = present[keep], key[keep]
         return present[np.argsort(-key, kind="stable")]
@@ -365,6 +369,10 @@ class BlockFile:
 
     def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None = None, now: int | None = None) -> None:
         self.store.prefetch(self.blocks(starts, ends), step, now)
+
+    def plan_use(self, starts: np.ndarray, ends: np.ndarray, step: int, now: int) -> None:
+        """Byte ranges ``[starts, ends)`` are needed at ``step`` of the pass at ``now`` (nothing is fetched)."""
+        self.store.plan_use(self.blocks(starts, ends), step, now)
 
     def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:
         return self.store.resident(self.blocks(starts, ends))

@@ -67,7 +67,7 @@ class MixtureGather:
             raise TypeError("every corpus must be a split or a view of one")
         if any(shard.remote is not None for s in splits for shard in s.shards):
             raise TypeError("remote corpora are gathered by their own readers (fetched first)")
-        if any(s.stored_at is not None for s in splits):
+        if any(s.row_order is not None for s in splits):
             raise TypeError("corpora stored in plan order are gathered by their own readers (row numbers translated)")
         self.offsets = offsets
         self.columns = columns

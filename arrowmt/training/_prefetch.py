@@ -29,9 +29,10 @@ from typing import Protocol
 import numpy as np
 
 from arrowmt._checks import check_integer
-from arrowmt.format import WordRanges, resident_pages, will_need, word_page_runs
+from arrowmt.format import WordRanges, plan_use, resident_pages, will_need, word_page_runs
 
 DEFAULT_DEPTH = 8
+REMOTE_DEPTH = 64  # the least depth for a remote corpus: a range request takes tens of milliseconds
 MAX_DEPTH = 1024
 MAX_SKIP = 64
 SAMPLE_PAGES = 16
@@ -69,10 +70,28 @@ class Prefetcher:
         self.pages = 0  # pages asked for so far
         self.sampled = 0  # batches whose residency was sampled
         self.position = start  # the batch handed out now
+        self.remote = bool(self.depth) and self._plan_pass(start)  # read through a remote cache
+
+    def _plan_pass(self, start: int) -> bool:
+        """For a corpus read through a remote cache: tell the cache the first position of this pass that needs each
+        block, so that it frees blocks needed later first (across epochs, it keeps the cached blocks this pass
+        needs), and read further ahead (:data:`REMOTE_DEPTH`). One pass over the plan's batches; nothing locally.
+        Whether the corpus is remote."""
+        rows = self.batch_at(start)
+        if rows is None or not plan_use(self.source.word_ranges(rows, True), start, start):
+            return False
+        self.depth = max(self.depth, REMOTE_DEPTH)
+        q = start + 1
+        while (rows := self.batch_at(q)) is not None:
+            plan_use(self.source.word_ranges(rows, True), q, start)
+            q += 1
+        return True
 
     def step(self, position: int) -> None:
         """Batch ``position`` is being handed out: ask for what the next batches need."""
         self.position = position
+        if self.remote and (rows := self.batch_at(position)) is not None:  # the cache's clock: blocks used before
+            plan_use(self.source.word_ranges(rows, True), position, position)  # are the first it may free
         while self.values_done < position + self.depth:
             q = self.values_done + 1
             rows = self.batch_at(q)

@@ -207,18 +207,30 @@ def test_schedule_reads_tokens_of_the_next_depth_batches_and_offsets_of_the_dept
     assert ahead.pages == 9
 
 
-class FakeRemote:
-    """A remote file's cache: records what the plan says it needs (``plan_use``) and what is fetched ahead."""
+class FakeStore:
+    """A cache's clock: counts the batches handed out."""
 
     def __init__(self) -> None:
+        self.now = 0
+
+    def tick(self) -> None:
+        self.now += 1
+
+
+class FakeRemote:
+    """A remote file's cache: records what the plan says it needs (``plan_use``) and what is fetched ahead, each
+    with the clock's time then."""
+
+    def __init__(self) -> None:
+        self.store = FakeStore()
         self.planned: list[tuple[list[int], int, int]] = []
-        self.fetched: list[tuple[list[int], int | None, int | None]] = []
+        self.fetched: list[tuple[list[int], int | None, int]] = []
 
-    def plan_use(self, starts: np.ndarray, ends: np.ndarray, step: int, now: int) -> None:
-        self.planned.append((starts.tolist(), step, now))
+    def plan_use(self, starts: np.ndarray, ends: np.ndarray, ahead: int) -> None:
+        self.planned.append((starts.tolist(), ahead, self.store.now))
 
-    def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None, now: int | None) -> None:
-        self.fetched.append((starts.tolist(), step, now))
+    def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None) -> None:
+        self.fetched.append((starts.tolist(), ahead, self.store.now))
 
     def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:
         return False
@@ -236,15 +248,19 @@ class RemoteSource:
 
 
 def test_a_remote_pass_is_planned_whole_then_read_further_ahead() -> None:
-    """A resumed pass at position 3 of 8: the cache learns the position of every batch left, then fetches ahead by
-    at least REMOTE_DEPTH batches."""
+    """A resumed pass at position 3 of 8: the cache learns in how many batches each batch left is needed; each batch
+    handed out after the first moves its clock one step; read-ahead goes at least REMOTE_DEPTH batches deep."""
     source = RemoteSource()
     ahead = Prefetcher(source, 2, batches(8), start=3)
     assert ahead.depth == _prefetch.REMOTE_DEPTH
-    assert source.remote.planned == [([400 * q], q, 3) for q in range(3, 8)]
+    assert source.remote.planned == [([400 * q], q - 3, 0) for q in range(3, 8)]
+    source.remote.planned.clear()
     ahead.step(3)
-    assert source.remote.fetched == [([400 * q], q, 3) for q in range(3, 8)]  # values: up to the epoch's end
-    assert Prefetcher(source, 0, batches(8)).depth == 0 and len(source.remote.planned) == 5  # off: nothing planned
+    assert source.remote.planned == [([1200], 0, 0)]  # the batch handed out: needed now, the clock unmoved
+    assert source.remote.fetched == [([400 * q], q - 3, 0) for q in range(3, 8)]  # values: up to the epoch's end
+    ahead.step(4)
+    assert source.remote.store.now == 1 and source.remote.planned[-1] == ([1600], 0, 1)
+    assert Prefetcher(source, 0, batches(8)).depth == 0 and len(source.remote.planned) == 2  # off: nothing planned
 
 
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -664,7 +664,7 @@ def test_shifted_offset_is_caught_by_the_offsets_checksum(dataset: Path, worker:
     mine = assert_consistent(path, worker.read(path))
     assert (
         mine["status"] == "error"
-        and "record batch 1 (target): offsets checksum of rows 0..7: expected CRC-32" in (mine["message"])
+        and "record batch 1 (target): offsets checksum of rows 8..15: expected CRC-32" in (mine["message"])
     )
     split = SplitFile(path)  # in-process is safe: every offset stays inside its batch
     assert split.row("target", 7).tolist() == corpus()["target"][7]  # other record batches read fine
@@ -786,15 +786,25 @@ def test_malformed_offsets_checksums_are_named_on_open(split_file: Path, value: 
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (b"[1]", "record batch 0: offsets piece checksums: expected rows per piece and, per column"),
-        (b'{"rows":0,"source":[1],"target":[1]}', "a CRC-32 per piece of its 8 rows, got"),
-        (b'{"rows":4,"source":[1],"target":[1]}', "a CRC-32 per piece of its 8 rows, got"),
-        (b'{"rows":8,"source":[1],"target":[-1]}', "a CRC-32 per piece of its 8 rows, got"),
+        (b'[1, "a"]', "record batch 0: offsets piece checksums: expected rows per piece and, per column"),
+        (b'{"rows":0,"crcs":{"source":[1],"target":[1]}}', "a CRC-32 per piece of its 8 rows, got"),
+        (b'{"rows":4,"crcs":{"source":[1],"target":[1]}}', "a CRC-32 per piece of its 8 rows, got"),
+        (b'{"rows":8,"crcs":{"source":[1],"target":[-1]}}', "a CRC-32 per piece of its 8 rows, got"),
+        (b'{"rows":8,"source":[1],"target":[1]}', "a CRC-32 per piece of its 8 rows, got"),
     ],
-    ids=["not an object", "no rows", "too few pieces", "negative"],
+    ids=["not an object", "no rows", "too few pieces", "negative", "not nested"],
 )
 def test_malformed_offsets_piece_checksums_are_named_on_open(split_file: Path, value: bytes, expected: str) -> None:
     expect_format_error(rewrite(split_file, [{OFFSETS_PIECES_KEY: value}] * 4), expected)
+
+
+def test_a_malformed_whole_checksum_is_refused_beside_pieces(split_file: Path) -> None:
+    """Readers check the pieces, and still refuse a file whose whole-batch entry is not a CRC-32 per column."""
+    with ipc.open_stream(str(split_file)) as reader:
+        written = [dict(custom) for _, custom in reader.iter_batches_with_custom_metadata()]
+    assert all(OFFSETS_PIECES_KEY in m and OFFSETS_CRC_KEY in m for m in written)
+    broken = [{**m, OFFSETS_CRC_KEY: b'{"source":1}'} for m in written]
+    expect_format_error(rewrite(split_file, broken), "offsets checksum: expected a CRC-32 per column")
 
 
 def test_a_row_used_cold_checks_only_its_piece_of_offsets(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ boundaries and passes every range check. So the writer records, for every record
 batch and column, CRC-32s (zlib) of the batch's int32 offsets buffer (little-endian) in
 the batch's IPC message custom metadata, as canonical JSON:
 
-* :data:`OFFSETS_PIECES_KEY`: ``{"rows": 1024, "source": [crc, ...], "target": [...]}``, one
+* :data:`OFFSETS_PIECES_KEY`: ``{"rows": 1024, "crcs": {"source": [crc, ...], "target": [...]}}``, one
   CRC-32 per *piece* of :data:`PIECE_ROWS` rows (the piece's offsets: its rows' starts and
   the end of its last row, ``rows + 1`` values, one 4 KiB page), so a row used cold costs
   the check of one page of offsets, not of its whole record batch;
@@ -49,15 +49,22 @@ def offsets_crc(offsets: np.ndarray) -> int:
     return zlib.crc32(memoryview(np.ascontiguousarray(offsets, dtype="<i4")).cast("B"))
 
 
+def piece_bounds(k: int, per: int, rows: int) -> tuple[int, int]:
+    """(first row, end row) of piece ``k`` of ``per`` rows of a record batch of ``rows`` rows: its offsets are
+    values ``first..end`` (both included)."""
+    return k * per, min((k + 1) * per, rows)
+
+
 def piece_crcs(offsets: np.ndarray) -> list[int]:
     """The CRC-32 of each piece of a record batch's ``offsets`` (row count + 1 values)."""
     rows = offsets.shape[0] - 1
-    return [offsets_crc(offsets[a : min(a + PIECE_ROWS, rows) + 1]) for a in range(0, rows, PIECE_ROWS)]
+    bounds = [piece_bounds(k, PIECE_ROWS, rows) for k in range(-(-rows // PIECE_ROWS))]
+    return [offsets_crc(offsets[first : end + 1]) for first, end in bounds]
 
 
 def encode_offsets_crcs(offsets: Mapping[str, np.ndarray]) -> dict[bytes, bytes]:
     """A record batch's custom metadata recording each column's offsets CRC-32s (whole, and per piece)."""
-    pieces = {"rows": PIECE_ROWS, **{c: piece_crcs(o) for c, o in offsets.items()}}
+    pieces = {"rows": PIECE_ROWS, "crcs": {c: piece_crcs(o) for c, o in offsets.items()}}
     return {
         OFFSETS_CRC_KEY: _json({c: offsets_crc(o) for c, o in offsets.items()}),
         OFFSETS_PIECES_KEY: _json(pieces),
@@ -96,16 +103,18 @@ def decode_piece_crcs(raw: bytes, columns: tuple[str, ...], rows: int, where: st
     ``where`` unless every column has one CRC-32 per piece of the batch's ``rows`` rows."""
     found = _decoded(raw, where)
     per = found.get("rows") if isinstance(found, dict) else None
-    valid = isinstance(found, dict) and sorted(found) == sorted([*columns, "rows"]) and type(per) is int and per > 0
+    crcs = found.get("crcs") if isinstance(found, dict) else None
+    valid = isinstance(found, dict) and sorted(found) == ["crcs", "rows"] and type(per) is int and per > 0
+    valid = valid and isinstance(crcs, dict) and sorted(crcs) == sorted(columns)
     count = -(-rows // per) if valid else 0
     if not valid or not all(
-        isinstance(found[c], list) and len(found[c]) == count and all(map(_is_crc, found[c])) for c in columns
+        isinstance(crcs[c], list) and len(crcs[c]) == count and all(map(_is_crc, crcs[c])) for c in columns
     ):
         raise FormatError(
             f"{where}: offsets piece checksums: expected rows per piece and, per column {list(columns)}, a CRC-32 "
             f"per piece of its {rows} rows, got {raw[:SHOWN_BYTES]!r} (corrupt)"
         )
-    return per, np.array([found[c] for c in columns], dtype=np.uint32).T.reshape(count, len(columns))
+    return per, np.array([crcs[c] for c in columns], dtype=np.uint32).T.reshape(count, len(columns))
 
 
 class OffsetChecks:
@@ -114,7 +123,8 @@ class OffsetChecks:
     Record batch ``b`` has pieces ``first[b]..first[b + 1] - 1`` of ``piece_rows[b]`` rows each
     (the last one shorter; a batch recording one CRC is one piece; a batch recording none has
     no piece and is never checked); ``expected[p, c]`` is piece ``p``'s CRC-32 for column ``c``;
-    ``offsets(column, b)`` returns the batch's offsets as stored.
+    ``offsets(column, b)`` returns the batch's offsets as stored; ``first_row[b]``, the file row
+    batch ``b`` starts at (for messages).
     """
 
     def __init__(
@@ -126,6 +136,7 @@ class OffsetChecks:
         expected: np.ndarray,
         offsets: OffsetsOf,
         read_ahead: ReadAhead | None = None,
+        first_row: np.ndarray | None = None,
     ) -> None:
         self.path = path
         self.columns = columns
@@ -137,6 +148,7 @@ class OffsetChecks:
         self._read_ahead = read_ahead
         self._unchecked = {column: np.ones(expected.shape[0], dtype=bool) for column in columns}
         self._pending = dict.fromkeys(columns, int(expected.shape[0]))
+        self.first_row = np.zeros(piece_rows.shape[0] + 1, dtype=np.int64) if first_row is None else first_row
 
     @classmethod
     def of(
@@ -157,16 +169,18 @@ class OffsetChecks:
             where = f"{path}: record batch {b}"
             pieces = None if found is None else found.get(OFFSETS_PIECES_KEY)
             whole = None if found is None else found.get(OFFSETS_CRC_KEY)
+            whole_crcs = None if whole is None else decode_offsets_crcs(whole, columns, where)  # checked alike
             if pieces is not None:
                 piece_rows[b], crcs = decode_piece_crcs(pieces, columns, int(batch_rows[b]), where)
                 expected.append(crcs)
-            elif whole is not None:
+            elif whole_crcs is not None:
                 piece_rows[b] = max(int(batch_rows[b]), 1)
-                expected.append(np.array([decode_offsets_crcs(whole, columns, where)], dtype=np.uint32))
+                expected.append(np.array([whole_crcs], dtype=np.uint32))
             counts[b] = expected[-1].shape[0] if piece_rows[b] else 0
         table = np.concatenate(expected) if expected else np.zeros((0, len(columns)), dtype=np.uint32)
         first = np.concatenate([[0], np.cumsum(counts)])
-        return cls(path, columns, piece_rows, first, table, offsets, read_ahead)
+        first_row = np.concatenate([[0], np.cumsum(np.asarray(batch_rows, dtype=np.int64))])
+        return cls(path, columns, piece_rows, first, table, offsets, read_ahead, first_row)
 
     def ensure(self, column: str, batches: np.ndarray, local: np.ndarray) -> None:
         """Check the pieces holding rows ``local`` of record batches ``batches`` (any order, repeats allowed) of
@@ -206,13 +220,14 @@ class OffsetChecks:
     def _check(self, column: str, p: int) -> None:
         b = int(np.searchsorted(self.first, p, side="right")) - 1
         stored = self._offsets(column, b)
-        start = (p - int(self.first[b])) * int(self.piece_rows[b])
-        stop = min(start + int(self.piece_rows[b]), stored.shape[0] - 1)
+        start, stop = piece_bounds(p - int(self.first[b]), int(self.piece_rows[b]), stored.shape[0] - 1)
         want = int(self.expected[p, self.columns.index(column)])
         found = offsets_crc(stored[start : stop + 1])
         if found != want:
+            row = int(self.first_row[b])
             raise FormatError(
-                f"{self.path}: record batch {b} ({column}): offsets checksum of rows {start}..{stop - 1}: expected "
+                f"{self.path}: record batch {b} ({column}): offsets checksum of rows {row + start}..{row + stop - 1}: "
+                "expected "
                 f"CRC-32 {want:08x} (written at conversion), found {found:08x}: their boundaries changed on disk; "
                 "the file is corrupt"
             )

@@ -105,12 +105,12 @@ def word_page_runs(ranges: WordRanges) -> tuple[np.ndarray, np.ndarray]:
     return page_runs(first, end)
 
 
-def will_need(ranges: Iterable[WordRanges], step: int | None = None, now: int | None = None) -> int:
+def will_need(ranges: Iterable[WordRanges], ahead: int | None = None) -> int:
     """Start reading the pages of every range (``MADV_WILLNEED``), without waiting; returns the pages asked for.
 
-    Ranges of a remote file's cache are fetched in the background instead (``step``: the plan
-    position that needs them, ``now``: the position read now; the cache keeps blocks needed
-    sooner in preference to those needed later).
+    Ranges of a remote file's cache are fetched in the background instead (``ahead``: in how
+    many batches they are needed; the cache keeps blocks needed sooner in preference to those
+    needed later).
 
     Ranges of several maps (a mixture's corpora, both columns) are merged into page runs of
     this process's address space at once (:func:`will_need_many`) instead of map by map.
@@ -119,7 +119,7 @@ def will_need(ranges: Iterable[WordRanges], step: int | None = None, now: int | 
     ranges = list(ranges)
     for part in ranges:
         if part.remote is not None:
-            part.remote.prefetch(*part.byte_bounds(), step, now)
+            part.remote.prefetch(*part.byte_bounds(), ahead)
     ranges = [part for part in ranges if part.remote is None]
     if _WILLNEED is None:
         return asked
@@ -139,15 +139,17 @@ def will_need(ranges: Iterable[WordRanges], step: int | None = None, now: int | 
     return asked
 
 
-def plan_use(ranges: Iterable[WordRanges], step: int, now: int) -> bool:
-    """Tell the caches of remote files among ``ranges`` that plan position ``step`` needs them, the pass being at
-    ``now`` (nothing is fetched: the cache keeps blocks needed sooner); whether any range was remote."""
-    remote = False
-    for part in ranges:
-        if part.remote is not None:
-            part.remote.plan_use(*part.byte_bounds(), step, now)
-            remote = True
-    return remote
+def plan_use(ranges: Iterable[WordRanges], ahead: int, tick: bool = False) -> bool:
+    """Tell the caches of remote files among ``ranges`` that they are needed ``ahead`` batches from now (nothing is
+    fetched: a cache keeps blocks needed sooner); ``tick``: a batch is handed out now, each cache's clock moves
+    one step first. Whether any range was remote."""
+    parts = [part for part in ranges if part.remote is not None]
+    if tick:
+        for store in {id(part.remote.store): part.remote.store for part in parts}.values():
+            store.tick()
+    for part in parts:
+        part.remote.plan_use(*part.byte_bounds(), ahead)
+    return bool(parts)
 
 
 def will_need_many(ranges: list[WordRanges]) -> int:

@@ -8,9 +8,9 @@ is two integer reads and a slice: no pyarrow object is touched after opening.
 Opening reads O(record batches) numbers: each batch's buffers must lie inside the
 file and its offsets must run from 0 to the batch's value count. Middle offsets are
 checked on every access (:meth:`SplitFile.spans`), or all at once by
-:meth:`SplitFile.check_offsets`; a record batch's offsets checksum (recorded at
-conversion, :mod:`arrowmt.format._offsets_crc`) is checked the first time any of its
-rows is used; :func:`ensure_offsets_checked` does that once per
+:meth:`SplitFile.check_offsets`; the offsets checksum of each piece of 1,024 rows
+of a record batch (recorded at conversion, :mod:`arrowmt.format._offsets_crc`) is
+checked the first time any of its rows is used; :func:`ensure_offsets_checked` does that once per
 file state before a file is handed to a library that trusts offsets (pyarrow,
 Hugging Face ``datasets``).
 """

@@ -14,6 +14,7 @@ two is seen and the read is done again.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import struct
@@ -61,10 +62,11 @@ class CacheState:
         except OSError as exc:
             raise StorageError(f"{path}: cannot open the cache state: {exc.strerror or exc}") from exc
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the first process sizes and stamps it; the others wait, then check it
             self._init(fd, path, blocks, size)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
-            os.close(fd)
+            os.close(fd)  # (releases the lock)
         at = HEADER.size
         self.present = np.frombuffer(self._map, dtype=np.uint8, count=blocks, offset=at)
         at += _padded(blocks)
@@ -85,7 +87,7 @@ class CacheState:
 
     @staticmethod
     def _init(fd: int, path: Path, blocks: int, size: int) -> None:
-        """Size and stamp a new (empty) state file; check an existing one (the caller holds the cache's lock)."""
+        """Size and stamp a new (empty) state file; check an existing one (the caller holds its ``flock``)."""
         st = os.fstat(fd)
         if st.st_size == 0:
             os.ftruncate(fd, size)

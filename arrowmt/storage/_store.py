@@ -93,9 +93,8 @@ class BlockStore:
         self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
         self._fetchers = ThreadPoolExecutor(workers, thread_name_prefix="arrowmt-fetch")
         self._ahead = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="arrowmt-ahead")
-        self.now = 0  # plan steps, increasing over passes (epochs)
-        self._base = 0  # the step of the current pass's position 0
-        self._position = 0
+        self.now = 0  # batches handed out by this process's samplers (the clock of planned uses)
+        self._reserved = 0  # blocks admitted and being fetched: counted against the limit until present
         self.fetched_bytes = 0  # by this process
         self._warned = False
         self.ensure(np.flatnonzero(self.pinned))
@@ -134,34 +133,23 @@ class BlockStore:
     def resident(self, blocks: np.ndarray) -> bool:
         return bool(np.all(self.state.present[blocks]))
 
-    def prefetch(self, blocks: np.ndarray, step: int | None = None, now: int | None = None) -> None:
-        """Fetch the missing of ``blocks`` in the background (errors are left to the read that needs them).
-
-        ``step``: the position in the pass over the plan that needs them; ``now``: the position read now.
-        """
-        self.plan_use(blocks, step, now)
+    def prefetch(self, blocks: np.ndarray, ahead: int | None = None) -> None:
+        """Fetch the missing of ``blocks`` in the background (errors are left to the read that needs them);
+        ``ahead``: in how many batches they are needed (None: not known)."""
+        if ahead is not None:
+            self.plan_use(blocks, ahead)
         missing = blocks[self.state.present[blocks] == 0]
         if missing.size:
             self._ahead.submit(self._fetch_quietly, missing)
 
-    def plan_use(self, blocks: np.ndarray, step: int | None, now: int | None) -> None:
-        """``blocks`` are needed at position ``step`` of the pass over the plan that is at position ``now`` (either
-        None: not known)."""
-        if now is not None:
-            self.advance(now)
-        if step is not None:
-            self.announce(blocks, self._base + step)
+    def plan_use(self, blocks: np.ndarray, ahead: int) -> None:
+        """``blocks`` are needed ``ahead`` batches from now: kept in preference to blocks needed later or never."""
+        self.state.add_use(blocks, self.now + ahead, self.now)
 
-    def announce(self, blocks: np.ndarray, step: int) -> None:
-        """``blocks`` are needed at plan step ``step``: kept in preference to blocks needed later or never."""
-        self.state.add_use(blocks, step, self.now)
-
-    def advance(self, position: int) -> None:
-        """The pass over the plan is at ``position`` (a smaller one than before starts a new pass, later in time)."""
-        if position < self._position:
-            self._base += self._position + 1
-        self._position = position
-        self.now = self._base + position
+    def tick(self) -> None:
+        """A batch is handed out: the clock of this process's uses moves one step (passes, epochs and the samplers
+        of several splits share it; a use planned ``ahead`` batches away is due ``ahead`` ticks later)."""
+        self.now += 1
 
     def check_object(self, k: int, sha256: str) -> list[str]:
         """Read remote file ``k`` whole, in order: problems with its blocks' CRC-32s or its SHA-256 (none: sound)."""
@@ -247,11 +235,17 @@ class BlockStore:
         """Fetch, verify and store ``blocks`` (locked by this process), merged into range requests.
 
         Blocks a read needs now (``required``) are fetched even past the limit; read-ahead
-        fetches only the first of ``blocks`` that fit.
+        fetches only the first of ``blocks`` that fit. Admitted blocks count against the limit
+        (reserved) until they are present, so concurrent read-ahead never overfills the cache.
         """
-        room = self._admit(int(blocks.size))
-        if not required:
-            blocks = blocks[:room]
+        room = self._admit(int(blocks.size), required)
+        try:
+            self._fetch_runs(blocks[:room])
+        finally:
+            with self._evicting:
+                self._reserved -= room
+
+    def _fetch_runs(self, blocks: np.ndarray) -> None:
         if not blocks.size:
             return
         k = np.searchsorted(self.base, blocks, side="right") - 1
@@ -287,28 +281,35 @@ class BlockStore:
         blocks = np.arange(first, first + count) + self.base[k]
         self.state.generation[blocks] += 1
         self.state.present[blocks] = 1
-        self.fetched_bytes += len(data)
+        with self._mutex:
+            self.fetched_bytes += len(data)
 
     # ------------------------------------------------------------ evicting
 
-    def _admit(self, count: int) -> int:
-        """Free blocks, furthest next use first, until ``count`` more fit within the limit; how many fit."""
-        if self.limit is None:
-            return count
+    def _admit(self, count: int, required: bool) -> int:
+        """Free blocks, furthest next use first, until ``count`` more fit within the limit; how many to fetch
+        (all ``count`` when ``required``), reserved until :meth:`_fill` releases them."""
         with self._evicting:
-            capacity = self.limit // self.block_size
-            excess = int(np.count_nonzero(self.state.present)) + count - capacity
-            if excess > 0:  # free a little more than needed, so that freeing (a sort of the cache) is rare
-                freed = 0
-                for b in self._victims().tolist():
-                    if freed >= excess + capacity // EVICT_SLACK:
-                        break
-                    freed += self._evict(b)
-                if freed < excess and not self._warned:
-                    self._warned = True
-                    message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
-                    logger.warning(message, self.remote.url, self.limit)
-            return min(count, max(0, capacity - int(np.count_nonzero(self.state.present))))
+            room = count if self.limit is None else self._room(count, self.limit)
+            room = count if required else room
+            self._reserved += room
+            return room
+
+    def _room(self, count: int, limit: int) -> int:
+        capacity = limit // self.block_size
+        excess = int(np.count_nonzero(self.state.present)) + self._reserved + count - capacity
+        if excess > 0:  # free a little more than needed, so that freeing (a sort of the cache) is rare
+            freed = 0
+            for b in self._victims().tolist():
+                if freed >= excess + capacity // EVICT_SLACK:
+                    break
+                freed += self._evict(b)
+            if freed < excess and not self._warned:
+                self._warned = True
+                message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
+                logger.warning(message, self.remote.url, self.limit)
+        used = int(np.count_nonzero(self.state.present)) + self._reserved
+        return min(count, max(0, capacity - used))
 
     def _victims(self) -> np.ndarray:
         present = np.flatnonzero(self.state.present.astype(bool) & ~self.pinned)
@@ -367,12 +368,12 @@ class BlockFile:
                 return result
         raise StorageError(f"{self.store.remote.url}: blocks evicted faster than they are read; raise cache_limit")
 
-    def prefetch(self, starts: np.ndarray, ends: np.ndarray, step: int | None = None, now: int | None = None) -> None:
-        self.store.prefetch(self.blocks(starts, ends), step, now)
+    def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None = None) -> None:
+        self.store.prefetch(self.blocks(starts, ends), ahead)
 
-    def plan_use(self, starts: np.ndarray, ends: np.ndarray, step: int, now: int) -> None:
-        """Byte ranges ``[starts, ends)`` are needed at ``step`` of the pass at ``now`` (nothing is fetched)."""
-        self.store.plan_use(self.blocks(starts, ends), step, now)
+    def plan_use(self, starts: np.ndarray, ends: np.ndarray, ahead: int) -> None:
+        """Byte ranges ``[starts, ends)`` are needed ``ahead`` batches from now (nothing is fetched)."""
+        self.store.plan_use(self.blocks(starts, ends), ahead)
 
     def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:
         return self.store.resident(self.blocks(starts, ends))

@@ -78,20 +78,20 @@ class Prefetcher:
         needs), and read further ahead (:data:`REMOTE_DEPTH`). One pass over the plan's batches; nothing locally.
         Whether the corpus is remote."""
         rows = self.batch_at(start)
-        if rows is None or not plan_use(self.source.word_ranges(rows, True), start, start):
+        if rows is None or not plan_use(self.source.word_ranges(rows, True), 0):
             return False
         self.depth = max(self.depth, REMOTE_DEPTH)
         q = start + 1
         while (rows := self.batch_at(q)) is not None:
-            plan_use(self.source.word_ranges(rows, True), q, start)
+            plan_use(self.source.word_ranges(rows, True), q - start)
             q += 1
         return True
 
     def step(self, position: int) -> None:
         """Batch ``position`` is being handed out: ask for what the next batches need."""
-        self.position = position
-        if self.remote and (rows := self.batch_at(position)) is not None:  # the cache's clock: blocks used before
-            plan_use(self.source.word_ranges(rows, True), position, position)  # are the first it may free
+        moved, self.position = position != self.position, position
+        if self.remote and (rows := self.batch_at(position)) is not None:  # the cache's clock moves: blocks used
+            plan_use(self.source.word_ranges(rows, True), 0, tick=moved)  # before are the first it may free
         while self.values_done < position + self.depth:
             q = self.values_done + 1
             rows = self.batch_at(q)
@@ -117,7 +117,7 @@ class Prefetcher:
                 return
         else:
             self.streak = 0
-            self.pages += will_need(ranges, q, self.position)
+            self.pages += will_need(ranges, q - self.position)
         self.values_done = q
 
     def _resident(self, ranges: list[WordRanges]) -> bool:

@@ -173,6 +173,8 @@ class ChunkChecks:
 
 def _windows(chunks: np.ndarray, most: int) -> list[tuple[int, int]]:
     """``chunks`` (increasing) as (first, last) runs of consecutive chunks, each of at most ``most`` chunks."""
+    if chunks.shape[0] == 1:  # the common case of a batch's first use: no array work
+        return [(int(chunks[0]), int(chunks[0]))]
     breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
     out = []
     for run in np.split(chunks, breaks):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
-from arrowmt.storage._state import NO_USE, add_use, use_keys
+from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys
 
 N = NO_USE
 
@@ -33,3 +37,11 @@ def test_the_key_is_the_first_use_still_to_come() -> None:
     next_use, later_use = np.array([N, 5, 5, 2, 2, 3]), np.array([N, 9, N, 9, 2, 3])
     assert use_keys(next_use, later_use, 3).tolist() == [N, 5, 5, 9, N, 3]
     assert use_keys(next_use, later_use, 6).tolist() == [N, 9, N, 9, N, N]
+
+
+def test_a_second_process_opens_a_state_the_first_holds_mapped(tmp_path: Path) -> None:
+    """Opening takes a lock while it sizes or checks the file; the map must not keep holding it."""
+    first = CacheState(tmp_path / "state", 10)
+    path = str(first.path)
+    code = f"import pathlib; from arrowmt.storage._state import CacheState as C; C(pathlib.Path({path!r}), 10)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=30).returncode == 0  # a held lock: TimeoutExpired

@@ -66,7 +66,8 @@ class CacheState:
             self._init(fd, path, blocks, size)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
-            os.close(fd)  # (releases the lock)
+            fcntl.flock(fd, fcntl.LOCK_UN)  # explicitly: the map keeps a duplicate of fd, which would hold the lock
+            os.close(fd)
         at = HEADER.size
         self.present = np.frombuffer(self._map, dtype=np.uint8, count=blocks, offset=at)
         at += _padded(blocks)

@@ -249,18 +249,19 @@ class RemoteSource:
 
 def test_a_remote_pass_is_planned_whole_then_read_further_ahead() -> None:
     """A resumed pass at position 3 of 8: the cache learns in how many batches each batch left is needed; each batch
-    handed out after the first moves its clock one step; read-ahead goes at least REMOTE_DEPTH batches deep."""
+    handed out after the first moves its clock one step (nothing is planned again); read-ahead goes at least
+    REMOTE_DEPTH batches deep."""
     source = RemoteSource()
     ahead = Prefetcher(source, 2, batches(8), start=3)
-    assert ahead.depth == _prefetch.REMOTE_DEPTH
+    assert ahead.depth == _prefetch.REMOTE_DEPTH and ahead.clocks == [source.remote.store]
     assert source.remote.planned == [([400 * q], q - 3, 0) for q in range(3, 8)]
     source.remote.planned.clear()
     ahead.step(3)
-    assert source.remote.planned == [([1200], 0, 0)]  # the batch handed out: needed now, the clock unmoved
+    assert source.remote.planned == [] and source.remote.store.now == 0  # the first batch: the clock unmoved
     assert source.remote.fetched == [([400 * q], q - 3, 0) for q in range(3, 8)]  # values: up to the epoch's end
     ahead.step(4)
-    assert source.remote.store.now == 1 and source.remote.planned[-1] == ([1600], 0, 1)
-    assert Prefetcher(source, 0, batches(8)).depth == 0 and len(source.remote.planned) == 2  # off: nothing planned
+    assert source.remote.store.now == 1 and source.remote.planned == []
+    assert Prefetcher(source, 0, batches(8)).depth == 0 and source.remote.planned == []  # off: nothing planned
 
 
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -480,6 +481,7 @@ def test_offsets_checks_read_their_record_batches_ahead_together() -> None:
             ("a",),
             pieces,
             first,
+            4 * first,
             expected,
             lambda c, b: stored[c, b],
             lambda c, b, f, r: asked.append((c, b.tolist())),

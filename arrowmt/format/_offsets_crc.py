@@ -133,10 +133,10 @@ class OffsetChecks:
         columns: tuple[str, ...],
         piece_rows: np.ndarray,
         first: np.ndarray,
+        first_row: np.ndarray,
         expected: np.ndarray,
         offsets: OffsetsOf,
         read_ahead: ReadAhead | None = None,
-        first_row: np.ndarray | None = None,
     ) -> None:
         self.path = path
         self.columns = columns
@@ -148,7 +148,7 @@ class OffsetChecks:
         self._read_ahead = read_ahead
         self._unchecked = {column: np.ones(expected.shape[0], dtype=bool) for column in columns}
         self._pending = dict.fromkeys(columns, int(expected.shape[0]))
-        self.first_row = np.zeros(piece_rows.shape[0] + 1, dtype=np.int64) if first_row is None else first_row
+        self.first_row = first_row
 
     @classmethod
     def of(
@@ -180,7 +180,7 @@ class OffsetChecks:
         table = np.concatenate(expected) if expected else np.zeros((0, len(columns)), dtype=np.uint32)
         first = np.concatenate([[0], np.cumsum(counts)])
         first_row = np.concatenate([[0], np.cumsum(np.asarray(batch_rows, dtype=np.int64))])
-        return cls(path, columns, piece_rows, first, table, offsets, read_ahead, first_row)
+        return cls(path, columns, piece_rows, first, first_row, table, offsets, read_ahead)
 
     def ensure(self, column: str, batches: np.ndarray, local: np.ndarray) -> None:
         """Check the pieces holding rows ``local`` of record batches ``batches`` (any order, repeats allowed) of

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.storage import BlockFile
+from arrowmt.storage import BlockFile, BlockStore
 
 PAGE = mmap.PAGESIZE
 WORD = 4  # bytes of an int32 token or offset
@@ -139,17 +139,15 @@ def will_need(ranges: Iterable[WordRanges], ahead: int | None = None) -> int:
     return asked
 
 
-def plan_use(ranges: Iterable[WordRanges], ahead: int, tick: bool = False) -> bool:
+def plan_use(ranges: Iterable[WordRanges], ahead: int) -> list[BlockStore]:
     """Tell the caches of remote files among ``ranges`` that they are needed ``ahead`` batches from now (nothing is
-    fetched: a cache keeps blocks needed sooner); ``tick``: a batch is handed out now, each cache's clock moves
-    one step first. Whether any range was remote."""
-    parts = [part for part in ranges if part.remote is not None]
-    if tick:
-        for store in {id(part.remote.store): part.remote.store for part in parts}.values():
-            store.tick()
-    for part in parts:
-        part.remote.plan_use(*part.byte_bounds(), ahead)
-    return bool(parts)
+    fetched: a cache keeps blocks needed sooner); those caches, each once (none: no range is remote)."""
+    stores: dict[int, BlockStore] = {}
+    for part in ranges:
+        if part.remote is not None:
+            part.remote.plan_use(*part.byte_bounds(), ahead)
+            stores.setdefault(id(part.remote.store), part.remote.store)
+    return list(stores.values())
 
 
 def will_need_many(ranges: list[WordRanges]) -> int:

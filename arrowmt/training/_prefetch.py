@@ -24,12 +24,15 @@ Torch-free; the samplers own one each (``prefetch=`` the depth, 0 to turn it off
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt.format import WordRanges, plan_use, resident_pages, will_need, word_page_runs
+
+if TYPE_CHECKING:
+    from arrowmt.storage import BlockStore
 
 DEFAULT_DEPTH = 8
 REMOTE_DEPTH = 64  # the least depth for a remote corpus: a range request takes tens of milliseconds
@@ -70,28 +73,30 @@ class Prefetcher:
         self.pages = 0  # pages asked for so far
         self.sampled = 0  # batches whose residency was sampled
         self.position = start  # the batch handed out now
-        self.remote = bool(self.depth) and self._plan_pass(start)  # read through a remote cache
+        self.clocks = self._plan_pass(start) if self.depth else []  # the remote caches read through
 
-    def _plan_pass(self, start: int) -> bool:
+    def _plan_pass(self, start: int) -> list[BlockStore]:
         """For a corpus read through a remote cache: tell the cache the first position of this pass that needs each
         block, so that it frees blocks needed later first (across epochs, it keeps the cached blocks this pass
         needs), and read further ahead (:data:`REMOTE_DEPTH`). One pass over the plan's batches; nothing locally.
-        Whether the corpus is remote."""
+        The caches, whose clocks :meth:`step` moves (none: the corpus is local)."""
         rows = self.batch_at(start)
-        if rows is None or not plan_use(self.source.word_ranges(rows, True), 0):
-            return False
+        clocks = [] if rows is None else plan_use(self.source.word_ranges(rows, True), 0)
+        if not clocks:
+            return []
         self.depth = max(self.depth, REMOTE_DEPTH)
         q = start + 1
         while (rows := self.batch_at(q)) is not None:
             plan_use(self.source.word_ranges(rows, True), q - start)
             q += 1
-        return True
+        return clocks
 
     def step(self, position: int) -> None:
         """Batch ``position`` is being handed out: ask for what the next batches need."""
-        moved, self.position = position != self.position, position
-        if self.remote and (rows := self.batch_at(position)) is not None:  # the cache's clock moves: blocks used
-            plan_use(self.source.word_ranges(rows, True), 0, tick=moved)  # before are the first it may free
+        if position != self.position:  # the caches' clocks move: blocks used before are the first they may free
+            for clock in self.clocks:
+                clock.tick()
+        self.position = position
         while self.values_done < position + self.depth:
             q = self.values_done + 1
             rows = self.batch_at(q)

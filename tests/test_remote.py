@@ -326,3 +326,43 @@ def test_concurrent_read_ahead_stays_within_the_limit(url: str, corpus: Path, tm
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda part: store._fetch(part, wait=False), np.array_split(free, 16)))
     assert 0 < store.used_bytes() <= max(limit, int(store.pinned.sum()) * SMALL_BLOCK)
+
+
+HOLD = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "r+b")
+fcntl.lockf(handle, fcntl.LOCK_EX, 1, int(sys.argv[2]))
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_runs_of_blocks_are_locked_and_freed_at_once_around_another_process(url: str, tmp_path: Path) -> None:
+    """A run of blocks is locked (and freed) with one call; a block another process holds is left to it."""
+    store = arrowmt.open_dataset(url, "train", cache_dir=tmp_path).shards[0].remote.store
+    free = np.flatnonzero(~store.pinned)
+    first = int(free[np.flatnonzero(free[3:] - free[:-3] == 3)[0]])
+    run = np.arange(first, first + 4, dtype=np.int64)
+    store._fetch(run, wait=True)
+    lock_file = store.folder / ".arrowmt-remote" / "blocks.lock"
+    command = [sys.executable, "-c", HOLD, str(lock_file), str(first + 2)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE) as holder:
+        try:
+            assert holder.stdout.readline() == b"held\n"
+            mine, busy = store._lock(run)
+            assert mine.tolist() == [first, first + 1, first + 3] and busy.tolist() == [first + 2]
+            store._unlock(mine)
+            generations = store.state.generation[run].copy()
+            assert store._evict(run) == 3  # the held block stays: its holder may be fetching it
+            assert store.state.present[run].tolist() == [0, 0, 1, 0]
+            assert (store.state.generation[run] - generations).tolist() == [1, 1, 0, 1]
+        finally:
+            holder.kill()
+    with open(store.folder / "train.arrow", "rb") as handle:
+        handle.seek(first * SMALL_BLOCK)
+        data = handle.read(4 * SMALL_BLOCK)
+    assert data[: 2 * SMALL_BLOCK] == bytes(2 * SMALL_BLOCK) and data[3 * SMALL_BLOCK :] == bytes(SMALL_BLOCK)
+    assert data[2 * SMALL_BLOCK : 3 * SMALL_BLOCK] != bytes(SMALL_BLOCK)
+    mine, busy = store._lock(run)
+    assert mine.tolist() == run.tolist() and busy.size == 0
+    store._unlock(mine)

@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,18 +32,18 @@ from arrowmt._errors import StorageError
 from arrowmt.storage._punch import punch_hole
 from arrowmt.storage._ranges import block_runs, covered_blocks
 from arrowmt.storage._remote import RemoteFolder
-from arrowmt.storage._state import CacheState
+from arrowmt.storage._state import NO_USE, CacheState
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STATE_DIR = ".arrowmt-remote"
-DEFAULT_WORKERS = 32  # range requests in flight (a request takes tens of ms; the bytes are few)
-AHEAD_WORKERS = 16  # batches read ahead at once, each one's requests in flight together
-MAX_RUN_BYTES = 8 << 20  # the largest range request
+DEFAULT_WORKERS = 16  # range requests in flight (a request takes tens of ms; the bytes are few)
+AHEAD_WORKERS = 8  # batches read ahead at once, each one's requests in flight together
+MAX_RUN_BYTES = 1 << 20  # the largest range request (a buffer of this size per request in flight)
 PROTECTED_STEPS = 1  # blocks needed within this many steps of now are never freed
 READ_RETRIES = 100  # copies redone after a concurrent eviction before giving up
-EVICT_SLACK = 32  # each eviction frees 1/32 of the cache beyond what is needed
+EVICT_SLACK = 256  # each eviction frees 1/256 of the cache beyond what is needed (freeing sorts the cache)
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class BlockStore:
             self.plan_use(blocks, ahead)
         missing = blocks[self.state.present[blocks] == 0]
         if missing.size:
-            self._ahead.submit(self._fetch_quietly, missing)
+            self._ahead.submit(self._fetch_quietly, missing, None if ahead is None else self.now + ahead)
 
     def plan_use(self, blocks: np.ndarray, ahead: int) -> None:
         """``blocks`` are needed ``ahead`` batches from now: kept in preference to blocks needed later or never."""
@@ -168,32 +168,30 @@ class BlockStore:
 
     # ------------------------------------------------------------ fetching
 
-    def _fetch_quietly(self, blocks: np.ndarray) -> None:
+    def _fetch_quietly(self, blocks: np.ndarray, step: int | None) -> None:
         try:
-            self._fetch(blocks, wait=False)
+            self._fetch(blocks, wait=False, step=step)
         except Exception as exc:  # read-ahead is a hint; the read that needs the block fetches it again
             logger.debug("read-ahead of %s failed: %s", self.remote.url, exc)
 
-    def _fetch(self, blocks: np.ndarray, wait: bool) -> None:
+    def _fetch(self, blocks: np.ndarray, wait: bool, step: int | None = None) -> None:
+        """Fetch ``blocks``: needed now (``wait``), or read ahead for the plan step ``step`` (None: unknown)."""
         claimed, waits = self._claim(blocks)
         try:
-            missing = [b for b in claimed if not self.state.present[b]]
-            mine = [b for b in missing if self._try_lock(b)]
-            busy = sorted(set(missing) - set(mine))  # another process is fetching them
+            mine, busy = self._lock(claimed[self.state.present[claimed] == 0])  # busy: another process fetches them
             try:
-                self._fill(np.array(mine, dtype=np.int64), required=wait)
+                self._fill(mine, required=wait, step=step)
             finally:
-                for b in mine:
-                    self._unlock(b)
+                self._unlock(mine)
         finally:
             self._release(claimed)
         if wait:
             for event in waits.values():
                 event.wait()
-            for b in [*busy, *waits]:
+            for b in [*busy.tolist(), *waits]:
                 self._fill_waiting(b)
 
-    def _claim(self, blocks: np.ndarray) -> tuple[list[int], dict[int, threading.Event]]:
+    def _claim(self, blocks: np.ndarray) -> tuple[np.ndarray, dict[int, threading.Event]]:
         """Blocks no other thread of this process is fetching (now marked as ours), and events of the others."""
         claimed, waits = [], {}
         with self._mutex:
@@ -203,11 +201,11 @@ class BlockStore:
                 else:
                     self._inflight[b] = threading.Event()
                     claimed.append(b)
-        return claimed, waits
+        return np.array(claimed, dtype=np.int64), waits
 
-    def _release(self, claimed: Iterable[int]) -> None:
+    def _release(self, claimed: np.ndarray) -> None:
         with self._mutex:
-            for b in claimed:
+            for b in claimed.tolist():
                 self._inflight.pop(b).set()
 
     def _fill_waiting(self, b: int) -> None:
@@ -215,44 +213,66 @@ class BlockStore:
         if self.state.present[b]:
             return
         fcntl.lockf(self._locks, fcntl.LOCK_EX, 1, b)
+        block = np.array([b], dtype=np.int64)
         try:
             if not self.state.present[b]:
-                self._fill(np.array([b], dtype=np.int64), required=True)
+                self._fill(block, required=True)
         finally:
-            self._unlock(b)
+            self._unlock(block)
 
-    def _try_lock(self, b: int) -> bool:
+    def _lock(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Take the node-wide lock of ``blocks`` (sorted unique) where no other process holds it, a run of
+        consecutive blocks at once: (the blocks locked, the blocks another process holds)."""
+        locked = []
+        first, count = block_runs(blocks, max(1, blocks.size))
+        for a, n in zip(first.tolist(), count.tolist(), strict=True):
+            if self._try_lock(a, n):
+                locked.append(np.arange(a, a + n, dtype=np.int64))
+            else:  # another process holds some of them
+                locked += [np.array([b], dtype=np.int64) for b in range(a, a + n) if self._try_lock(b, 1)]
+        mine = np.concatenate(locked) if locked else np.zeros(0, dtype=np.int64)
+        return mine, np.setdiff1d(blocks, mine, assume_unique=True)
+
+    def _try_lock(self, first: int, count: int) -> bool:
         try:
-            fcntl.lockf(self._locks, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, b)
+            fcntl.lockf(self._locks, fcntl.LOCK_EX | fcntl.LOCK_NB, count, first)
         except OSError:
             return False
         return True
 
-    def _unlock(self, b: int) -> None:
-        fcntl.lockf(self._locks, fcntl.LOCK_UN, 1, b)
+    def _unlock(self, blocks: np.ndarray) -> None:
+        """Release the locks of ``blocks`` (sorted unique, all held by this process), a run at once."""
+        first, count = block_runs(blocks, max(1, blocks.size))
+        for a, n in zip(first.tolist(), count.tolist(), strict=True):
+            fcntl.lockf(self._locks, fcntl.LOCK_UN, n, a)
 
-    def _fill(self, blocks: np.ndarray, required: bool) -> None:
+    def _fill(self, blocks: np.ndarray, required: bool, step: int | None = None) -> None:
         """Fetch, verify and store ``blocks`` (locked by this process), merged into range requests.
 
         Blocks a read needs now (``required``) are fetched even past the limit; read-ahead
         fetches only the first of ``blocks`` that fit. Admitted blocks count against the limit
         (reserved) until they are present, so concurrent read-ahead never overfills the cache.
         """
-        room = self._admit(int(blocks.size), required)
+        room = self._admit(int(blocks.size), required, step)
         try:
             self._fetch_runs(blocks[:room])
         finally:
             with self._evicting:
                 self._reserved -= room
 
+    def _file_runs(self, blocks: np.ndarray, max_run: int) -> list[tuple[int, int, int]]:
+        """(file, first block within it, block count) of the runs of sorted unique ``blocks``, within files."""
+        k = np.searchsorted(self.base, blocks, side="right") - 1
+        runs = []
+        for f in np.unique(k).tolist():
+            first, count = block_runs(blocks[k == f] - self.base[f], max_run)
+            runs += [(f, a, n) for a, n in zip(first.tolist(), count.tolist(), strict=True)]
+        return runs
+
     def _fetch_runs(self, blocks: np.ndarray) -> None:
         if not blocks.size:
             return
-        k = np.searchsorted(self.base, blocks, side="right") - 1
-        tasks = []
-        for f in np.unique(k).tolist():
-            first, count = block_runs(blocks[k == f] - self.base[f], MAX_RUN_BYTES // self.block_size)
-            tasks += [(f, a, n) for a, n in zip(first.tolist(), count.tolist(), strict=True)]
+        tasks = self._file_runs(blocks, MAX_RUN_BYTES // self.block_size)
         if len(tasks) == 1:
             self._fill_run(*tasks[0])
             return
@@ -286,24 +306,33 @@ class BlockStore:
 
     # ------------------------------------------------------------ evicting
 
-    def _admit(self, count: int, required: bool) -> int:
+    def _admit(self, count: int, required: bool, step: int | None = None) -> int:
         """Free blocks, furthest next use first, until ``count`` more fit within the limit; how many to fetch
-        (all ``count`` when ``required``), reserved until :meth:`_fill` releases them."""
+        (all ``count`` when ``required``), reserved until :meth:`_fill` releases them.
+
+        Read-ahead for plan step ``step`` frees only blocks needed after it (Belady: a block needed sooner
+        than the one fetched stays); with ``step`` unknown (None), only blocks no plan step needs.
+        """
         with self._evicting:
-            room = count if self.limit is None else self._room(count, self.limit)
+            room = count if self.limit is None else self._room(count, self.limit, self._kept_until(required, step))
             room = count if required else room
             self._reserved += room
             return room
 
-    def _room(self, count: int, limit: int) -> int:
+    def _kept_until(self, required: bool, step: int | None) -> int:
+        """The last plan step whose blocks a fetch may not free."""
+        if required:
+            return self.now + PROTECTED_STEPS
+        return NO_USE - 1 if step is None else max(step, self.now + PROTECTED_STEPS)
+
+    def _room(self, count: int, limit: int, kept_until: int) -> int:
         capacity = limit // self.block_size
         excess = int(np.count_nonzero(self.state.present)) + self._reserved + count - capacity
-        if excess > 0:  # free a little more than needed, so that freeing (a sort of the cache) is rare
-            freed = 0
-            for b in self._victims().tolist():
-                if freed >= excess + capacity // EVICT_SLACK:
-                    break
-                freed += self._evict(b)
+        if excess > 0:  # free a little more than needed, so that freeing (a pass over the cache) is rare
+            target = excess + capacity // EVICT_SLACK
+            freed = self._free(self._victims(kept_until, 2 * target), target)
+            if freed < target:  # many of the furthest are being fetched or read: look at them all
+                freed += self._free(self._victims(kept_until, None), target - freed)
             if freed < excess and not self._warned:
                 self._warned = True
                 message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
@@ -311,36 +340,47 @@ class BlockStore:
         used = int(np.count_nonzero(self.state.present)) + self._reserved
         return min(count, max(0, capacity - used))
 
-    def _victims(self) -> np.ndarray:
+    def _free(self, victims: np.ndarray, target: int) -> int:
+        """Free ``victims`` in order until ``target`` are freed; how many were."""
+        freed = at = 0
+        while freed < target and at < victims.size:
+            take = victims[at : at + target - freed]
+            at += take.size
+            freed += self._evict(np.sort(take))
+        return freed
+
+    def _victims(self, kept_until: int, wanted: int | None) -> np.ndarray:
+        """Present blocks that may be freed, next needed furthest away first: the ``wanted`` furthest (None: all)."""
         present = np.flatnonzero(self.state.present.astype(bool) & ~self.pinned)
         key = self.state.keys(present, self.now)
-        keep = (key > self.now + PROTECTED_STEPS) & ~np.isin(present, self._blocks_read())
+        keep = (key > kept_until) & ~np.isin(present, self._blocks_read())
         present, key = present[keep], key[keep]
+        if wanted is not None and wanted < key.size:  # a partition, not a sort of the whole cache
+            furthest = np.argpartition(-key, wanted)[:wanted]
+            present, key = present[furthest], key[furthest]
         return present[np.argsort(-key, kind="stable")]
 
     def _blocks_read(self) -> np.ndarray:
         reading = list(self._reading.values())
         return np.concatenate(reading) if reading else np.zeros(0, dtype=np.int64)
 
-    def _evict(self, b: int) -> int:
+    def _evict(self, blocks: np.ndarray) -> int:
+        """Free those of ``blocks`` (sorted unique) that are present and that no thread or process is fetching,
+        a run of consecutive blocks at once; how many were freed."""
         with self._mutex:
-            if b in self._inflight:
-                return 0
-        if not self._try_lock(b):
-            return 0
+            blocks = np.array([b for b in blocks.tolist() if b not in self._inflight], dtype=np.int64)
+        locked, _ = self._lock(blocks)
         try:
-            if not self.state.present[b]:
-                return 0
-            self.state.present[b] = 0
-            self.state.generation[b] += 1
-            k = int(np.searchsorted(self.base, b, side="right") - 1)
-            local = b - int(self.base[k])
-            start = local * self.block_size
-            length = min(self.block_size, self.files[k].size - start)
-            punch_hole(self._fds[k], start, length, str(self.folder / self.files[k].name))
-            return 1
+            gone = locked[self.state.present[locked] == 1]
+            self.state.present[gone] = 0
+            self.state.generation[gone] += 1
+            for k, first, count in self._file_runs(gone, max(1, gone.size)):
+                start = first * self.block_size
+                end = min((first + count) * self.block_size, self.files[k].size)
+                punch_hole(self._fds[k], start, end - start, str(self.folder / self.files[k].name))
+            return int(gone.size)
         finally:
-            self._unlock(b)
+            self._unlock(locked)
 
 
 @dataclass(frozen=True)

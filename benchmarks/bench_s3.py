@@ -725,7 +725,7 @@ def table(saved: dict[str, Any]) -> str:
         f"peers {header['rows_per_batch']} rows/batch; {header['repeat']} run(s): median (min-max)",
         "",
         "| system | epoch | stored MB | cache limit MB | fetched MB | x stored | GETs | tokens/s | first batch s "
-        "| CPU s (server) | cache MB at end | USS +MiB end / peak | Private_Dirty +MiB end | complete |",
+        "| CPU s (server) | cache MB at end | USS +MiB end / peak | RssAnon +MiB end / peak | complete |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for system in systems:
@@ -764,7 +764,8 @@ def table(saved: dict[str, Any]) -> str:
                 f"{_spread([e['cache_bytes'] / 1e6 for e in es], '{:.0f}')} | "
                 f"{_spread([_grown(r, e, 'memory_mib', 'USS') for r, e in pairs], '{:.0f}')} / "
                 f"{_spread([_grown(r, e, 'memory_peak_mib', 'USS') for r, e in pairs], '{:.0f}')} | "
-                f"{_spread([_grown(r, e, 'memory_mib', 'Private_Dirty') for r, e in pairs], '{:.0f}')} | "
+                f"{_spread([_grown(r, e, 'memory_mib', 'RssAnon') for r, e in pairs], '{:.0f}')} / "
+                f"{_spread([_grown(r, e, 'memory_peak_mib', 'RssAnon') for r, e in pairs], '{:.0f}')} | "
                 f"{_complete(es)} |"
             )
     return "\n".join(lines)

@@ -229,6 +229,10 @@ class FakeRemote:
     def plan_use(self, starts: np.ndarray, ends: np.ndarray, ahead: int) -> None:
         self.planned.append((starts.tolist(), ahead, self.store.now))
 
+    def plan_uses(self, starts: np.ndarray, ends: np.ndarray, aheads: np.ndarray) -> None:
+        for start, ahead in zip(starts.tolist(), aheads.tolist(), strict=True):
+            self.plan_use(np.array([start]), np.array([start + 4]), ahead)
+
     def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None) -> None:
         self.fetched.append((starts.tolist(), ahead, self.store.now))
 

@@ -23,7 +23,7 @@ from arrowmt.format._block_index import index_name, read_block_index
 from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._mirror import check_cache_limit
-from arrowmt.storage import block_runs, covered_blocks
+from arrowmt.storage import block_runs, block_uses, covered_blocks
 from tests.conftest import MULTI30K
 from tests.s3_server import BUCKET, s3, upload
 from tests.state_helpers import check_resume
@@ -76,6 +76,17 @@ def test_covered_blocks_exact() -> None:
     got = covered_blocks(np.array([0, 10, 100, 300, 5]), np.array([5, 130, 101, 300, 64]), 64)
     assert got.tolist() == [0, 1, 2]
     assert covered_blocks(np.array([128]), np.array([129]), 64).tolist() == [2]
+
+
+def test_block_uses_exact() -> None:
+    """Ranges at steps 5, 2, 7, 2, 9 (one empty): each block's first two distinct steps (the first twice if one)."""
+    starts = np.array([0, 60, 130, 10, 200])
+    ends = np.array([70, 64, 140, 20, 200])
+    blocks, first, second = block_uses(starts, ends, np.array([5, 2, 7, 2, 9]), 64)
+    assert blocks.tolist() == [0, 1, 2]
+    assert first.tolist() == [2, 5, 7] and second.tolist() == [5, 5, 7]
+    empty = block_uses(np.zeros(0), np.zeros(0), np.zeros(0), 64)
+    assert [part.tolist() for part in empty] == [[], [], []]
 
 
 def test_block_runs_exact() -> None:

@@ -150,6 +150,21 @@ def plan_use(ranges: Iterable[WordRanges], ahead: int) -> list[BlockStore]:
     return list(stores.values())
 
 
+def plan_uses(batches: Iterable[tuple[int, list[WordRanges]]]) -> None:
+    """:func:`plan_use` of many batches, ``(ahead, ranges)`` each, in one computation per remote file."""
+    found: dict[BlockFile, tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
+    for ahead, ranges in batches:
+        for part in ranges:
+            if part.remote is not None:
+                firsts, ends, aheads = found.setdefault(part.remote, ([], [], []))
+                first, end = part.byte_bounds()
+                firsts.append(first)
+                ends.append(end)
+                aheads.append(np.full(first.shape, ahead, dtype=np.int64))
+    for remote, (firsts, ends, aheads) in found.items():
+        remote.plan_uses(np.concatenate(firsts), np.concatenate(ends), np.concatenate(aheads))
+
+
 def will_need_many(ranges: list[WordRanges]) -> int:
     """:func:`will_need` of ranges in several maps: one vectorized merge of their absolute page runs, then one
     ``madvise`` per run (maps are page-aligned and never overlap; a run over two adjacent maps is advised as is)."""

@@ -4,7 +4,7 @@ Knows nothing of the corpus format: files are byte ranges and blocks. Imports on
 core and never imports torch.
 """
 
-from arrowmt.storage._ranges import block_bounds, block_runs, covered_blocks
+from arrowmt.storage._ranges import block_bounds, block_runs, block_uses, covered_blocks
 from arrowmt.storage._remote import RemoteFolder, is_url
 from arrowmt.storage._store import STATE_DIR, BlockFile, BlockStore, CachedFile, Snapshot
 
@@ -17,6 +17,7 @@ __all__ = [
     "Snapshot",
     "block_bounds",
     "block_runs",
+    "block_uses",
     "covered_blocks",
     "is_url",
 ]

@@ -26,6 +26,35 @@ def covered_blocks(starts: np.ndarray, ends: np.ndarray, block_size: int) -> np.
     return np.unique(np.repeat(first, count) + within)
 
 
+def block_uses(
+    starts: np.ndarray, ends: np.ndarray, steps: np.ndarray, block_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The blocks byte ranges ``[starts, ends)`` touch, each with the first two of the ``steps`` of the ranges
+    touching it: (sorted unique blocks, first step, second step; the first again where only one step needs it).
+
+    Empty ranges touch nothing.
+    """
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    first = starts[keep] // block_size
+    count = (ends[keep] - 1) // block_size - first + 1
+    if not count.size:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    blocks = np.repeat(first, count) + within
+    at = np.repeat(np.asarray(steps, dtype=np.int64)[keep], count)
+    order = np.lexsort((at, blocks))
+    blocks, at = blocks[order], at[order]
+    distinct = np.flatnonzero(np.concatenate([[True], (blocks[1:] != blocks[:-1]) | (at[1:] != at[:-1])]))
+    blocks, at = blocks[distinct], at[distinct]
+    heads = np.flatnonzero(np.concatenate([[True], blocks[1:] != blocks[:-1]]))
+    second = at[heads].copy()
+    twice = np.diff(np.append(heads, blocks.size)) > 1
+    second[twice] = at[heads[twice] + 1]
+    return blocks[heads], at[heads], second
+
+
 def block_runs(blocks: np.ndarray, max_run: int) -> tuple[np.ndarray, np.ndarray]:
     """(first block, block count) of each run of consecutive numbers in sorted unique ``blocks``.
 

@@ -42,7 +42,9 @@ def use_keys(next_use: np.ndarray, later_use: np.ndarray, now: int) -> np.ndarra
     return np.where(next_use >= now, next_use, np.where(later_use >= now, later_use, NO_USE))
 
 
-def add_use(next_use: np.ndarray, later_use: np.ndarray, step: int, now: int) -> tuple[np.ndarray, np.ndarray]:
+def add_use(
+    next_use: np.ndarray, later_use: np.ndarray, step: int | np.ndarray, now: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The two earliest uses still to come at ``now`` among the known ones and ``step`` (repeats counted once;
     :data:`NO_USE` where fewer)."""
     first = use_keys(next_use, later_use, now)
@@ -76,8 +78,9 @@ class CacheState:
         self.next_use = np.frombuffer(self._map, dtype=np.int64, count=blocks, offset=at)
         self.later_use = np.frombuffer(self._map, dtype=np.int64, count=blocks, offset=at + 8 * blocks)
 
-    def add_use(self, blocks: np.ndarray, step: int, now: int) -> None:
-        """``blocks`` (unique) are needed at ``step``, the plan being at ``now`` (see :func:`add_use`)."""
+    def add_use(self, blocks: np.ndarray, step: int | np.ndarray, now: int) -> None:
+        """``blocks`` (unique) are needed at ``step`` (one, or one each), the plan being at ``now`` (see
+        :func:`add_use`)."""
         self.next_use[blocks], self.later_use[blocks] = add_use(
             self.next_use[blocks], self.later_use[blocks], step, now
         )

@@ -30,7 +30,7 @@ import numpy as np
 
 from arrowmt._errors import StorageError
 from arrowmt.storage._punch import punch_hole
-from arrowmt.storage._ranges import block_runs, covered_blocks
+from arrowmt.storage._ranges import block_runs, block_uses, covered_blocks
 from arrowmt.storage._remote import RemoteFolder
 from arrowmt.storage._state import NO_USE, CacheState
 
@@ -145,6 +145,11 @@ class BlockStore:
     def plan_use(self, blocks: np.ndarray, ahead: int) -> None:
         """``blocks`` are needed ``ahead`` batches from now: kept in preference to blocks needed later or never."""
         self.state.add_use(blocks, self.now + ahead, self.now)
+
+    def plan_uses(self, blocks: np.ndarray, first: np.ndarray, second: np.ndarray) -> None:
+        """Unique ``blocks`` are needed ``first`` and ``second`` batches from now (:func:`block_uses`)."""
+        self.state.add_use(blocks, self.now + first, self.now)
+        self.state.add_use(blocks, self.now + second, self.now)
 
     def tick(self) -> None:
         """A batch is handed out: the clock of this process's uses moves one step (passes, epochs and the samplers
@@ -414,6 +419,11 @@ class BlockFile:
     def plan_use(self, starts: np.ndarray, ends: np.ndarray, ahead: int) -> None:
         """Byte ranges ``[starts, ends)`` are needed ``ahead`` batches from now (nothing is fetched)."""
         self.store.plan_use(self.blocks(starts, ends), ahead)
+
+    def plan_uses(self, starts: np.ndarray, ends: np.ndarray, aheads: np.ndarray) -> None:
+        """Byte range ``[starts[i], ends[i])`` is needed ``aheads[i]`` batches from now (nothing is fetched)."""
+        blocks, first, second = block_uses(starts, ends, aheads, self.store.block_size)
+        self.store.plan_uses(blocks + self.store.base[self.index], first, second)
 
     def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:
         return self.store.resident(self.blocks(starts, ends))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from arrowmt._checks import check_integer
-from arrowmt.format import WordRanges, plan_use, resident_pages, will_need, word_page_runs
+from arrowmt.format import WordRanges, plan_use, plan_uses, resident_pages, will_need, word_page_runs
 
 if TYPE_CHECKING:
     from arrowmt.storage import BlockStore
@@ -38,6 +38,7 @@ DEFAULT_DEPTH = 8
 REMOTE_DEPTH = 64  # the least depth for a remote corpus: a range request takes tens of milliseconds
 MAX_DEPTH = 1024
 MAX_SKIP = 64
+PASS_CHUNK = 1024  # batches of a pass planned in one computation (bounds its memory)
 SAMPLE_PAGES = 16
 
 
@@ -85,10 +86,16 @@ class Prefetcher:
         if not clocks:
             return []
         self.depth = max(self.depth, REMOTE_DEPTH)
-        q = start + 1
-        while (rows := self.batch_at(q)) is not None:
-            plan_use(self.source.word_ranges(rows, True), q - start)
-            q += 1
+        q, more = start + 1, True
+        while more:
+            chunk = []
+            while more and len(chunk) < PASS_CHUNK:
+                rows = self.batch_at(q)
+                more = rows is not None
+                if more:
+                    chunk.append((q - start, self.source.word_ranges(rows, True)))
+                    q += 1
+            plan_uses(chunk)
         return clocks
 
     def step(self, position: int) -> None:

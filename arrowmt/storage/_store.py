@@ -185,7 +185,8 @@ class BlockStore:
         try:
             mine, busy = self._lock(claimed[self.state.present[claimed] == 0])  # busy: another process fetches them
             try:
-                self._fill(mine, required=wait, step=step)
+                fresh = mine[self.state.present[mine] == 0]  # another process may have filled some before we locked
+                self._fill(fresh, required=wait, step=step)
             finally:
                 self._unlock(mine)
         finally:

@@ -8,22 +8,31 @@ from __future__ import annotations
 import numpy as np
 
 
+def _range_blocks(starts: np.ndarray, ends: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty ranges (mask), the first block of each, and how many blocks each touches."""
+    starts, ends = np.asarray(starts, dtype=np.int64).ravel(), np.asarray(ends, dtype=np.int64).ravel()
+    keep = ends > starts
+    first = starts[keep] // block_size
+    return keep, first, (ends[keep] - 1) // block_size - first + 1
+
+
+def _expand(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``first[i] .. first[i] + count[i] - 1`` for every ``i``, concatenated."""
+    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(first, count) + within
+
+
 def covered_blocks(starts: np.ndarray, ends: np.ndarray, block_size: int) -> np.ndarray:
     """Sorted unique numbers of the blocks of ``block_size`` bytes that byte ranges ``[starts, ends)`` touch.
 
     Empty ranges touch nothing.
     """
-    starts = np.asarray(starts, dtype=np.int64).ravel()
-    ends = np.asarray(ends, dtype=np.int64).ravel()
-    keep = ends > starts
-    first = starts[keep] // block_size
-    count = (ends[keep] - 1) // block_size - first + 1
+    _, first, count = _range_blocks(starts, ends, block_size)
     if not count.size:
         return np.zeros(0, dtype=np.int64)
     if int(count.max()) == 1:
         return np.unique(first)
-    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    return np.unique(np.repeat(first, count) + within)
+    return np.unique(_expand(first, count))
 
 
 def block_uses(
@@ -34,16 +43,12 @@ def block_uses(
 
     Empty ranges touch nothing.
     """
-    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-    keep = ends > starts
-    first = starts[keep] // block_size
-    count = (ends[keep] - 1) // block_size - first + 1
+    keep, first, count = _range_blocks(starts, ends, block_size)
     if not count.size:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    blocks = np.repeat(first, count) + within
-    at = np.repeat(np.asarray(steps, dtype=np.int64)[keep], count)
+    blocks = _expand(first, count)
+    at = np.repeat(np.asarray(steps, dtype=np.int64).ravel()[keep], count)
     order = np.lexsort((at, blocks))
     blocks, at = blocks[order], at[order]
     distinct = np.flatnonzero(np.concatenate([[True], (blocks[1:] != blocks[:-1]) | (at[1:] != at[:-1])]))

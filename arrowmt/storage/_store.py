@@ -43,7 +43,7 @@ AHEAD_WORKERS = 8  # batches read ahead at once, each one's requests in flight t
 MAX_RUN_BYTES = 1 << 20  # the largest range request (a buffer of this size per request in flight)
 PROTECTED_STEPS = 1  # blocks needed within this many steps of now are never freed
 READ_RETRIES = 100  # copies redone after a concurrent eviction before giving up
-EVICT_SLACK = 256  # each eviction frees 1/256 of the cache beyond what is needed (freeing sorts the cache)
+EVICT_SLACK = 256  # each eviction frees 1/256 of the cache beyond what is needed (freeing is a pass over it)
 
 
 @dataclass(frozen=True)

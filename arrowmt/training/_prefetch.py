@@ -86,16 +86,14 @@ class Prefetcher:
         if not clocks:
             return []
         self.depth = max(self.depth, REMOTE_DEPTH)
-        q, more = start + 1, True
-        while more:
-            chunk = []
-            while more and len(chunk) < PASS_CHUNK:
-                rows = self.batch_at(q)
-                more = rows is not None
-                if more:
-                    chunk.append((q - start, self.source.word_ranges(rows, True)))
-                    q += 1
-            plan_uses(chunk)
+        q, chunk = start + 1, []
+        while (rows := self.batch_at(q)) is not None:
+            chunk.append((q - start, self.source.word_ranges(rows, True)))
+            q += 1
+            if len(chunk) == PASS_CHUNK:
+                plan_uses(chunk)
+                chunk = []
+        plan_uses(chunk)
         return clocks
 
     def step(self, position: int) -> None:

@@ -4,8 +4,9 @@ Training reads each batch's rows from all over a split (fairseq's batches are ro
 similar length, drawn across the corpus). When the corpus does not fit in memory, or sits
 on object storage, every such row costs a page or a block. The copy stores the rows of each
 planned batch together, one batch after another (the batches are still shuffled per epoch),
-and keeps the original row numbers (:mod:`arrowmt.format._row_order`): a sampler with the
-same batching options plans the same batches and each batch is one contiguous read.
+and keeps the original row numbers and the plan's batch offsets (:mod:`arrowmt.format._row_order`):
+a sampler with the same batching options reads that plan from the copy instead of building
+it (:mod:`arrowmt.plans._stored_plan`), and each batch is one contiguous read.
 Other options still give the original's batches, with less locality.
 """
 
@@ -15,7 +16,7 @@ import os
 
 from arrowmt.converters import write_reordered
 from arrowmt.format import Manifest, Split
-from arrowmt.plans import PlanParams, load_plan, plan_order
+from arrowmt.plans import ORDERED_BY_KEY, PlanParams, load_plan, ordered_by, plan_fields, plan_order
 
 
 def order_copy(
@@ -47,7 +48,5 @@ def order_copy(
     data = Split(corpus, split)
     plan = load_plan(data, params, None)
     order = plan_order(plan.indices, len(data))
-    ordered_by = {"split": split, "plan": plan.key, "max_tokens": max_tokens, "seed": seed}
-    return write_reordered(
-        corpus, out, split, order, {"ordered_by": ordered_by}, overwrite=overwrite, progress=progress
-    )
+    provenance = {ORDERED_BY_KEY: ordered_by(split, plan.key, plan_fields(params))}
+    return write_reordered(corpus, out, split, order, plan.offsets, provenance, overwrite=overwrite, progress=progress)

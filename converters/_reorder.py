@@ -58,12 +58,14 @@ def write_reordered(
     out: str | os.PathLike[str],
     split: str,
     order: np.ndarray,
+    plan_offsets: np.ndarray,
     provenance: dict[str, object],
     *,
     overwrite: bool = False,
     progress: bool = True,
 ) -> Manifest:
-    """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows)."""
+    """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows),
+    whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.format.write_row_order`)."""
     source_manifest = Manifest.load(corpus)
     refuse_row_order(source_manifest, Path(corpus), "order")
     splits = {name: Split(corpus, name, source_manifest) for name in source_manifest.splits()}
@@ -81,7 +83,7 @@ def write_reordered(
         for name, data in splits.items():
             stored = order if name == split else np.arange(len(data), dtype=np.int64)
             folder.write(name, _columns(data, stored, folder), data.special_ids)
-        write_row_order(folder.path / order_name(split), order)
+        write_row_order(folder.path / order_name(split), order, plan_offsets)
         folder.manifest.provenance = {
             **source_manifest.provenance,
             **provenance,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +12,13 @@ import numpy as np
 import pytest
 
 import arrowmt
-from arrowmt._errors import InvalidParameterError
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format import CACHE_DIR_NAME, Split
 from arrowmt.format._row_order import inverse_order, open_row_order, write_row_order
+from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, load_plan
 from arrowmt.plans._order import plan_order
+from arrowmt.plans._plan import build_plan, key_fields
+from arrowmt.plans._plan_cache import plan_key
 from tests.conftest import MULTI30K
 from tests.state_helpers import check_resume
 
@@ -29,8 +35,9 @@ def test_plan_order_exact() -> None:
 def test_a_planned_batch_is_translated_from_two_pages(tmp_path: Path) -> None:
     rows = 100_000  # 400 KB per map: a hundred 4 KiB chunks each
     order = np.random.default_rng(0).permutation(rows)
-    write_row_order(tmp_path / "train.rows", order)
+    write_row_order(tmp_path / "train.rows", order, np.array([0, 300, 300, rows - 5]))
     maps = open_row_order(tmp_path / "train.rows", rows)
+    assert (len(maps.offsets), maps.planned) == (4, rows - 5)
     assert maps.stored(order[50_000:50_300]).tolist() == list(range(50_000, 50_300))
     assert maps.where.checks is maps.order.checks  # one file, one chunk table
     assert int(maps.where.checks.checked.sum()) == 2  # the first row's where chunk and the stretch's order chunk
@@ -85,6 +92,46 @@ def test_each_planned_batch_is_one_stretch_of_the_file(ordered: Path) -> None:
     for ids in sampler:
         _, local = dataset.locate(ids)
         assert np.array_equal(np.sort(local), np.arange(local.min(), local.min() + local.size))
+
+
+def params(seed: int = 3) -> PlanParams:
+    return PlanParams(MAX_TOKENS, None, 1, None, None, seed, False)
+
+
+def test_the_copy_serves_the_plan_it_is_stored_by(ordered: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = Split(ordered, "train")
+    built = build_plan(copy, params())  # what the copy's own lengths plan
+    monkeypatch.setattr(Split, "lengths", lambda *a, **k: pytest.fail("the stored plan reads no lengths"))
+    plan = load_plan(copy, params(), None)
+    assert isinstance(plan, StoredPlan)
+    assert not list((ordered / CACHE_DIR_NAME).glob(f"plan-{plan.key[:32]}*"))  # nothing built, nothing written
+    assert plan.key == plan_key({"dataset": copy.fingerprint(), "rows": len(copy), **key_fields(params())})
+    assert np.array_equal(plan.indices, built.indices) and np.array_equal(plan.offsets, built.offsets)
+    assert (len(plan), plan.samples, plan.dropped) == (built.offsets.size - 1, built.indices.size, built.dropped)
+    assert [plan.batch(b).tolist() for b in (0, len(plan) - 1)] == [
+        built.indices[built.offsets[b] : built.offsets[b + 1]].tolist() for b in (0, len(plan) - 1)
+    ]
+    assert pickle.loads(pickle.dumps(plan)).batch(3).tolist() == plan.batch(3).tolist()
+    with pytest.raises(IndexError, match=f"plan batch {len(plan)}: expected 0..{len(plan) - 1}"):
+        plan.batch(len(plan))
+
+
+def test_other_options_build_their_plan_on_the_copy(ordered: Path, tmp_path: Path) -> None:
+    plan = load_plan(Split(ordered, "train"), params(seed=9), tmp_path)
+    assert isinstance(plan, BatchPlan) and plan.built
+
+
+def test_a_changed_stored_plan_is_refused_naming_the_file(ordered: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(ordered, copy)
+    rows = copy / "train.rows"
+    raw = bytearray(rows.read_bytes())
+    raw[-12] ^= 1  # the plan's last batch offsets
+    rows.write_bytes(bytes(raw))
+    plan = load_plan(Split(copy, "train"), params(), None)
+    assert plan.batch(0).size  # the first chunk is sound
+    with pytest.raises(FormatError, match=r"train\.rows: row order checksum: chunk"):
+        plan.batch(len(plan) - 1)
 
 
 def test_resume_on_the_ordered_copy(ordered: Path) -> None:

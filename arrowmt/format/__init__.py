@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         write_bytes_atomic,
     )
     from arrowmt.format._block_index import index_name
+    from arrowmt.format._chunks import CheckedArray
     from arrowmt.format._dictionaries import check_split_dictionaries, mismatch_error
     from arrowmt.format._indexing import write_block_indexes, write_folder_indexes
     from arrowmt.format._locks import reading
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
         word_page_runs,
     )
     from arrowmt.format._reader import IPC_FILE_MAGIC, FileIdentity, SplitFile, check_indices, ensure_offsets_checked
-    from arrowmt.format._row_order import order_name, refuse_row_order, write_row_order
+    from arrowmt.format._row_order import RowOrder, open_row_order, order_name, refuse_row_order, write_row_order
     from arrowmt.format._schema import (
         CACHE_DIR_NAME,
         DEFAULT_ROWS_PER_BATCH,
@@ -104,6 +105,7 @@ _EXPORTS = {
         "write_bytes_atomic",
     ),
     "arrowmt.format._block_index": ("index_name",),
+    "arrowmt.format._chunks": ("CheckedArray",),
     "arrowmt.format._dictionaries": ("check_split_dictionaries", "mismatch_error"),
     "arrowmt.format._indexing": ("write_block_indexes", "write_folder_indexes"),
     "arrowmt.format._locks": ("reading",),
@@ -141,7 +143,7 @@ _EXPORTS = {
         "check_indices",
         "ensure_offsets_checked",
     ),
-    "arrowmt.format._row_order": ("order_name", "refuse_row_order", "write_row_order"),
+    "arrowmt.format._row_order": ("RowOrder", "open_row_order", "order_name", "refuse_row_order", "write_row_order"),
     "arrowmt.format._schema": (
         "CACHE_DIR_NAME",
         "DEFAULT_ROWS_PER_BATCH",
@@ -212,6 +214,7 @@ __all__ = [
     "VIEW_FORMAT",
     "VIEW_SUFFIX",
     "CacheOptions",
+    "CheckedArray",
     "ColumnData",
     "ColumnInfo",
     "Dictionary",
@@ -220,6 +223,7 @@ __all__ = [
     "Manifest",
     "ManyOffsetChecks",
     "Ragged",
+    "RowOrder",
     "RowSource",
     "SideFile",
     "Spans",
@@ -253,6 +257,7 @@ __all__ = [
     "local_folder",
     "manifest_path",
     "mismatch_error",
+    "open_row_order",
     "open_shard",
     "open_side_file",
     "open_split",

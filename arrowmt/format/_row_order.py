@@ -4,9 +4,18 @@ A copy of a corpus whose rows are stored in the order a batch plan reads them ke
 original's row numbers: row ``i`` of the split is stored at ``where[i]``, and stored row
 ``j`` is row ``order[j]``. The split's readers translate every row number
 (:class:`~arrowmt.format._split.Split`), so datasets, samplers, plans and batches are the
-original's, and each planned batch reads one contiguous stretch of the files. Both maps are
-one side file (``<split>.rows``: ``where``, then ``order``) listed in the manifest's
-provenance under :data:`ROW_ORDER_KEY`.
+original's, and each planned batch reads one contiguous stretch of the files. Both maps and
+the plan the rows were stored by are one side file (``<split>.rows``) listed in the
+manifest's provenance under :data:`ROW_ORDER_KEY`. Layout (a side file,
+:mod:`arrowmt.format._sidefile`; little-endian)::
+
+    header fields: u64 rows, u32 row number itemsize (4 or 8), u64 plan batches, u64 planned rows
+    body:          where [rows], order [rows], batch offsets int64 [plan batches + 1]
+
+The first ``planned rows`` of ``order`` are the plan's batches back to back (batch ``b`` is
+``order[offsets[b]:offsets[b + 1]]``), then the rows it leaves out: a sampler with the
+plan's options reads its batches from here instead of building the plan
+(:mod:`arrowmt.plans._stored_plan`).
 
 Translating a planned batch costs two pages, not a page per row (:meth:`RowOrder.stored`):
 its first row's ``where`` gives the stretch it would fill, and ``order`` over that stretch
@@ -27,7 +36,7 @@ from arrowmt.format._readahead import advise
 from arrowmt.format._sidefile import SideFormat, open_side_file, write_side_file
 
 ORDER_SUFFIX = ".rows"
-ORDER_FORMAT = SideFormat("row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 2, "QI", "make the copy again")
+ORDER_FORMAT = SideFormat("row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 3, "QIQQ", "make the copy again")
 
 
 def order_name(split: str) -> str:
@@ -47,10 +56,13 @@ def order_files(manifest: Manifest) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RowOrder:
-    """The two maps of a split stored in another order, checked per chunk on first use."""
+    """The two maps of a split stored in another order and its plan's batch offsets, checked per chunk on first use."""
 
+    path: Path
     where: CheckedArray  # row -> stored position
     order: CheckedArray  # stored position -> row
+    offsets: CheckedArray  # plan batch b is order[offsets[b]:offsets[b + 1]]
+    planned: int  # rows in the plan's batches: order[:planned]; the rest are left out of it
 
     def stored(self, rows: np.ndarray) -> np.ndarray:
         """Stored positions of ``rows`` (int64, in range): one stretch when ``rows`` fill one in order."""
@@ -69,11 +81,18 @@ def inverse_order(order: np.ndarray) -> np.ndarray:
     return where
 
 
-def write_row_order(path: Path, order: np.ndarray) -> Path:
-    """Write the maps of ``order`` (stored position -> row, a permutation) at ``path``, int32 when the rows allow."""
-    itemsize = 4 if order.shape[0] < 2**31 else 8
-    sections = [inverse_order(order).astype(f"<i{itemsize}"), order.astype(f"<i{itemsize}")]
-    return write_side_file(path, ORDER_FORMAT, (order.shape[0], itemsize), sections)
+def write_row_order(path: Path, order: np.ndarray, offsets: np.ndarray) -> Path:
+    """Write the maps of ``order`` (stored position -> row, a permutation) and the batch ``offsets`` of the plan
+    stored first in it at ``path``, row numbers as int32 when the rows allow."""
+    count, batches = order.shape[0], offsets.shape[0] - 1
+    bounded = offsets.ndim == 1 and batches >= 0 and int(offsets[0]) == 0 and int(offsets[-1]) <= count
+    if not bounded or (np.diff(offsets) < 0).any():
+        raise InvalidParameterError(
+            f"offsets: expected non-decreasing batch offsets from 0 to at most {count} rows, got {offsets!r}"
+        )
+    itemsize = 4 if count < 2**31 else 8
+    sections = [inverse_order(order).astype(f"<i{itemsize}"), order.astype(f"<i{itemsize}"), offsets.astype("<i8")]
+    return write_side_file(path, ORDER_FORMAT, (count, itemsize, batches, int(offsets[-1])), sections)
 
 
 def read_row_order(folder: Path, manifest: Manifest, split: str, rows: int) -> RowOrder | None:
@@ -86,15 +105,20 @@ def open_row_order(path: Path, rows: int) -> RowOrder:
     """The row order maps at ``path`` for a split of ``rows`` rows (FormatError naming ``path`` otherwise)."""
 
     def size(where: Path, values: tuple) -> int:
-        return 2 * values[0] * values[1]
+        count, itemsize, batches, planned = values
+        if count != rows or itemsize not in (4, 8) or planned > count:
+            raise FormatError(
+                f"{path}: row order of {count} rows ({itemsize}-byte), {planned} of them planned; "
+                f"expected {rows} rows (the split's), 4- or 8-byte, at most {rows} planned"
+            )
+        return 2 * count * itemsize + 8 * (batches + 1)
 
     side = open_side_file(path, ORDER_FORMAT, size)
-    count, itemsize = side.values
-    if count != rows or itemsize not in (4, 8):
-        raise FormatError(f"{path}: row order of {count} rows ({itemsize}-byte), the split has {rows}")
+    count, itemsize, batches, planned = side.values
     advise(side.map, "random")  # looked up a row at a time: a fault reads its page, not the kernel's read-around
     dtype = f"<i{itemsize}"
-    return RowOrder(side.array(dtype, count, 0), side.array(dtype, count, count * itemsize))
+    maps = (side.array(dtype, count, 0), side.array(dtype, count, count * itemsize))
+    return RowOrder(path, *maps, side.array("<i8", batches + 1, 2 * count * itemsize), planned)
 
 
 def refuse_row_order(manifest: Manifest, folder: Path, what: str) -> None:

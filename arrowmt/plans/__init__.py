@@ -27,15 +27,17 @@ from arrowmt.plans._mixing import (
 )
 from arrowmt.plans._mixture_plan import Sampling, load_mixture_plan
 from arrowmt.plans._order import plan_order
-from arrowmt.plans._plan import PlanParams, load_plan
+from arrowmt.plans._plan import PlanParams, load_plan, plan_fields
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays
 from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, as_provider
 from arrowmt.plans._sources import check_row_ids, check_source
 from arrowmt.plans._spec import BatchSpec, block_spec
+from arrowmt.plans._stored_plan import ORDERED_BY_KEY, StoredPlan, ordered_by
 from arrowmt.plans._token_stream import TokenStream
 
 __all__ = [
     "HEADS",
+    "ORDERED_BY_KEY",
     "BatchPlan",
     "BatchSpec",
     "BlockParams",
@@ -47,6 +49,7 @@ __all__ = [
     "PlanParams",
     "PlanProvider",
     "Sampling",
+    "StoredPlan",
     "TokenStream",
     "as_provider",
     "as_sizes",
@@ -65,6 +68,8 @@ __all__ = [
     "load_mixture_plan",
     "load_plan",
     "offsets_of",
+    "ordered_by",
+    "plan_fields",
     "plan_order",
     "release_free_heap",
     "resample_counts",

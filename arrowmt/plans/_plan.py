@@ -26,9 +26,10 @@ from arrowmt.plans._bucketing import (
     too_long_error,
 )
 from arrowmt.plans._heap import release_free_heap
-from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.plans._plan_cache import PLAN_VERSION, BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._sources import check_source
 from arrowmt.plans._spec import SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits
+from arrowmt.plans._stored_plan import StoredPlan, stored_plan
 
 
 @dataclass(frozen=True, init=False)
@@ -80,6 +81,12 @@ def key_fields(params: PlanParams) -> dict[str, object]:
     if params.reverse:
         fields["reverse"] = True
     return fields
+
+
+def plan_fields(params: PlanParams) -> dict[str, object]:
+    """What a plan of any dataset is for: the plan format version and :func:`key_fields` (a copy in plan order
+    records them, :mod:`arrowmt.plans._stored_plan`)."""
+    return {"plan_version": PLAN_VERSION, **key_fields(params)}
 
 
 def side_lengths(
@@ -161,12 +168,15 @@ def build_plan(dataset: Split, params: PlanParams) -> PlanArrays:
     return PlanArrays(flat, offsets, dropped + over)
 
 
-def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> BatchPlan:
-    """The plan of ``dataset`` for ``params``: from ``cache_dir`` (default ``<corpus>/.arrowmt-cache``), else built."""
+def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> BatchPlan | StoredPlan:
+    """The plan of ``dataset`` for ``params``: the one its rows are stored by (a copy made by ``arrowmt order``
+    with these options), else from ``cache_dir`` (default ``<corpus>/.arrowmt-cache``), else built."""
     check_source("dataset", dataset)
     key = plan_key({"dataset": dataset.fingerprint(), "rows": len(dataset), **key_fields(params)})
-    folder = Path(cache_dir) if cache_dir is not None else Path(dataset.path) / CACHE_DIR_NAME
-    plan = load_or_build_plan(folder, key, len(dataset), lambda: build_plan(dataset, params))
+    plan: BatchPlan | StoredPlan | None = stored_plan(dataset, plan_fields(params), key)
+    if plan is None:
+        folder = Path(cache_dir) if cache_dir is not None else Path(dataset.path) / CACHE_DIR_NAME
+        plan = load_or_build_plan(folder, key, len(dataset), lambda: build_plan(dataset, params))
     if plan.built:
         release_free_heap()
     limits = "max_tokens/max_source_positions/max_target_positions"

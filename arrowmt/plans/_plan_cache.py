@@ -54,6 +54,7 @@ import numpy as np
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import (
     PLAN_FORMAT,
+    CheckedArray,
     SideFile,
     load_or_build,
     open_side_file,
@@ -141,29 +142,37 @@ class BatchPlan:
 
     def check_all(self) -> None:
         """Check every chunk's CRC-32, that offsets run from 0 to the index count, and every index (once)."""
-        self._side.check_whole(lambda: _check_contents(self.path, self._indices.raw, self._offsets.raw, self.rows))
+        self._side.check_whole(lambda: check_contents(self.path, self._indices.raw, self._offsets.raw, self.rows))
 
     def batch(self, b: int) -> np.ndarray:
         """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use."""
-        n, total = self.header.n_batches, self.header.n_indices
-        if not 0 <= b < n:
-            raise IndexError(f"{self.path}: plan batch {b}: expected 0..{n - 1}")
-        start, end = self._offsets.slice(b, b + 2).tolist()
-        if not 0 <= start <= end <= total:
-            raise FormatError(
-                f"{self.path}: plan batch {b}: expected offsets 0 <= start <= end <= {total}, found {start}..{end} "
-                "(corrupt)"
-            )
-        batch = self._indices.slice(start, end)
-        if batch.size and (int(batch.min()) < 0 or int(batch.max()) >= self.rows):
-            raise FormatError(
-                f"{self.path}: plan batch {b} indices: expected 0..{self.rows - 1}, "
-                f"found {int(batch.min())}..{int(batch.max())} (corrupt)"
-            )
-        return batch
+        return checked_batch(self.path, b, self._offsets, self._indices, self.header.n_indices, self.rows)
 
     def __reduce__(self) -> tuple[type[BatchPlan], tuple[Path, str, int]]:
         return (BatchPlan, (self.path, self.key, self.rows))
+
+
+def checked_batch(
+    path: Path, b: int, offsets: CheckedArray, indices: CheckedArray, total: int, rows: int
+) -> np.ndarray:
+    """Batch ``b`` of a plan stored as ``offsets`` into its first ``total`` ``indices`` (a read-only view of the
+    map), once the chunks it reads are checked and its bounds and indices are in range (FormatError naming
+    ``path`` otherwise; IndexError for a ``b`` outside the plan)."""
+    n = len(offsets) - 1
+    if not 0 <= b < n:
+        raise IndexError(f"{path}: plan batch {b}: expected 0..{n - 1}")
+    start, end = offsets.slice(b, b + 2).tolist()
+    if not 0 <= start <= end <= total:
+        raise FormatError(
+            f"{path}: plan batch {b}: expected offsets 0 <= start <= end <= {total}, found {start}..{end} (corrupt)"
+        )
+    batch = indices.slice(start, end)
+    if batch.size and (int(batch.min()) < 0 or int(batch.max()) >= rows):
+        raise FormatError(
+            f"{path}: plan batch {b} indices: expected 0..{rows - 1}, "
+            f"found {int(batch.min())}..{int(batch.max())} (corrupt)"
+        )
+    return batch
 
 
 def plan_key(params: Mapping[str, object]) -> str:
@@ -219,7 +228,7 @@ def _check_header(side: SideFile, key: str, rows: int) -> None:
         raise FormatError(f"{side.path}: plan dataset rows: expected {rows}, found {header.rows} (stale plan)")
 
 
-def _check_contents(path: Path, indices: np.ndarray, offsets: np.ndarray, rows: int) -> None:
+def check_contents(path: Path, indices: np.ndarray, offsets: np.ndarray, rows: int) -> None:
     """Offsets run from 0 to the index count without decreasing; indices lie in [0, rows)."""
     if int(offsets[0]) != 0 or int(offsets[-1]) != indices.shape[0] or bool((np.diff(offsets) < 0).any()):
         raise FormatError(

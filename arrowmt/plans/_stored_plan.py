@@ -1,0 +1,95 @@
+"""The plan a copy in plan order was stored by (``arrowmt order``), read from the copy instead of built.
+
+A copy made by :func:`arrowmt.order_copy` stores a split's rows batch after batch in the
+order of one plan, and its row order file (:mod:`arrowmt.format._row_order`) keeps that
+plan's batch offsets; the manifest's provenance names the plan's fields under
+:data:`ORDERED_BY_KEY`. A sampler that asks the copy for that plan gets a
+:class:`StoredPlan`: batch ``b`` is ``order[offsets[b]:offsets[b + 1]]``, the very bytes that
+then place its rows in one stretch of the files. Nothing is built (no row lengths are read
+at setup), no plan file is written, and a batch reads no plan pages beside the row order's.
+Its key is the key the built plan would have, so a sampler's state moves freely between the
+two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt.format import RowOrder, Split, open_row_order
+from arrowmt.plans._plan_cache import check_contents, checked_batch
+
+ORDERED_BY_KEY = "ordered_by"  # manifest provenance: {"split", "plan" (the original's key), "fields" (the plan's)}
+
+
+def ordered_by(split: str, original_key: str, fields: Mapping[str, object]) -> dict[str, object]:
+    """The provenance entry of a copy of ``split`` stored by the plan of ``fields`` (key ``original_key`` in the
+    original corpus)."""
+    return {"split": split, "plan": original_key, "fields": dict(fields)}
+
+
+class StoredPlan:
+    """The batches of the plan a split's rows are stored by (a :class:`~arrowmt.plans.Plan`), checked as read."""
+
+    built = False
+
+    def __init__(self, order: RowOrder, key: str, rows: int) -> None:
+        self.order = order
+        self.key = key
+        self.rows = rows
+        self.path: Path = order.path
+
+    def __len__(self) -> int:
+        return len(self.order.offsets) - 1
+
+    @property
+    def samples(self) -> int:
+        """Sample indices in the plan, all batches together (from the header: nothing read)."""
+        return self.order.planned
+
+    @property
+    def dropped(self) -> int:
+        """Samples left out of the plan because they were too long."""
+        return self.rows - self.order.planned
+
+    def batch(self, b: int) -> np.ndarray:
+        """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use."""
+        return checked_batch(self.path, b, self.order.offsets, self.order.order, self.order.planned, self.rows)
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Every batch's indices, batch after batch: reads and checks the whole plan."""
+        self.check_all()
+        return self.order.order.raw[: self.order.planned]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each batch starts in :attr:`indices`, and their end: reads and checks the whole plan."""
+        self.check_all()
+        return self.order.offsets.raw
+
+    def check_all(self) -> None:
+        """Check every chunk the plan lies in, that offsets run from 0 to the planned rows, and every index."""
+        indices = self.order.order.slice(0, self.order.planned)
+        check_contents(self.path, indices, self.order.offsets.whole(), self.rows)
+
+    def __reduce__(self) -> tuple[object, tuple[Path, str, int]]:
+        return (_reopen, (self.path, self.key, self.rows))
+
+
+def _reopen(path: Path, key: str, rows: int) -> StoredPlan:
+    return StoredPlan(open_row_order(path, rows), key, rows)
+
+
+def stored_plan(dataset: Split, fields: Mapping[str, object], key: str) -> StoredPlan | None:
+    """The plan of ``fields`` (named ``key``) as ``dataset`` stores it, or None when its rows are stored by no plan
+    or by another one."""
+    order = dataset.row_order
+    entry = dataset.manifest.provenance.get(ORDERED_BY_KEY)
+    if order is None or not isinstance(entry, dict) or entry.get("split") != dataset.split:
+        return None
+    if entry.get("fields") != dict(fields):
+        return None
+    return StoredPlan(order, key, len(dataset))

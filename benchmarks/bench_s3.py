@@ -395,6 +395,7 @@ def s3_filesystem(endpoint: str) -> Any:
         region=CREDENTIALS["AWS_DEFAULT_REGION"],
         endpoint_override=endpoint,
         allow_bucket_creation=True,
+        request_timeout=900.0,  # moto joins a multi-GB multipart upload in one request (minutes at 12.6M pairs)
     )
 
 

@@ -18,6 +18,7 @@ from tests.conftest import ROOT, fairseq_fixture
 LAYERS = {
     "arrowmt._checks": 0,
     "arrowmt._errors": 0,
+    "arrowmt._heap": 0,
     "arrowmt._lazy": 0,
     "arrowmt._optional": 0,
     "arrowmt._version": 0,

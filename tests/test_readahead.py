@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import mmap
 import pickle
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -266,6 +268,34 @@ def test_a_remote_pass_is_planned_whole_then_read_further_ahead() -> None:
     ahead.step(4)
     assert source.remote.store.now == 1 and source.remote.planned == []
     assert Prefetcher(source, 0, batches(8)).depth == 0 and source.remote.planned == []  # off: nothing planned
+
+
+def test_a_long_remote_pass_is_planned_by_a_thread_that_stops_when_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start batch and the first chunk are planned before the first batch; a thread plans the rest, chunk after
+    chunk, each use due at its own step however far the clock has moved meanwhile; closing stops it."""
+    monkeypatch.setattr(_prefetch, "PASS_CHUNK", 4)
+    source, gate, plain = RemoteSource(), threading.Event(), batches(100)
+
+    def batch_at(q: int) -> np.ndarray | None:
+        if q >= 9 and threading.current_thread().name == "arrowmt-pass-plan":
+            assert gate.wait(10)  # the planner waits here until the clock has moved
+        return plain(q)
+
+    ahead = Prefetcher(source, 2, batch_at)
+    planned = source.remote.planned
+    assert [(starts[0] // 400, when, now) for starts, when, now in planned[:5]] == [(q, q, 0) for q in range(5)]
+    for _ in range(1000):
+        if len(planned) >= 9:
+            break
+        time.sleep(0.01)
+    for position in range(3):
+        ahead.step(position)  # the clock moves twice
+    ahead.close()
+    gate.set()
+    assert ahead.planner is not None
+    ahead.planner.join(10)
+    assert not ahead.planner.is_alive() and source.remote.store.now == 2
+    assert [(starts[0] // 400, when + now) for starts, when, now in planned] == [(q, q) for q in range(10)]
 
 
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:

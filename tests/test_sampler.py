@@ -17,9 +17,9 @@ from state_helpers import check_resume
 from torch.utils.data import DataLoader
 
 from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt._heap import release_free_heap
 from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.plans._bucketing import batch_by_size, ordered_indices
-from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._plan import PlanParams, build_plan, side_lengths
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._sampler import TokenBatchSampler

@@ -25,6 +25,7 @@ is not a CRC-32 per column (and piece) is refused when the file is opened.
 from __future__ import annotations
 
 import json
+import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -148,6 +149,7 @@ class OffsetChecks:
         self._read_ahead = read_ahead
         self._unchecked = {column: np.ones(expected.shape[0], dtype=bool) for column in columns}
         self._pending = dict.fromkeys(columns, int(expected.shape[0]))
+        self._marking = threading.Lock()
         self.first_row = first_row
 
     @classmethod
@@ -231,8 +233,10 @@ class OffsetChecks:
                 f"CRC-32 {want:08x} (written at conversion), found {found:08x}: their boundaries changed on disk; "
                 "the file is corrupt"
             )
-        self._unchecked[column][p] = False
-        self._pending[column] -= 1
+        with self._marking:  # read-ahead plans from a thread: a piece checked by two at once is counted once
+            if self._unchecked[column][p]:
+                self._unchecked[column][p] = False
+                self._pending[column] -= 1
 
 
 class ManyOffsetChecks:

@@ -15,7 +15,6 @@ from arrowmt.plans._bucketing import (
     shard_batches,
     shard_length,
 )
-from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._mixing import (
     as_sizes,
     check_temperature,
@@ -71,7 +70,6 @@ __all__ = [
     "ordered_by",
     "plan_fields",
     "plan_order",
-    "release_free_heap",
     "resample_counts",
     "resume_start",
     "shard_batches",

@@ -46,6 +46,7 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError
+from arrowmt._heap import release_free_heap
 from arrowmt.format import (
     BLOCKS_FORMAT,
     CACHE_DIR_NAME,
@@ -71,7 +72,6 @@ from arrowmt.plans._bucketing import (
     drop_too_long,
     report_skipped,
 )
-from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._spec import BLOCK_LIMIT, BatchSpec
 from arrowmt.plans._token_stream import TokenStream

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from arrowmt._heap import release_free_heap
 from arrowmt.format import CACHE_DIR_NAME
 from arrowmt.plans._bucketing import compact_counts, report_skipped
-from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._mixing import resample
 from arrowmt.plans._plan import PlanParams, build_plan, key_fields
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt._heap import release_free_heap
 from arrowmt.format import CACHE_DIR_NAME, SOURCE, TARGET, Split
 from arrowmt.plans._bucketing import (
     batch_by_size,
@@ -25,7 +26,6 @@ from arrowmt.plans._bucketing import (
     report_skipped,
     too_long_error,
 )
-from arrowmt.plans._heap import release_free_heap
 from arrowmt.plans._plan_cache import PLAN_VERSION, BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._sources import check_source
 from arrowmt.plans._spec import SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits

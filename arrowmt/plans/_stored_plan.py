@@ -86,9 +86,11 @@ def _reopen(path: Path, key: str, rows: int) -> StoredPlan:
 def stored_plan(dataset: Split, fields: Mapping[str, object], key: str) -> StoredPlan | None:
     """The plan of ``fields`` (named ``key``) as ``dataset`` stores it, or None when its rows are stored by no plan
     or by another one."""
-    order = dataset.row_order
+    order = getattr(dataset, "row_order", None)  # views (and other plan sources) store no plan
+    if order is None:
+        return None
     entry = dataset.manifest.provenance.get(ORDERED_BY_KEY)
-    if order is None or not isinstance(entry, dict) or entry.get("split") != dataset.split:
+    if not isinstance(entry, dict) or entry.get("split") != dataset.split:
         return None
     if entry.get("fields") != dict(fields):
         return None

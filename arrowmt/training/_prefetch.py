@@ -23,16 +23,21 @@ Torch-free; the samplers own one each (``prefetch=`` the depth, 0 to turn it off
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from arrowmt._checks import check_integer
+from arrowmt._heap import release_free_heap
 from arrowmt.format import WordRanges, plan_use, plan_uses, resident_pages, will_need, word_page_runs
 
 if TYPE_CHECKING:
     from arrowmt.storage import BlockStore
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_DEPTH = 8
 REMOTE_DEPTH = 64  # the least depth for a remote corpus: a range request takes tens of milliseconds
@@ -74,27 +79,51 @@ class Prefetcher:
         self.pages = 0  # pages asked for so far
         self.sampled = 0  # batches whose residency was sampled
         self.position = start  # the batch handed out now
+        self.closed = False
+        self.planner: threading.Thread | None = None  # plans the rest of a remote pass
         self.clocks = self._plan_pass(start) if self.depth else []  # the remote caches read through
 
     def _plan_pass(self, start: int) -> list[BlockStore]:
         """For a corpus read through a remote cache: tell the cache the first position of this pass that needs each
         block, so that it frees blocks needed later first (across epochs, it keeps the cached blocks this pass
-        needs), and read further ahead (:data:`REMOTE_DEPTH`). One pass over the plan's batches; nothing locally.
+        needs), and read further ahead (:data:`REMOTE_DEPTH`). The first :data:`PASS_CHUNK` batches are planned
+        now, the rest of the pass by a thread, chunk after chunk in the pass's order (a 12.6M-pair epoch is 88k
+        batches: seconds of work that the first batch need not wait for; every use not yet planned is later than
+        every use planned, so the cache still frees the furthest first). Nothing is read locally.
         The caches, whose clocks :meth:`step` moves (none: the corpus is local)."""
         rows = self.batch_at(start)
         clocks = [] if rows is None else plan_use(self.source.word_ranges(rows, True), 0)
         if not clocks:
             return []
         self.depth = max(self.depth, REMOTE_DEPTH)
-        q, chunk = start + 1, []
-        while (rows := self.batch_at(q)) is not None:
-            chunk.append((q - start, self.source.word_ranges(rows, True)))
-            q += 1
-            if len(chunk) == PASS_CHUNK:
-                plan_uses(chunk)
-                chunk = []
-        plan_uses(chunk)
+        rest = self._plan_chunk(start + 1)
+        if rest is not None:
+            self.planner = threading.Thread(target=self._plan_rest, args=(rest,), name="arrowmt-pass-plan", daemon=True)
+            self.planner.start()
         return clocks
+
+    def _plan_chunk(self, first: int) -> int | None:
+        """Tell the caches when the batches at ``first .. first + PASS_CHUNK - 1`` are needed; the next position to
+        plan (None: the pass is planned, or the prefetcher closed)."""
+        chunk, q = [], first
+        while q < first + PASS_CHUNK and not self.closed and (rows := self.batch_at(q)) is not None:
+            chunk.append((q, self.source.word_ranges(rows, True)))
+            q += 1
+        now = self.position  # the caches' clocks have moved once per batch handed out since the pass began
+        plan_uses([(p - now, ranges) for p, ranges in chunk if p >= now])
+        return q if len(chunk) == PASS_CHUNK and not self.closed else None
+
+    def _plan_rest(self, position: int | None) -> None:
+        try:
+            while position is not None:
+                position = self._plan_chunk(position)
+        except Exception as exc:  # a hint: the read that needs what failed here raises itself
+            logger.debug("arrowmt: planning the rest of the pass stopped: %s", exc)
+        release_free_heap()  # this thread's arena kept the chunks' freed arrays
+
+    def close(self) -> None:
+        """Stop planning this pass (another pass begins, or this one was left)."""
+        self.closed = True
 
     def step(self, position: int) -> None:
         """Batch ``position`` is being handed out: ask for what the next batches need."""

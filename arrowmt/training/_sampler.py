@@ -186,6 +186,8 @@ class PlanSampler(Sampler[list[int]]):
             except FormatError:  # a corrupt plan chunk ends the read-ahead; handing out that batch raises
                 return None
 
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start)
         return self.prefetcher
 

@@ -1,4 +1,4 @@
-"""Returning the heap freed by a plan build to the OS."""
+"""Returning freed heap to the OS: after a plan build, a remote cache's first fetch, a pass plan."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 
 def release_free_heap() -> None:
-    """Return the heap freed by a plan build to the OS (glibc's ``malloc_trim``); a no-op elsewhere."""
+    """Return the freed heap of every thread's arena to the OS (glibc's ``malloc_trim``); a no-op elsewhere."""
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -123,8 +123,11 @@ class OutputFolder:
             raise InvalidParameterError(f"name: {error} (the split name + {SPLIT_SUFFIX!r})")
         return self.path / file
 
-    def write(self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds) -> None:
-        """Write one split (or shard) file and record it."""
+    def write(
+        self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds, piece_rows: int | None = None
+    ) -> None:
+        """Write one split (or shard) file and record it (``piece_rows``: rows per offsets checksum piece, None: the
+        writer's default)."""
         path = self.split_file(name)
         meta = write_split(
             path,
@@ -133,6 +136,7 @@ class OutputFolder:
             special_ids=special_ids,
             source_format=self.manifest.source_format,
             progress=self.progress,
+            **({} if piece_rows is None else {"piece_rows": piece_rows}),
         )
         self.manifest.files[name] = file_entry(path, meta.rows)
 

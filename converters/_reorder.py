@@ -18,6 +18,7 @@ from arrowmt.converters._output import OutputFolder, column
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format import (
     ROW_ORDER_KEY,
+    STRETCH_PIECE_ROWS,
     Dictionary,
     Manifest,
     Ragged,
@@ -81,8 +82,10 @@ def write_reordered(
             source = Path(corpus) / name
             folder.add_dictionary(lang or None, Dictionary.load(source), source)
         for name, data in splits.items():
-            stored = order if name == split else np.arange(len(data), dtype=np.int64)
-            folder.write(name, _columns(data, stored, folder), data.special_ids)
+            if name == split:  # read in stretches: small offsets checksum pieces
+                folder.write(name, _columns(data, order, folder), data.special_ids, STRETCH_PIECE_ROWS)
+            else:
+                folder.write(name, _columns(data, np.arange(len(data), dtype=np.int64), folder), data.special_ids)
         write_row_order(folder.path / order_name(split), order, plan_offsets)
         folder.manifest.provenance = {
             **source_manifest.provenance,

@@ -13,9 +13,10 @@ import pytest
 
 import arrowmt
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import CACHE_DIR_NAME, Split
-from arrowmt.format._row_order import inverse_order, open_row_order, write_row_order
-from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, load_plan
+from arrowmt.format import CACHE_DIR_NAME, Split, SplitFile, verify_dataset, write_side_file
+from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS
+from arrowmt.format._row_order import ORDER_FORMAT, inverse_order, open_row_order, write_row_order
+from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
 from arrowmt.plans._order import plan_order
 from arrowmt.plans._plan import build_plan, key_fields
 from arrowmt.plans._plan_cache import plan_key
@@ -116,6 +117,27 @@ def test_the_copy_serves_the_plan_it_is_stored_by(ordered: Path, monkeypatch: py
         plan.batch(len(plan))
 
 
+def test_a_batch_the_stored_plan_hands_out_is_placed_without_a_where_lookup(
+    ordered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dataset = arrowmt.open_dataset(ordered, "train")
+    sampler = arrowmt.TokenBatchSampler(dataset, max_tokens=MAX_TOKENS, seed=3, prefetch=0)
+    assert dataset.row_order is not None and isinstance(sampler.plan, StoredPlan)
+    monkeypatch.setattr(dataset.row_order.where, "take", lambda rows: pytest.fail("where looked up"))
+    for ids in sampler:
+        if len(ids) > 1:
+            _, local = dataset.locate(np.array(ids))
+            assert np.array_equal(local, np.arange(local[0], local[0] + local.size))
+
+
+def test_a_wrong_note_falls_back_to_where(tmp_path: Path) -> None:
+    order = np.random.default_rng(1).permutation(5000)
+    write_row_order(tmp_path / "train.rows", order, np.array([0, 5000]))
+    maps = open_row_order(tmp_path / "train.rows", 5000)
+    maps.note(7, order[100:110])  # not where those rows are
+    assert maps.stored(order[100:110]).tolist() == list(range(100, 110))
+
+
 def test_other_options_build_their_plan_on_the_copy(ordered: Path, tmp_path: Path) -> None:
     plan = load_plan(Split(ordered, "train"), params(seed=9), tmp_path)
     assert isinstance(plan, BatchPlan) and plan.built
@@ -128,10 +150,76 @@ def test_a_changed_stored_plan_is_refused_naming_the_file(ordered: Path, tmp_pat
     raw = bytearray(rows.read_bytes())
     raw[-12] ^= 1  # the plan's last batch offsets
     rows.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match=r"train\.rows: row order checksum: chunk .* make the copy again"):
+        load_plan(Split(copy, "train"), params(), None)  # the offsets are read whole when the plan is opened
+
+
+def test_stored_plan_offsets_that_decrease_are_refused_naming_the_file(tmp_path: Path) -> None:
+    order = np.arange(10)
+    sections = [inverse_order(order).astype("<i4"), order.astype("<i4"), np.array([0, 6, 4, 10], dtype="<i8")]
+    path = write_side_file(tmp_path / "train.rows", ORDER_FORMAT, (10, 4, 3, 10), sections)  # checksums sound
+    with pytest.raises(FormatError, match=r"train\.rows: plan offsets: .*batch 1 ends before it starts"):
+        StoredPlan(open_row_order(path, 10), "key", 10)
+
+
+def test_a_pickled_stored_plan_refuses_a_replaced_file(ordered: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(ordered, copy)
     plan = load_plan(Split(copy, "train"), params(), None)
-    assert plan.batch(0).size  # the first chunk is sound
-    with pytest.raises(FormatError, match=r"train\.rows: row order checksum: chunk"):
-        plan.batch(len(plan) - 1)
+    pickled = pickle.dumps(plan)
+    replacement = copy / "new.rows"
+    shutil.copyfile(copy / "train.rows", replacement)
+    replacement.replace(copy / "train.rows")  # the same bytes, another file
+    with pytest.raises(FormatError, match=r"train\.rows: row order file replaced since the plan was opened"):
+        pickle.loads(pickled)
+
+
+def test_a_sampler_state_moves_between_the_stored_and_the_built_plan(
+    ordered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dataset = arrowmt.open_dataset(ordered, "train")
+
+    def sampler() -> arrowmt.TokenBatchSampler:
+        return arrowmt.TokenBatchSampler(dataset, max_tokens=MAX_TOKENS, seed=3, num_replicas=2, rank=1)
+
+    stored = sampler()
+    assert isinstance(stored.plan, StoredPlan)
+    walk = iter(stored)
+    [next(walk) for _ in range(4)]
+    state, rest = stored.state_dict(), list(walk)
+    assert rest
+    monkeypatch.setattr(_plan, "stored_plan", lambda *args: None)
+    built = sampler()
+    assert isinstance(built.plan, BatchPlan) and built.plan.key == stored.plan.key
+    built.load_state_dict(state)
+    assert list(built) == rest
+
+
+def test_the_ordered_split_checks_its_offsets_in_small_pieces(ordered: Path) -> None:
+    assert set(SplitFile(ordered / "train.arrow").offset_checks.piece_rows.tolist()) == {STRETCH_PIECE_ROWS}
+    assert set(SplitFile(ordered / "test.arrow").offset_checks.piece_rows.tolist()) == {PIECE_ROWS}
+
+
+def test_a_pass_left_midway_stops_its_read_ahead(ordered: Path) -> None:
+    sampler = arrowmt.TokenBatchSampler(arrowmt.open_dataset(ordered, "train"), max_tokens=MAX_TOKENS, seed=3)
+    walk = iter(sampler)
+    next(walk)
+    assert sampler.prefetcher is not None and not sampler.prefetcher.closed
+    walk.close()
+    assert sampler.prefetcher.closed
+
+
+def test_verify_checks_the_row_order_file_whole(ordered: Path, tmp_path: Path) -> None:
+    sound = verify_dataset(ordered, progress=False)
+    assert sound.ok and sound.side_files >= 1
+    copy = tmp_path / "copy"
+    shutil.copytree(ordered, copy)
+    maps = open_row_order(copy / "train.rows", len(Split(ordered, "train")))
+    order, offsets = maps.order.whole().copy(), maps.offsets.whole().copy()
+    order[0] = order[1]  # checksums written anew: only the contents check sees it
+    write_row_order(copy / "train.rows", order, offsets)
+    problems = verify_dataset(copy, progress=False).problems
+    assert any("train.rows: row order: expected `order` a permutation" in p for p in problems), problems
 
 
 def test_resume_on_the_ordered_copy(ordered: Path) -> None:

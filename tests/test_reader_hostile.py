@@ -808,19 +808,24 @@ def test_a_malformed_whole_checksum_is_refused_beside_pieces(split_file: Path) -
 
 
 def test_a_row_used_cold_checks_only_its_piece_of_offsets(tmp_path: Path) -> None:
-    """One record batch of 3,000 rows: three pieces of offsets (1,024 rows each, one page). Reading a row checks
-    its piece only; a piece changed on disk fails its rows and no other."""
+    """One record batch of 3,000 rows: pieces of offsets of PIECE_ROWS rows (the last one shorter). Reading a row
+    checks its piece only; a piece changed on disk fails its rows and no other."""
     path = split_path(lengths_dataset(tmp_path / "c", [2] * 3000, [3] * 3000), "train")
     split = SplitFile(path)
-    assert split.offset_checks.first.tolist() == [0, 3] and split.offset_checks.piece_rows.tolist() == [PIECE_ROWS]
+    pieces = -(-3000 // PIECE_ROWS)
+    assert split.offset_checks.first.tolist() == [0, pieces] and split.offset_checks.piece_rows.tolist() == [PIECE_ROWS]
     split.spans("source", np.array([1500]))
-    assert split.offset_checks._unchecked["source"].tolist() == [True, False, True]
+    assert split.offset_checks._unchecked["source"].tolist() == [k != 1500 // PIECE_ROWS for k in range(pieces)]
     assert split.offset_checks._unchecked["target"].all()
     shift_offset(path, "source", 0, 2500, lambda old, previous, following: old + 1)
     split = SplitFile(path)
-    assert split.lengths("source", np.array([5, 2047])).tolist() == [2, 2]
-    with pytest.raises(FormatError, match=r"record batch 0 \(source\): offsets checksum of rows 2048\.\.2999"):
-        split.spans("source", np.array([2999]))
+    assert split.lengths("source", np.array([5, 1500])).tolist() == [2, 2]
+    first = 2500 // PIECE_ROWS * PIECE_ROWS
+    with pytest.raises(
+        FormatError,
+        match=rf"record batch 0 \(source\): offsets checksum of rows {first}\.\.{min(first + PIECE_ROWS, 3000) - 1}",
+    ):
+        split.spans("source", np.array([first]))
 
 
 def test_token_outside_dictionary_is_flagged_by_verify(dataset: Path, worker: ReadWorker) -> None:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     )
     from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
     from arrowmt.format._mirror import CacheOptions, local_folder
-    from arrowmt.format._offsets_crc import ManyOffsetChecks
+    from arrowmt.format._offsets_crc import STRETCH_PIECE_ROWS, ManyOffsetChecks
     from arrowmt.format._progress import progress_bar
     from arrowmt.format._ragged import Ragged
     from arrowmt.format._ratio import length_ratio
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         PLAN_FORMAT,
         VIEW_FORMAT,
         SideFile,
+        check_batch_offsets,
         checksum,
         load_or_build,
         open_side_file,
@@ -123,7 +124,7 @@ _EXPORTS = {
     ),
     "arrowmt.format._metadata": ("ColumnInfo", "SpecialIds", "SplitMetadata"),
     "arrowmt.format._mirror": ("CacheOptions", "local_folder"),
-    "arrowmt.format._offsets_crc": ("ManyOffsetChecks",),
+    "arrowmt.format._offsets_crc": ("STRETCH_PIECE_ROWS", "ManyOffsetChecks"),
     "arrowmt.format._progress": ("progress_bar",),
     "arrowmt.format._ragged": ("Ragged",),
     "arrowmt.format._ratio": ("length_ratio",),
@@ -161,6 +162,7 @@ _EXPORTS = {
         "PLAN_FORMAT",
         "SideFile",
         "VIEW_FORMAT",
+        "check_batch_offsets",
         "checksum",
         "load_or_build",
         "open_side_file",
@@ -207,6 +209,7 @@ __all__ = [
     "ROW_ORDER_KEY",
     "SOURCE",
     "SPLIT_SUFFIX",
+    "STRETCH_PIECE_ROWS",
     "TARGET",
     "TEMP_PREFIX",
     "TOKENS",
@@ -238,6 +241,7 @@ __all__ = [
     "WordRanges",
     "atomic_path",
     "build_view",
+    "check_batch_offsets",
     "check_indices",
     "check_same_rows",
     "check_split_dictionaries",

@@ -6,9 +6,11 @@ batch and column, CRC-32s (zlib) of the batch's int32 offsets buffer (little-end
 the batch's IPC message custom metadata, as canonical JSON:
 
 * :data:`OFFSETS_PIECES_KEY`: ``{"rows": 1024, "crcs": {"source": [crc, ...], "target": [...]}}``, one
-  CRC-32 per *piece* of :data:`PIECE_ROWS` rows (the piece's offsets: its rows' starts and
-  the end of its last row, ``rows + 1`` values, one 4 KiB page), so a row used cold costs
-  the check of one page of offsets, not of its whole record batch;
+  CRC-32 per *piece* of ``rows`` rows (the piece's offsets: its rows' starts and the end of
+  its last row, ``rows + 1`` values, 4 KiB for :data:`PIECE_ROWS`), so a row used cold costs
+  the check of a page or two of offsets, not of its whole record batch. Splits read in
+  stretches (a copy in plan order) are written with :data:`STRETCH_PIECE_ROWS`: a batch's
+  stretch then checks about its own offsets, not a 4 KiB piece;
 * :data:`OFFSETS_CRC_KEY`: ``{"source": 123, "target": 456}``, one CRC-32 of the whole
   buffer (row count + 1 values): what files written before the pieces carry, and what
   readers of that time check. Readers check the pieces when a batch records them.
@@ -25,7 +27,6 @@ is not a CRC-32 per column (and piece) is refused when the file is opened.
 from __future__ import annotations
 
 import json
-import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -36,7 +37,9 @@ from arrowmt._errors import FormatError
 
 OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # key in a record batch's custom metadata: one CRC per column
 OFFSETS_PIECES_KEY = b"arrowmt.offsets_crc32_pieces"  # key: one CRC per column and piece of PIECE_ROWS rows
-PIECE_ROWS = 1024  # rows per checked piece of offsets: 1025 int32 values, one page
+PIECE_ROWS = 1024  # rows per checked piece of offsets: 1025 int32 values; a first pass over random rows checks
+# one piece per row, and smaller pieces measured slower there (more checks: benchmarks/bench_piece_rows.py)
+STRETCH_PIECE_ROWS = 256  # the same for a split whose batches are stretches of ~300 rows (`arrowmt order`)
 SHOWN_BYTES = 80
 OffsetsOf = Callable[[str, int], np.ndarray]
 """``offsets(column, batch)``: a record batch's offsets (a view of the map)."""
@@ -56,16 +59,17 @@ def piece_bounds(k: int, per: int, rows: int) -> tuple[int, int]:
     return k * per, min((k + 1) * per, rows)
 
 
-def piece_crcs(offsets: np.ndarray) -> list[int]:
-    """The CRC-32 of each piece of a record batch's ``offsets`` (row count + 1 values)."""
+def piece_crcs(offsets: np.ndarray, piece_rows: int) -> list[int]:
+    """The CRC-32 of each piece of ``piece_rows`` rows of a record batch's ``offsets`` (row count + 1 values)."""
     rows = offsets.shape[0] - 1
-    bounds = [piece_bounds(k, PIECE_ROWS, rows) for k in range(-(-rows // PIECE_ROWS))]
+    bounds = [piece_bounds(k, piece_rows, rows) for k in range(-(-rows // piece_rows))]
     return [offsets_crc(offsets[first : end + 1]) for first, end in bounds]
 
 
-def encode_offsets_crcs(offsets: Mapping[str, np.ndarray]) -> dict[bytes, bytes]:
-    """A record batch's custom metadata recording each column's offsets CRC-32s (whole, and per piece)."""
-    pieces = {"rows": PIECE_ROWS, "crcs": {c: piece_crcs(o) for c, o in offsets.items()}}
+def encode_offsets_crcs(offsets: Mapping[str, np.ndarray], piece_rows: int = PIECE_ROWS) -> dict[bytes, bytes]:
+    """A record batch's custom metadata recording each column's offsets CRC-32s (whole, and per piece of
+    ``piece_rows`` rows)."""
+    pieces = {"rows": piece_rows, "crcs": {c: piece_crcs(o, piece_rows) for c, o in offsets.items()}}
     return {
         OFFSETS_CRC_KEY: _json({c: offsets_crc(o) for c, o in offsets.items()}),
         OFFSETS_PIECES_KEY: _json(pieces),
@@ -148,8 +152,7 @@ class OffsetChecks:
         self._offsets = offsets
         self._read_ahead = read_ahead
         self._unchecked = {column: np.ones(expected.shape[0], dtype=bool) for column in columns}
-        self._pending = dict.fromkeys(columns, int(expected.shape[0]))
-        self._marking = threading.Lock()
+        self._pending = dict.fromkeys(columns, bool(expected.shape[0]))  # False once every piece is checked
         self.first_row = first_row
 
     @classmethod
@@ -197,6 +200,8 @@ class OffsetChecks:
             self._ask(column, todo)
         for p in todo.tolist():
             self._check(column, p)
+        if todo.size:
+            self._recount(column)
 
     def ensure_one(self, column: str, b: int) -> None:
         """Check every piece of record batch ``b`` of ``column`` not checked yet; FormatError naming it on a
@@ -204,6 +209,12 @@ class OffsetChecks:
         for p in range(int(self.first[b]), int(self.first[b + 1])):
             if self._unchecked[column][p]:
                 self._check(column, p)
+        self._recount(column)
+
+    def _recount(self, column: str) -> None:
+        """Whether any piece of ``column`` is left to check, from the flags themselves: threads that check the same
+        piece at once (read-ahead plans a remote pass from one) cannot make it stop early, and no lock is held."""
+        self._pending[column] = bool(self._unchecked[column].any())
 
     def read_ahead(self, column: str, batches: np.ndarray) -> None:
         """Ask for the offsets of several whole record batches at once before checking them (a hint)."""
@@ -233,10 +244,7 @@ class OffsetChecks:
                 f"CRC-32 {want:08x} (written at conversion), found {found:08x}: their boundaries changed on disk; "
                 "the file is corrupt"
             )
-        with self._marking:  # read-ahead plans from a thread: a piece checked by two at once is counted once
-            if self._unchecked[column][p]:
-                self._unchecked[column][p] = False
-                self._pending[column] -= 1
+        self._unchecked[column][p] = False
 
 
 class ManyOffsetChecks:

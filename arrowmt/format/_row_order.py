@@ -17,14 +17,15 @@ The first ``planned rows`` of ``order`` are the plan's batches back to back (bat
 plan's options reads its batches from here instead of building the plan
 (:mod:`arrowmt.plans._stored_plan`).
 
-Translating a planned batch costs two pages, not a page per row (:meth:`RowOrder.stored`):
-its first row's ``where`` gives the stretch it would fill, and ``order`` over that stretch
-(one contiguous read) confirms it. Any other batch is translated row by row.
+Translating a planned batch costs one or two pages, not a page per row (:meth:`RowOrder.stored`):
+its first row's ``where`` gives the stretch it would fill (or the stored plan noted it when it
+handed the batch out), and ``order`` over that stretch (one contiguous read, the pages the
+stored plan read) confirms it. Any other batch is translated row by row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +34,13 @@ from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest, plain_name_error
 from arrowmt.format._readahead import advise
-from arrowmt.format._sidefile import SideFormat, open_side_file, write_side_file
+from arrowmt.format._sidefile import SideFormat, check_batch_offsets, open_side_file, write_side_file
 
 ORDER_SUFFIX = ".rows"
-ORDER_FORMAT = SideFormat("row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 3, "QIQQ", "make the copy again")
+NOTED = 1024  # planned batches whose stretch a RowOrder remembers (read-ahead looks up to 1,024 batches ahead)
+ORDER_FORMAT = SideFormat(
+    "row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 3, "QIQQ", "make the copy again", cache=False, aligned=True
+)  # a batch reads a few 4 KiB chunks at random: each one page
 
 
 def order_name(split: str) -> str:
@@ -63,11 +67,25 @@ class RowOrder:
     order: CheckedArray  # stored position -> row
     offsets: CheckedArray  # plan batch b is order[offsets[b]:offsets[b + 1]]
     planned: int  # rows in the plan's batches: order[:planned]; the rest are left out of it
+    identity: tuple[int, int, int]  # the file's size, mtime (ns) and inode when opened
+
+    stretches: dict[int, int] = field(default_factory=dict, compare=False)  # first row -> stored start, see note
+
+    def note(self, start: int, rows: np.ndarray) -> None:
+        """``rows`` (a planned batch being handed out) fill the stretch from ``start``: :meth:`stored` then needs
+        no ``where`` lookup for them (the last :data:`NOTED` batches noted are kept)."""
+        if rows.size > 1:
+            self.stretches[int(rows[0])] = start
+            while len(self.stretches) > NOTED:
+                self.stretches.pop(next(iter(self.stretches)), None)
 
     def stored(self, rows: np.ndarray) -> np.ndarray:
-        """Stored positions of ``rows`` (int64, in range): one stretch when ``rows`` fill one in order."""
+        """Stored positions of ``rows`` (int64, in range): one stretch when ``rows`` fill one in order (its start
+        from a :meth:`note`, else from ``where``, then confirmed by ``order``)."""
         if rows.size > 1:
-            start = int(self.where.take(rows[:1])[0])
+            start = self.stretches.get(int(rows[0]))
+            if start is None:
+                start = int(self.where.take(rows[:1])[0])
             stop = start + rows.size
             if stop <= len(self.order) and np.array_equal(self.order.slice(start, stop), rows):
                 return np.arange(start, stop, dtype=np.int64)
@@ -118,7 +136,23 @@ def open_row_order(path: Path, rows: int) -> RowOrder:
     advise(side.map, "random")  # looked up a row at a time: a fault reads its page, not the kernel's read-around
     dtype = f"<i{itemsize}"
     maps = (side.array(dtype, count, 0), side.array(dtype, count, count * itemsize))
-    return RowOrder(path, *maps, side.array("<i8", batches + 1, 2 * count * itemsize), planned)
+    identity = (side.stat.st_size, side.stat.st_mtime_ns, side.stat.st_ino)
+    return RowOrder(path, *maps, side.array("<i8", batches + 1, 2 * count * itemsize), planned, identity)
+
+
+def check_row_order(path: Path, rows: int) -> RowOrder:
+    """The row order file at ``path`` of a split of ``rows`` rows once every byte of it is checked: every chunk,
+    ``order`` a permutation of the rows whose inverse is ``where``, the plan's batch offsets (FormatError naming
+    ``path`` otherwise; what ``arrowmt verify`` runs)."""
+    maps = open_row_order(path, rows)
+    order, where = maps.order.whole(), maps.where.whole()
+    inside = not order.size or (int(order.min()) >= 0 and int(order.max()) < rows)
+    if not inside or not np.array_equal(where[order], np.arange(rows)):
+        raise FormatError(
+            f"{path}: row order: expected `order` a permutation of the {rows} rows and `where` its inverse (corrupt)"
+        )
+    check_batch_offsets(path, maps.offsets.whole(), maps.planned)
+    return maps
 
 
 def refuse_row_order(manifest: Manifest, folder: Path, what: str) -> None:

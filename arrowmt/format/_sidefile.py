@@ -10,11 +10,14 @@ is laid out the same way (little-endian)::
     chunk table:        body bytes, chunk bytes, one CRC-32 per chunk of the body (arrowmt.format._chunks)
     body:               the kind's sections, laid out as its module says
 
-The header's CRC-32 (zlib) covers the header's fields (magic and version included) and
-the chunk table; each chunk's CRC-32 covers one chunk (:data:`CHUNK_BYTES`, a 4 KiB page) of the
-body. So any change to a value that decides what the file says (an index, a boundary, a
-row number, a count) is refused: in the header or chunk table when the file is opened,
-in the body when a read first touches its chunk. Opening reads only the header and the
+A kind declared ``aligned`` (row order files) pads its chunk table with zeros so that the
+body starts at a multiple of 4 KiB: each chunk is then one page of the file, and a chunk
+check reads one page, not two. The header's CRC-32 (zlib) covers the header's fields (magic
+and version included) and the chunk table (its padding included); each chunk's CRC-32
+covers one chunk (:data:`CHUNK_BYTES`, a 4 KiB page) of the body. So any change to a
+value that decides what the file says (an index, a boundary, a row number, a count) is
+refused: in the header or chunk table when the file is opened, in the body when a read
+first touches its chunk. Opening reads only the header and the
 chunk table, whatever the size of the body: a rank that uses a slice of a 50 MB plan
 reads and checks the chunks of that slice only. The checksums catch accidents (bit rot,
 a stray write, an editor), not forgeries: whoever can write the file can also rewrite
@@ -106,6 +109,12 @@ class SideFormat:
     stale: str
     legacy: tuple[int, ...] = ()
     cache: bool = True
+    aligned: bool = False  # the chunk table is padded so the body (each chunk of it) starts at a multiple of 4 KiB
+
+    def table_len(self, body_bytes: int, chunk_bytes: int) -> int:
+        """Bytes of the chunk table of this kind's current version, padding included (see ``aligned``)."""
+        length = table_bytes(body_bytes, chunk_bytes)
+        return -(-(HEADER_BYTES + length) // CHUNK_BYTES) * CHUNK_BYTES - HEADER_BYTES if self.aligned else length
 
     def __post_init__(self) -> None:
         if len(self.magic) != MAGIC_BYTES or self.layout.size + _CRC.size > HEADER_BYTES:
@@ -178,7 +187,7 @@ def write_side_file(
     ``overwrite``)."""
     parts = [_bytes_of(section) for section in sections]
     body = sum(memoryview(part).nbytes for part in parts)
-    table = pack_table(chunk_crcs(parts, chunk_bytes), body, chunk_bytes)
+    table = pack_table(chunk_crcs(parts, chunk_bytes), body, chunk_bytes).ljust(fmt.table_len(body, chunk_bytes), b"\0")
     with atomic_output(path, overwrite=overwrite) as handle:
         handle.write(header_bytes(fmt, values, checksum(fmt.pack(values), [table])))
         handle.write(table)
@@ -247,6 +256,17 @@ class SideFile:
             )
 
 
+def check_batch_offsets(path: Path, offsets: np.ndarray, total: int) -> None:
+    """FormatError naming ``path`` unless the batch ``offsets`` run from 0 to ``total`` without decreasing."""
+    falls = np.flatnonzero(np.diff(offsets) < 0)
+    if int(offsets[0]) != 0 or int(offsets[-1]) != total or falls.size:
+        where = f", batch {int(falls[0])} ends before it starts" if falls.size else ""
+        raise FormatError(
+            f"{path}: plan offsets: expected non-decreasing from 0 to {total}, "
+            f"found {int(offsets[0])}..{int(offsets[-1])}{where} (corrupt)"
+        )
+
+
 def check_regular(path: Path, what: str) -> None:
     """FormatError when ``path`` exists and is not a regular file (found with ``stat``: never opened, never blocks)."""
     try:
@@ -309,7 +329,7 @@ def _map_checked(path: Path, fd: int, fmt: SideFormat, body_size: BodySize | Non
         else:
             body, chunk_bytes = parse_table_prefix(where, raw[HEADER_BYTES:])
             _check_body_size(where, body, None if body_size is None else body_size(path, values))
-            table_len = table_bytes(body, chunk_bytes)
+            table_len = fmt.table_len(body, chunk_bytes)
         expected = HEADER_BYTES + table_len + body
         if st.st_size != expected:
             raise FormatError(

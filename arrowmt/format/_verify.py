@@ -35,6 +35,7 @@ from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._mirror import attached_file, local_folder
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
+from arrowmt.format._row_order import check_row_order, order_files
 from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME
 from arrowmt.format._sidefile import BLOCKS_FORMAT, PLAN_FORMAT, SideFormat, open_side_file, stored_version
 from arrowmt.format._view import VIEW_SUFFIX, View
@@ -91,6 +92,7 @@ def verify_dataset(
         for name, entry in sorted(manifest.files.items()):
             _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar)
         _verify_side_files(folder, report, bar)
+        _verify_row_orders(folder, manifest, report, bar)
     return report
 
 
@@ -222,6 +224,17 @@ def _verify_side_files(folder: Path, report: VerifyReport, bar: tqdm) -> None:
         bar.update(1)
     for path, fmt in cached:
         _count_or_report(report, lambda path=path, fmt=fmt: _check_cache_file(path, fmt), _STALE_CACHE)
+        bar.update(1)
+
+
+def _verify_row_orders(folder: Path, manifest: Manifest, report: VerifyReport, bar: tqdm) -> None:
+    """The row order file of each split stored in plan order (a copy made by ``arrowmt order``), checked whole."""
+    listed = order_files(manifest)
+    bar.total += len(listed)
+    bar.refresh()
+    for split, name in sorted(listed.items()):
+        rows = sum(manifest.files[shard].rows for shard in manifest.shards(split))
+        _count_or_report(report, lambda name=name, rows=rows: check_row_order(folder / name, rows), "")
         bar.update(1)
 
 

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._atomic import atomic_path
 from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
+from arrowmt.format._offsets_crc import PIECE_ROWS as OFFSETS_PIECE_ROWS
 from arrowmt.format._offsets_crc import encode_offsets_crcs
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._ragged import Ragged
@@ -140,11 +141,13 @@ def write_split(
     rows_per_batch: int = DEFAULT_ROWS_PER_BATCH,
     overwrite: bool = True,
     progress: bool = False,
+    piece_rows: int = OFFSETS_PIECE_ROWS,
 ) -> SplitMetadata:
     """Write ``columns`` as one split file at ``path`` atomically and return its metadata.
 
     Columns held in memory are written as they are; if any column is a :class:`RowSource`, every
     column is read :data:`PIECE_ROWS` rows at a time (memory bounded whatever the split's size).
+    ``piece_rows``: rows per offsets checksum piece (:mod:`arrowmt.format._offsets_crc`).
     """
     rows = check_same_rows(split, {name: len(col.ragged) for name, col in columns.items()}, _origins(columns))
     in_memory = {name: col.ragged for name, col in columns.items() if isinstance(col.ragged, Ragged)}
@@ -168,7 +171,9 @@ def write_split(
         special_ids=special_ids or SpecialIds(),
         source_format=source_format,
     )
-    with open_split_writer(path, meta, origins=_origins(columns), overwrite=overwrite, progress=progress) as writer:
+    with open_split_writer(
+        path, meta, origins=_origins(columns), overwrite=overwrite, progress=progress, piece_rows=piece_rows
+    ) as writer:
         for piece in pieces:
             writer.write(piece)
     return meta
@@ -235,6 +240,7 @@ def open_split_writer(
     origins: dict[str, str] | None = None,
     overwrite: bool = True,
     progress: bool = False,
+    piece_rows: int = OFFSETS_PIECE_ROWS,
 ) -> Iterator[SplitWriter]:
     """Open a split file for streaming: yields a :class:`SplitWriter`; the file appears atomically on exit.
 
@@ -252,7 +258,7 @@ def open_split_writer(
         ipc.new_stream(sink, schema, options=options) as stream,
         bar,
     ):
-        writer = SplitWriter(stream, schema, meta, origins or {}, bar)
+        writer = SplitWriter(stream, schema, meta, origins or {}, bar, piece_rows)
         yield writer
         writer.finish()
 
@@ -267,8 +273,10 @@ class SplitWriter:
         meta: SplitMetadata,
         origins: dict[str, str],
         bar: tqdm,
+        piece_rows: int = OFFSETS_PIECE_ROWS,
     ) -> None:
         self._stream = stream
+        self._piece_rows = piece_rows
         self._schema = schema
         self._meta = meta
         self._origins = origins
@@ -317,7 +325,7 @@ class SplitWriter:
             stored[name] = offsets.astype("<i4")
             arrays.append(self._list_array(name, stored[name], raw))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-        self._stream.write_batch(batch, custom_metadata=encode_offsets_crcs(stored))
+        self._stream.write_batch(batch, custom_metadata=encode_offsets_crcs(stored, self._piece_rows))
         self._written += rows
         self._bar.update(rows)
 

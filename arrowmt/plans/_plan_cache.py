@@ -56,6 +56,7 @@ from arrowmt.format import (
     PLAN_FORMAT,
     CheckedArray,
     SideFile,
+    check_batch_offsets,
     load_or_build,
     open_side_file,
     write_side_file,
@@ -230,11 +231,7 @@ def _check_header(side: SideFile, key: str, rows: int) -> None:
 
 def check_contents(path: Path, indices: np.ndarray, offsets: np.ndarray, rows: int) -> None:
     """Offsets run from 0 to the index count without decreasing; indices lie in [0, rows)."""
-    if int(offsets[0]) != 0 or int(offsets[-1]) != indices.shape[0] or bool((np.diff(offsets) < 0).any()):
-        raise FormatError(
-            f"{path}: plan offsets: expected non-decreasing from 0 to {indices.shape[0]}, "
-            f"found {int(offsets[0])}..{int(offsets[-1])} (corrupt)"
-        )
+    check_batch_offsets(path, offsets, indices.shape[0])
     low, high = (int(indices.min()), int(indices.max())) if indices.size else (0, -1)
     if low < 0 or high >= rows:
         raise FormatError(f"{path}: plan indices: expected 0..{rows - 1}, found {low}..{high} (corrupt)")

@@ -6,7 +6,10 @@ plan's batch offsets; the manifest's provenance names the plan's fields under
 :data:`ORDERED_BY_KEY`. A sampler that asks the copy for that plan gets a
 :class:`StoredPlan`: batch ``b`` is ``order[offsets[b]:offsets[b + 1]]``, the very bytes that
 then place its rows in one stretch of the files. Nothing is built (no row lengths are read
-at setup), no plan file is written, and a batch reads no plan pages beside the row order's.
+at setup), no plan file is written, and a batch reads no plan pages beside the row order's:
+the batch offsets (8 bytes a batch) are read whole when the plan is opened, and a batch handed
+out is noted with its stretch (:meth:`~arrowmt.format.RowOrder.note`), so that reading it in
+the same process needs no ``where`` lookup.
 Its key is the key the built plan would have, so a sampler's state moves freely between the
 two.
 """
@@ -18,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.format import RowOrder, Split, open_row_order
+from arrowmt._errors import FormatError
+from arrowmt.format import RowOrder, Split, check_batch_offsets, open_row_order
 from arrowmt.plans._plan_cache import check_contents, checked_batch
 
 ORDERED_BY_KEY = "ordered_by"  # manifest provenance: {"split", "plan" (the original's key), "fields" (the plan's)}
@@ -40,6 +44,8 @@ class StoredPlan:
         self.key = key
         self.rows = rows
         self.path: Path = order.path
+        # 8 bytes a batch, read and checked in one pass now instead of a page per batch later
+        check_batch_offsets(self.path, order.offsets.whole(), order.planned)
 
     def __len__(self) -> int:
         return len(self.order.offsets) - 1
@@ -55,8 +61,11 @@ class StoredPlan:
         return self.rows - self.order.planned
 
     def batch(self, b: int) -> np.ndarray:
-        """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use."""
-        return checked_batch(self.path, b, self.order.offsets, self.order.order, self.order.planned, self.rows)
+        """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use; the
+        row order notes where they are stored (no ``where`` lookup when the batch is read in this process)."""
+        rows = checked_batch(self.path, b, self.order.offsets, self.order.order, self.order.planned, self.rows)
+        self.order.note(int(self.order.offsets.raw[b]), rows)
+        return rows
 
     @property
     def indices(self) -> np.ndarray:
@@ -75,12 +84,19 @@ class StoredPlan:
         indices = self.order.order.slice(0, self.order.planned)
         check_contents(self.path, indices, self.order.offsets.whole(), self.rows)
 
-    def __reduce__(self) -> tuple[object, tuple[Path, str, int]]:
-        return (_reopen, (self.path, self.key, self.rows))
+    def __reduce__(self) -> tuple[object, tuple[Path, str, int, tuple[int, int, int]]]:
+        return (_reopen, (self.path, self.key, self.rows, self.order.identity))
 
 
-def _reopen(path: Path, key: str, rows: int) -> StoredPlan:
-    return StoredPlan(open_row_order(path, rows), key, rows)
+def _reopen(path: Path, key: str, rows: int, identity: tuple[int, int, int]) -> StoredPlan:
+    """The plan pickled, from the same file (FormatError naming it if it was replaced meanwhile: other batches)."""
+    order = open_row_order(path, rows)
+    if order.identity != identity:
+        raise FormatError(
+            f"{path}: row order file replaced since the plan was opened (size, mtime, inode {identity} -> "
+            f"{order.identity}); open the dataset and sampler again"
+        )
+    return StoredPlan(order, key, rows)
 
 
 def stored_plan(dataset: Split, fields: Mapping[str, object], key: str) -> StoredPlan | None:

@@ -90,6 +90,7 @@ class BlockStore:
         self._fds = [os.open(folder / f.name, os.O_RDWR | os.O_CLOEXEC) for f in self.files]
         self._mutex = threading.Lock()
         self._evicting = threading.Lock()
+        self._planning = threading.Lock()
         self._inflight: dict[int, threading.Event] = {}
         self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
         self._fetchers = ThreadPoolExecutor(workers, thread_name_prefix="arrowmt-fetch")
@@ -99,7 +100,8 @@ class BlockStore:
         self.fetched_bytes = 0  # by this process
         self._warned = False
         self.ensure(np.flatnonzero(self.pinned))
-        release_free_heap()  # the fetch threads' freed buffers (100 MB of offsets at 12.6M pairs went through them)
+        if self.fetched_bytes:
+            release_free_heap()  # the fetch threads' freed buffers (100 MB of offsets at 12.6M pairs went through them)
 
     def __repr__(self) -> str:
         return f"BlockStore({self.remote.url!r} -> {str(self.folder)!r}, {self.used_bytes()} bytes cached)"
@@ -146,12 +148,16 @@ class BlockStore:
 
     def plan_use(self, blocks: np.ndarray, ahead: int) -> None:
         """``blocks`` are needed ``ahead`` batches from now: kept in preference to blocks needed later or never."""
-        self.state.add_use(blocks, self.now + ahead, self.now)
+        with self._planning:
+            now = self.now
+            self.state.add_use(blocks, now + ahead, now)
 
     def plan_uses(self, blocks: np.ndarray, first: np.ndarray, second: np.ndarray) -> None:
         """Unique ``blocks`` are needed ``first`` and ``second`` batches from now (:func:`block_uses`)."""
-        self.state.add_use(blocks, self.now + first, self.now)
-        self.state.add_use(blocks, self.now + second, self.now)
+        with self._planning:  # a pass is planned by a thread while batches plan theirs: no update lost between them
+            now = self.now
+            self.state.add_use(blocks, now + first, now)
+            self.state.add_use(blocks, now + second, now)
 
     def tick(self) -> None:
         """A batch is handed out: the clock of this process's uses moves one step (passes, epochs and the samplers

@@ -109,9 +109,11 @@ class Prefetcher:
         while q < first + PASS_CHUNK and not self.closed and (rows := self.batch_at(q)) is not None:
             chunk.append((q, self.source.word_ranges(rows, True)))
             q += 1
+        if self.closed:  # another pass owns the clocks now
+            return None
         now = self.position  # the caches' clocks have moved once per batch handed out since the pass began
         plan_uses([(p - now, ranges) for p, ranges in chunk if p >= now])
-        return q if len(chunk) == PASS_CHUNK and not self.closed else None
+        return q if len(chunk) == PASS_CHUNK else None
 
     def _plan_rest(self, position: int | None) -> None:
         try:

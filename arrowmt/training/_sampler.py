@@ -165,12 +165,16 @@ class PlanSampler(Sampler[list[int]]):
             self._resume = False
         ids = self.epoch_batch_ids()
         ahead = self._prefetcher(ids, self.batches_done)
-        for position in range(self.batches_done, ids.shape[0]):
-            if token == self._pass:  # an abandoned earlier iterator must not move the state
-                self.batches_done = position + 1
+        try:
+            for position in range(self.batches_done, ids.shape[0]):
+                if token == self._pass:  # an abandoned earlier iterator must not move the state
+                    self.batches_done = position + 1
+                if ahead is not None:
+                    ahead.step(position)
+                yield self.plan.batch(int(ids[position])).tolist()
+        finally:  # the pass ended, or was left: its planner stops
             if ahead is not None:
-                ahead.step(position)
-            yield self.plan.batch(int(ids[position])).tolist()
+                ahead.close()
 
     def _prefetcher(self, ids: np.ndarray, start: int) -> Prefetcher | None:
         """Read-ahead of this pass's batches from position ``start`` (None when off)."""

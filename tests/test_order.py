@@ -15,7 +15,7 @@ import arrowmt
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import CACHE_DIR_NAME, Split, SplitFile, verify_dataset, write_side_file
 from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS
-from arrowmt.format._row_order import ORDER_FORMAT, inverse_order, open_row_order, write_row_order
+from arrowmt.format._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
 from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
 from arrowmt.plans._order import plan_order
 from arrowmt.plans._plan import build_plan, key_fields
@@ -136,6 +136,9 @@ def test_a_wrong_note_falls_back_to_where(tmp_path: Path) -> None:
     maps = open_row_order(tmp_path / "train.rows", 5000)
     maps.note(7, order[100:110])  # not where those rows are
     assert maps.stored(order[100:110]).tolist() == list(range(100, 110))
+    for k in range(NOTED + 5):  # the oldest notes go first
+        maps.note(k, np.array([k, k + 1]))
+    assert len(maps.stretches) == NOTED and 0 not in maps.stretches and NOTED + 4 in maps.stretches
 
 
 def test_other_options_build_their_plan_on_the_copy(ordered: Path, tmp_path: Path) -> None:

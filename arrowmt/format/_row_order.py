@@ -25,6 +25,8 @@ stored plan read) confirms it. Any other batch is translated row by row.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,15 +71,16 @@ class RowOrder:
     planned: int  # rows in the plan's batches: order[:planned]; the rest are left out of it
     identity: tuple[int, int, int]  # the file's size, mtime (ns) and inode when opened
 
-    stretches: dict[int, int] = field(default_factory=dict, compare=False)  # first row -> stored start, see note
+    stretches: OrderedDict[int, int] = field(default_factory=OrderedDict, compare=False)  # first row -> start
 
     def note(self, start: int, rows: np.ndarray) -> None:
         """``rows`` (a planned batch being handed out) fill the stretch from ``start``: :meth:`stored` then needs
         no ``where`` lookup for them (the last :data:`NOTED` batches noted are kept)."""
         if rows.size > 1:
             self.stretches[int(rows[0])] = start
-            while len(self.stretches) > NOTED:
-                self.stretches.pop(next(iter(self.stretches)), None)
+            while len(self.stretches) > NOTED:  # one call each: safe beside a thread planning a remote pass
+                with suppress(KeyError):
+                    self.stretches.popitem(last=False)
 
     def stored(self, rows: np.ndarray) -> np.ndarray:
         """Stored positions of ``rows`` (int64, in range): one stretch when ``rows`` fill one in order (its start

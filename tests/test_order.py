@@ -130,6 +130,16 @@ def test_a_batch_the_stored_plan_hands_out_is_placed_without_a_where_lookup(
             assert np.array_equal(local, np.arange(local[0], local[0] + local.size))
 
 
+def test_plan_offsets_that_cannot_be_stored_are_refused_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameterError, match=r"offsets \(of the plan stored in .*train\.rows\): .* 3 values"):
+        write_row_order(tmp_path / "train.rows", np.arange(5), np.array([0, 4, 2]))
+    assert not (tmp_path / "train.rows").exists()
+
+
+def test_another_split_of_the_copy_builds_its_plan(ordered: Path, tmp_path: Path) -> None:
+    assert isinstance(load_plan(Split(ordered, "test"), params(), tmp_path), BatchPlan)
+
+
 def test_a_wrong_note_falls_back_to_where(tmp_path: Path) -> None:
     order = np.random.default_rng(1).permutation(5000)
     write_row_order(tmp_path / "train.rows", order, np.array([0, 5000]))

@@ -39,6 +39,7 @@ from arrowmt.format._readahead import advise
 from arrowmt.format._sidefile import SideFormat, check_batch_offsets, open_side_file, write_side_file
 
 ORDER_SUFFIX = ".rows"
+CHECK_ROWS = 1 << 20  # rows of the maps compared at a time by check_row_order
 NOTED = 1024  # planned batches whose stretch a RowOrder remembers (read-ahead looks up to 1,024 batches ahead)
 ORDER_FORMAT = SideFormat(
     "row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 3, "QIQQ", "make the copy again", cache=False, aligned=True
@@ -108,8 +109,10 @@ def write_row_order(path: Path, order: np.ndarray, offsets: np.ndarray) -> Path:
     count, batches = order.shape[0], offsets.shape[0] - 1
     bounded = offsets.ndim == 1 and batches >= 0 and int(offsets[0]) == 0 and int(offsets[-1]) <= count
     if not bounded or (np.diff(offsets) < 0).any():
+        found = f"{offsets.size} values from {offsets.min()} to {offsets.max()}" if offsets.size else "none"
         raise InvalidParameterError(
-            f"offsets: expected non-decreasing batch offsets from 0 to at most {count} rows, got {offsets!r}"
+            f"offsets (of the plan stored in {path}): expected a 1-D array non-decreasing from 0 to at most "
+            f"{count} rows, got shape {offsets.shape}, {found}"
         )
     itemsize = 4 if count < 2**31 else 8
     sections = [inverse_order(order).astype(f"<i{itemsize}"), order.astype(f"<i{itemsize}"), offsets.astype("<i8")]
@@ -150,7 +153,10 @@ def check_row_order(path: Path, rows: int) -> RowOrder:
     maps = open_row_order(path, rows)
     order, where = maps.order.whole(), maps.where.whole()
     inside = not order.size or (int(order.min()) >= 0 and int(order.max()) < rows)
-    if not inside or not np.array_equal(where[order], np.arange(rows)):
+    pieces = range(0, rows, CHECK_ROWS)  # bounded temporaries whatever the split's size
+    if not inside or not all(
+        np.array_equal(where[order[a : a + CHECK_ROWS]], np.arange(a, min(a + CHECK_ROWS, rows))) for a in pieces
+    ):
         raise FormatError(
             f"{path}: row order: expected `order` a permutation of the {rows} rows and `where` its inverse (corrupt)"
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import pickle
 import shutil
 import subprocess
@@ -13,7 +15,7 @@ import pytest
 
 import arrowmt
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import CACHE_DIR_NAME, Split, SplitFile, verify_dataset, write_side_file
+from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME, Split, SplitFile, verify_dataset, write_side_file
 from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS
 from arrowmt.format._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
 from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
@@ -140,6 +142,32 @@ def test_another_split_of_the_copy_builds_its_plan(ordered: Path, tmp_path: Path
     assert isinstance(load_plan(Split(ordered, "test"), params(), tmp_path), BatchPlan)
 
 
+def test_the_row_order_body_starts_on_a_page_and_older_versions_are_refused(tmp_path: Path) -> None:
+    path = write_row_order(tmp_path / "train.rows", np.arange(10), np.array([0, 10]))
+    maps = open_row_order(path, 10)
+    assert maps.where.raw.ctypes.data % 4096 == 0  # the map is page-aligned, so is the body
+    raw = bytearray(path.read_bytes())
+    raw[1000] ^= 1  # chunk table padding: covered by the header's checksum
+    (tmp_path / "bad.rows").write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match="checksum"):
+        open_row_order(tmp_path / "bad.rows", 10)
+    old = dataclasses.replace(ORDER_FORMAT, version=3, aligned=False)
+    sections = [np.arange(10, dtype="<i4"), np.arange(10, dtype="<i4"), np.array([0, 10], dtype="<i8")]
+    write_side_file(tmp_path / "old.rows", old, (10, 4, 1, 10), sections)
+    with pytest.raises(FormatError, match=r"v4, found .* v3; make the copy again"):
+        open_row_order(tmp_path / "old.rows", 10)
+
+
+def test_verify_reports_a_bad_row_order_entry(ordered: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(ordered, copy)
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    manifest["provenance"]["row_order"] = {"train": "../train.rows"}
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    problems = verify_dataset(copy, progress=False).problems
+    assert any("arrowmt.json: manifest provenance 'row_order'" in p for p in problems), problems
+
+
 def test_a_wrong_note_falls_back_to_where(tmp_path: Path) -> None:
     order = np.random.default_rng(1).permutation(5000)
     write_row_order(tmp_path / "train.rows", order, np.array([0, 5000]))
@@ -149,6 +177,9 @@ def test_a_wrong_note_falls_back_to_where(tmp_path: Path) -> None:
     for k in range(NOTED + 5):  # the oldest notes go first
         maps.note(k, np.array([k, k + 1]))
     assert len(maps.stretches) == NOTED and 0 not in maps.stretches and NOTED + 4 in maps.stretches
+    maps.note(5, np.array([5, 6]))  # noted again: the newest, kept past the next note
+    maps.note(NOTED + 9, np.array([NOTED + 9, 1]))
+    assert 5 in maps.stretches and 6 not in maps.stretches
 
 
 def test_other_options_build_their_plan_on_the_copy(ordered: Path, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from arrowmt.converters._fairseq_binary import open_indexed, read_indexed
 from arrowmt.converters._fairseq_folder import convert_fairseq
 
 import arrowmt.format._writer as writer
-from arrowmt._errors import FormatError, InputDataError
+from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
 from arrowmt.format._metadata import SplitMetadata
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._writer import (
@@ -150,3 +150,15 @@ def test_short_bin_names_the_first_row_that_does_not_fit_across_blocks(tmp_path:
     for opener in (lambda: open_indexed(prefix, block_rows=50), lambda: read_indexed(prefix)):
         with pytest.raises(FormatError, match="row 900 is the first that does not fit"):
             opener()
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, True])
+def test_piece_rows_is_checked(tmp_path: Path, bad: object) -> None:
+    rows = Ragged.from_rows([[4, 5, 2], [7, 2]])
+    meta = SplitMetadata("x", 2, 16, {"tokens": column_info("tokens", _column(rows), 5)})
+    with (
+        pytest.raises(InvalidParameterError, match="piece_rows"),
+        open_split_writer(tmp_path / "x.arrow", meta, piece_rows=bad) as stream,  # type: ignore[arg-type]
+    ):
+        stream.write({"tokens": rows})
+    assert not (tmp_path / "x.arrow").exists()

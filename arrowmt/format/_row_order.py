@@ -42,8 +42,8 @@ ORDER_SUFFIX = ".rows"
 CHECK_ROWS = 1 << 20  # rows of the maps compared at a time by check_row_order
 NOTED = 1024  # planned batches whose stretch a RowOrder remembers (read-ahead looks up to 1,024 batches ahead)
 ORDER_FORMAT = SideFormat(
-    "row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 3, "QIQQ", "make the copy again", cache=False, aligned=True
-)  # a batch reads a few 4 KiB chunks at random: each one page
+    "row order", b"ARROWMT-ROWS\x00\x00\x00\x00", 4, "QIQQ", "make the copy again", cache=False, aligned=True
+)  # a batch reads a few 4 KiB chunks at random: each one page (version 3: the same, body not aligned)
 
 
 def order_name(split: str) -> str:
@@ -79,6 +79,8 @@ class RowOrder:
         no ``where`` lookup for them (the last :data:`NOTED` batches noted are kept)."""
         if rows.size > 1:
             self.stretches[int(rows[0])] = start
+            with suppress(KeyError):  # noted again: the newest
+                self.stretches.move_to_end(int(rows[0]))
             while len(self.stretches) > NOTED:  # one call each: safe beside a thread planning a remote pass
                 with suppress(KeyError):
                     self.stretches.popitem(last=False)

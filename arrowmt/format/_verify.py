@@ -229,7 +229,11 @@ def _verify_side_files(folder: Path, report: VerifyReport, bar: tqdm) -> None:
 
 def _verify_row_orders(folder: Path, manifest: Manifest, report: VerifyReport, bar: tqdm) -> None:
     """The row order file of each split stored in plan order (a copy made by ``arrowmt order``), checked whole."""
-    listed = order_files(manifest)
+    try:
+        listed = order_files(manifest)
+    except ArrowMTError as exc:
+        report.problems.append(f"{folder / MANIFEST_NAME}: {exc}")
+        return
     bar.total += len(listed)
     bar.refresh()
     for split, name in sorted(listed.items()):

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from tqdm import tqdm
 
+from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._atomic import atomic_path
 from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
@@ -276,7 +277,7 @@ class SplitWriter:
         piece_rows: int = OFFSETS_PIECE_ROWS,
     ) -> None:
         self._stream = stream
-        self._piece_rows = piece_rows
+        self._piece_rows = check_integer("piece_rows", piece_rows, 1, 2**31)
         self._schema = schema
         self._meta = meta
         self._origins = origins

@@ -36,6 +36,7 @@ from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest, plain_name_error
 from arrowmt.format._readahead import advise
+from arrowmt.format._reader import FileIdentity
 from arrowmt.format._sidefile import SideFormat, check_batch_offsets, open_side_file, write_side_file
 
 ORDER_SUFFIX = ".rows"
@@ -70,7 +71,7 @@ class RowOrder:
     order: CheckedArray  # stored position -> row
     offsets: CheckedArray  # plan batch b is order[offsets[b]:offsets[b + 1]]
     planned: int  # rows in the plan's batches: order[:planned]; the rest are left out of it
-    identity: tuple[int, int, int]  # the file's size, mtime (ns) and inode when opened
+    identity: FileIdentity  # the file when it was opened
 
     stretches: OrderedDict[int, int] = field(default_factory=OrderedDict, compare=False)  # first row -> start
 
@@ -144,8 +145,8 @@ def open_row_order(path: Path, rows: int) -> RowOrder:
     advise(side.map, "random")  # looked up a row at a time: a fault reads its page, not the kernel's read-around
     dtype = f"<i{itemsize}"
     maps = (side.array(dtype, count, 0), side.array(dtype, count, count * itemsize))
-    identity = (side.stat.st_size, side.stat.st_mtime_ns, side.stat.st_ino)
-    return RowOrder(path, *maps, side.array("<i8", batches + 1, 2 * count * itemsize), planned, identity)
+    offsets = side.array("<i8", batches + 1, 2 * count * itemsize)
+    return RowOrder(path, *maps, offsets, planned, FileIdentity.of_stat(side.stat))
 
 
 def check_row_order(path: Path, rows: int) -> RowOrder:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.format import RowOrder, Split, check_batch_offsets, open_row_order
+from arrowmt.format import FileIdentity, RowOrder, Split, check_batch_offsets, open_row_order
 from arrowmt.plans._plan_cache import check_contents, checked_batch
 
 ORDERED_BY_KEY = "ordered_by"  # manifest provenance: {"split", "plan" (the original's key), "fields" (the plan's)}
@@ -84,17 +84,17 @@ class StoredPlan:
         indices = self.order.order.slice(0, self.order.planned)
         check_contents(self.path, indices, self.order.offsets.whole(), self.rows)
 
-    def __reduce__(self) -> tuple[object, tuple[Path, str, int, tuple[int, int, int]]]:
+    def __reduce__(self) -> tuple[object, tuple[Path, str, int, FileIdentity]]:
         return (_reopen, (self.path, self.key, self.rows, self.order.identity))
 
 
-def _reopen(path: Path, key: str, rows: int, identity: tuple[int, int, int]) -> StoredPlan:
+def _reopen(path: Path, key: str, rows: int, identity: FileIdentity) -> StoredPlan:
     """The plan pickled, from the same file (FormatError naming it if it was replaced meanwhile: other batches)."""
     order = open_row_order(path, rows)
     if order.identity != identity:
         raise FormatError(
-            f"{path}: row order file replaced since the plan was opened (size, mtime, inode {identity} -> "
-            f"{order.identity}); open the dataset and sampler again"
+            f"{path}: row order file replaced since the plan was opened ({identity} -> {order.identity}); "
+            "open the dataset and sampler again"
         )
     return StoredPlan(order, key, rows)
 

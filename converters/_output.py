@@ -14,6 +14,7 @@ from arrowmt.format import (
     CACHE_DIR_NAME,
     DICTIONARY_SUFFIX,
     MANIFEST_NAME,
+    PIECE_ROWS,
     SPLIT_SUFFIX,
     ColumnData,
     Dictionary,
@@ -124,10 +125,9 @@ class OutputFolder:
         return self.path / file
 
     def write(
-        self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds, piece_rows: int | None = None
+        self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds, piece_rows: int = PIECE_ROWS
     ) -> None:
-        """Write one split (or shard) file and record it (``piece_rows``: rows per offsets checksum piece, None: the
-        writer's default)."""
+        """Write one split (or shard) file and record it (``piece_rows``: rows per offsets checksum piece)."""
         path = self.split_file(name)
         meta = write_split(
             path,
@@ -136,7 +136,7 @@ class OutputFolder:
             special_ids=special_ids,
             source_format=self.manifest.source_format,
             progress=self.progress,
-            **({} if piece_rows is None else {"piece_rows": piece_rows}),
+            piece_rows=piece_rows,
         )
         self.manifest.files[name] = file_entry(path, meta.rows)
 

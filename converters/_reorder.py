@@ -17,6 +17,7 @@ from arrowmt.converters._output import OutputFolder, column
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format import (
+    PIECE_ROWS,
     ROW_ORDER_KEY,
     STRETCH_PIECE_ROWS,
     Dictionary,
@@ -82,10 +83,9 @@ def write_reordered(
             source = Path(corpus) / name
             folder.add_dictionary(lang or None, Dictionary.load(source), source)
         for name, data in splits.items():
-            if name == split:  # read in stretches: small offsets checksum pieces
-                folder.write(name, _columns(data, order, folder), data.special_ids, STRETCH_PIECE_ROWS)
-            else:
-                folder.write(name, _columns(data, np.arange(len(data), dtype=np.int64), folder), data.special_ids)
+            stored = order if name == split else np.arange(len(data), dtype=np.int64)
+            pieces = STRETCH_PIECE_ROWS if name == split else PIECE_ROWS  # read in stretches: small pieces
+            folder.write(name, _columns(data, stored, folder), data.special_ids, pieces)
         write_row_order(folder.path / order_name(split), order, plan_offsets)
         folder.manifest.provenance = {
             **source_manifest.provenance,

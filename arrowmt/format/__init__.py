@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     )
     from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
     from arrowmt.format._mirror import CacheOptions, local_folder
-    from arrowmt.format._offsets_crc import STRETCH_PIECE_ROWS, ManyOffsetChecks
+    from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS, ManyOffsetChecks
     from arrowmt.format._progress import progress_bar
     from arrowmt.format._ragged import Ragged
     from arrowmt.format._ratio import length_ratio
@@ -124,7 +124,7 @@ _EXPORTS = {
     ),
     "arrowmt.format._metadata": ("ColumnInfo", "SpecialIds", "SplitMetadata"),
     "arrowmt.format._mirror": ("CacheOptions", "local_folder"),
-    "arrowmt.format._offsets_crc": ("STRETCH_PIECE_ROWS", "ManyOffsetChecks"),
+    "arrowmt.format._offsets_crc": ("PIECE_ROWS", "STRETCH_PIECE_ROWS", "ManyOffsetChecks"),
     "arrowmt.format._progress": ("progress_bar",),
     "arrowmt.format._ragged": ("Ragged",),
     "arrowmt.format._ratio": ("length_ratio",),
@@ -204,6 +204,7 @@ __all__ = [
     "IPC_FILE_MAGIC",
     "MANIFEST_NAME",
     "MAX_LIST_VALUES",
+    "PIECE_ROWS",
     "PLAN_FORMAT",
     "REASONS",
     "ROW_ORDER_KEY",

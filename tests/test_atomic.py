@@ -29,11 +29,19 @@ import pytest
 from arrowmt.converters._output import OutputFolder
 
 import arrowmt
-from arrowmt._errors import ArrowMTError, FormatError, InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt._errors import (
+    ArrowMTError,
+    FormatError,
+    InputDataError,
+    InvalidParameterError,
+    OutputExistsError,
+    StorageError,
+)
 from arrowmt.format._atomic import (
     STAGING_MARK,
     TEMP_PREFIX,
     StagedOutput,
+    atomic_output,
     atomic_path,
     deferred_signals,
     remove_stale_staging,
@@ -175,6 +183,15 @@ def test_exception_inside_atomic_path_keeps_existing_target(tmp_path: Path) -> N
         raise KeyboardInterrupt
     assert target.read_bytes() == b"old"
     assert temps(tmp_path) == []
+
+
+def test_an_arrowmt_error_inside_atomic_path_passes_through(tmp_path: Path) -> None:
+    """An error that already names its file (e.g. the remote object being copied) is not renamed a write failure."""
+    target = tmp_path / "out.bin"
+    with pytest.raises(StorageError, match="s3://b/obj: cannot read"), atomic_output(target) as handle:
+        handle.write(b"partial")
+        raise StorageError("s3://b/obj: cannot read: gone")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_token_mid_write_leaves_nothing(tmp_path: Path) -> None:

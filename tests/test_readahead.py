@@ -299,6 +299,24 @@ def test_a_long_remote_pass_is_planned_by_a_thread_that_stops_when_closed(monkey
     assert [(starts[0] // 400, when + now) for starts, when, now in planned] == [(q, q) for q in range(9)]
 
 
+def test_planning_threads_are_stopped_at_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon thread still running while the interpreter finalizes can abort the process: the exit hook closes
+    every prefetcher whose pass is being planned and waits for its thread."""
+    monkeypatch.setattr(_prefetch, "PASS_CHUNK", 2)
+    entered, plain = threading.Event(), batches(10**6)
+
+    def slow(q: int) -> np.ndarray | None:
+        if threading.current_thread().name == "arrowmt-pass-plan":
+            entered.set()
+            time.sleep(0.001)
+        return plain(q)
+
+    ahead = Prefetcher(RemoteSource(), 2, slow)
+    assert entered.wait(10) and ahead.planner is not None and ahead.planner.is_alive()
+    _prefetch._stop_planning()
+    assert ahead.closed and not ahead.planner.is_alive() and ahead not in set(_prefetch._PLANNING)
+
+
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
     source = RecordingSource()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from arrowmt.format._block_index import index_name, read_block_index
 from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._mirror import check_cache_limit
-from arrowmt.storage import block_runs, block_uses, covered_blocks
+from arrowmt.storage import RemoteFolder, _remote, block_runs, block_uses, covered_blocks, request_buffer
 from tests.conftest import MULTI30K
 from tests.s3_server import BUCKET, s3, upload
 from tests.state_helpers import check_resume
@@ -102,6 +103,35 @@ def test_cache_limit_values() -> None:
         check_cache_limit("lots")
     with pytest.raises(InvalidParameterError, match="cache_limit"):
         check_cache_limit(0)
+
+
+# ---------------------------------------------------------------- reading objects
+
+
+def test_objects_are_copied_and_read_into_buffers(url: str, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole object is copied a chunk at a time; a range lands in the caller's buffer; a short one is an error
+    naming the object."""
+    monkeypatch.setattr(_remote, "COPY_CHUNK", 1000)
+    remote = RemoteFolder(url)
+    data = (corpus / "train.arrow").read_bytes()
+    out = io.BytesIO()
+    assert remote.copy("train.arrow", out) == len(data) and out.getvalue() == data
+    with request_buffer(5000) as buffer:
+        remote.read_into("train.arrow", 3000, buffer)
+        assert bytes(buffer) == data[3000:8000]
+        with pytest.raises(StorageError, match=r"train\.arrow: expected 5000 bytes at offset .*got 10"):
+            remote.read_into("train.arrow", len(data) - 10, buffer)
+
+
+def test_a_request_buffer_is_unmapped_on_exit() -> None:
+    """Its pages go back to the OS at once; a slice still held (an error on the way) leaves it to the slice."""
+    with request_buffer(1 << 20) as buffer:
+        buffer[:3] = b"abc"
+    with pytest.raises(ValueError, match="released"):
+        len(buffer)
+    with request_buffer(4096) as buffer:
+        held = buffer[:2]
+    assert bytes(held) == bytes(2)
 
 
 # ---------------------------------------------------------------- the index

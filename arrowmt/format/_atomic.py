@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from arrowmt._errors import OutputExistsError, OutputWriteError
+from arrowmt._errors import ArrowMTError, OutputExistsError, OutputWriteError
 from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, publishing
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,8 @@ def atomic_path(path: str | os.PathLike[str], overwrite: bool = True) -> Iterato
         fsync_dir(target.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, ArrowMTError):  # already names its file (e.g. the remote object being copied)
+            raise
         raise OutputWriteError(f"{target}: writing failed: {_reason(exc)}") from exc
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError, StorageError
-from arrowmt.format._atomic import write_bytes_atomic
+from arrowmt.format._atomic import atomic_output, write_bytes_atomic
 from arrowmt.format._block_index import index_name, read_block_index
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import MANIFEST_NAME
@@ -126,7 +126,8 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
     small = [*manifest.dictionaries.values(), *manifest.row_order_files(), *(index_name(e.file) for e in entries)]
     for name in small:
         try:
-            data = remote.read(name)
+            with atomic_output(folder / name) as handle:
+                remote.copy(name, handle)
         except StorageError as exc:
             if name.endswith(".blocks"):
                 raise StorageError(
@@ -134,7 +135,6 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
                     "copy (conversions write it) and upload it beside the split file"
                 ) from exc
             raise
-        write_bytes_atomic(folder / name, data)
     for entry in entries:
         with open(folder / entry.file, "ab") as handle:
             handle.truncate(entry.size)

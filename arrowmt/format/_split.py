@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt._heap import release_free_heap
 from arrowmt.format._dictionaries import check_split_dictionaries, load_column_dictionary
 from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest, split_path
@@ -59,6 +60,7 @@ class Split:
                 )
             self.shards = [open_shard(self.path, self.manifest, name, self.access) for name in names]
             check_split_dictionaries(self.path, self.shards)
+        release_free_heap()  # the checks' temporaries (a remote open's fetch buffers, dictionary digests)
         self.shard_names = names
         sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.cumulative = np.concatenate([[0], np.cumsum(sizes)])

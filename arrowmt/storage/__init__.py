@@ -5,7 +5,7 @@ core and never imports torch.
 """
 
 from arrowmt.storage._ranges import block_bounds, block_runs, block_uses, covered_blocks
-from arrowmt.storage._remote import RemoteFolder, is_url
+from arrowmt.storage._remote import RemoteFolder, is_url, request_buffer
 from arrowmt.storage._store import STATE_DIR, BlockFile, BlockStore, CachedFile, Snapshot
 
 __all__ = [
@@ -20,4 +20,5 @@ __all__ = [
     "block_uses",
     "covered_blocks",
     "is_url",
+    "request_buffer",
 ]

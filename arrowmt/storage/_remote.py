@@ -8,10 +8,12 @@ naming the URL of the object.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import threading
 from collections.abc import Sequence
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -21,6 +23,7 @@ from arrowmt._errors import StorageError
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 S3_RETRIES = 3  # attempts per request before a fetch fails (the SDK's default retries for minutes)
 S3_TIMEOUT_S = 20.0
+COPY_CHUNK = 1 << 20  # bytes of a whole object copied at a time
 
 
 def is_url(path: object) -> bool:
@@ -35,8 +38,7 @@ class RemoteFolder:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         self.fs, self.root = _filesystem(self.url)
-        self._files: dict[str, pa.NativeFile] = {}
-        self._lock = threading.Lock()
+        self._handles = threading.local()  # per thread, its open objects by name (a handle reads from its position)
 
     def __repr__(self) -> str:
         return f"RemoteFolder({self.url!r})"
@@ -45,9 +47,23 @@ class RemoteFolder:
         return f"{self.url}/{name}"
 
     def read(self, name: str) -> bytes:
-        """The whole object ``name``."""
+        """The whole object ``name`` (a small one: it is held in memory)."""
         with _named(self.url_of(name), "read"), self.fs.open_input_stream(f"{self.root}/{name}") as stream:
             return stream.read()
+
+    def copy(self, name: str, out: BinaryIO) -> int:
+        """Write the whole object ``name`` to ``out``, :data:`COPY_CHUNK` bytes at a time; how many bytes."""
+        total = 0
+        path = f"{self.root}/{name}"
+        with (
+            _named(self.url_of(name), "read"),
+            self.fs.open_input_stream(path) as stream,
+            request_buffer(COPY_CHUNK) as buffer,
+        ):
+            while count := stream.readinto(buffer):
+                out.write(buffer[:count])
+                total += count
+        return total
 
     def sizes(self, names: Sequence[str]) -> dict[str, int]:
         """Size of each object in ``names`` (one listing request each); StorageError for a missing one."""
@@ -58,24 +74,44 @@ class RemoteFolder:
                 raise StorageError(f"{self.url_of(name)}: no such object (expected a file, found {info.type.name})")
         return {name: int(info.size) for name, info in zip(names, infos, strict=True)}
 
-    def read_range(self, name: str, start: int, length: int) -> bytes:
-        """``length`` bytes of object ``name`` from ``start``; StorageError when fewer come back."""
-        handle = self._file(name)
-        with _named(self.url_of(name), f"read bytes {start}-{start + length}"):
-            data = handle.read_at(length, start)
-        if len(data) != length:
+    def read_into(self, name: str, start: int, out: memoryview) -> None:
+        """Fill ``out`` with the bytes of object ``name`` from ``start``; StorageError when fewer come back."""
+        handle = self._handle(name)
+        with _named(self.url_of(name), f"read bytes {start}-{start + len(out)}"):
+            handle.seek(start)
+            count = handle.readinto(out)
+        if count != len(out):
             raise StorageError(
-                f"{self.url_of(name)}: expected {length} bytes at offset {start}, got {len(data)} "
+                f"{self.url_of(name)}: expected {len(out)} bytes at offset {start}, got {count} "
                 "(object shorter than its manifest says: replaced?)"
             )
-        return data
 
-    def _file(self, name: str) -> pa.NativeFile:
-        with self._lock:
-            if name not in self._files:
-                with _named(self.url_of(name), "open"):
-                    self._files[name] = self.fs.open_input_file(f"{self.root}/{name}")
-            return self._files[name]
+    def _handle(self, name: str) -> pa.NativeFile:
+        """This thread's open handle of object ``name`` (opened once per thread)."""
+        handles = self._handles.__dict__
+        if name not in handles:
+            with _named(self.url_of(name), "open"):
+                handles[name] = self.fs.open_input_file(f"{self.root}/{name}")
+        return handles[name]
+
+
+class request_buffer:
+    """A buffer of ``size`` bytes for one request, mapped anonymously: unmapped on exit, so its pages go back to the
+    OS at once (a heap buffer of this size would stay in the fetching thread's malloc arena)."""
+
+    def __init__(self, size: int) -> None:
+        self._map = mmap.mmap(-1, max(1, size))
+        self._view = memoryview(self._map)[:size]
+
+    def __enter__(self) -> memoryview:
+        return self._view
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._view.release()
+            self._map.close()
+        except BufferError:  # a slice of it is still referenced (an error on the way): unmapped when that goes
+            pass
 
 
 def _filesystem(url: str) -> tuple[pafs.FileSystem, str]:

@@ -29,10 +29,9 @@ from typing import TypeVar
 import numpy as np
 
 from arrowmt._errors import StorageError
-from arrowmt._heap import release_free_heap
 from arrowmt.storage._punch import punch_hole
 from arrowmt.storage._ranges import block_runs, block_uses, covered_blocks
-from arrowmt.storage._remote import RemoteFolder
+from arrowmt.storage._remote import RemoteFolder, request_buffer
 from arrowmt.storage._state import NO_USE, CacheState
 
 logger = logging.getLogger(__name__)
@@ -100,8 +99,6 @@ class BlockStore:
         self.fetched_bytes = 0  # by this process
         self._warned = False
         self.ensure(np.flatnonzero(self.pinned))
-        if self.fetched_bytes:
-            release_free_heap()  # the fetch threads' freed buffers (100 MB of offsets at 12.6M pairs went through them)
 
     def __repr__(self) -> str:
         return f"BlockStore({self.remote.url!r} -> {str(self.folder)!r}, {self.used_bytes()} bytes cached)"
@@ -167,17 +164,23 @@ class BlockStore:
     def check_object(self, k: int, sha256: str) -> list[str]:
         """Read remote file ``k`` whole, in order: problems with its blocks' CRC-32s or its SHA-256 (none: sound)."""
         f, digest, problems = self.files[k], hashlib.sha256(), []
-        for start in range(0, f.size, MAX_RUN_BYTES):
-            data = self.remote.read_range(f.name, start, min(MAX_RUN_BYTES, f.size - start))
-            digest.update(data)
-            first = start // self.block_size
-            for i in range(0, len(data), self.block_size):
-                if zlib.crc32(memoryview(data)[i : i + self.block_size]) != int(f.crcs[first + i // self.block_size]):
-                    problems.append(f"{self.remote.url_of(f.name)}: block {first + i // self.block_size} differs "
-                                    "from the block index (CRC-32)")  # fmt: skip
+        with request_buffer(MAX_RUN_BYTES) as buffer:
+            for start in range(0, f.size, MAX_RUN_BYTES):
+                data = buffer[: min(MAX_RUN_BYTES, f.size - start)]
+                self.remote.read_into(f.name, start, data)
+                digest.update(data)
+                problems += [f"{self.remote.url_of(f.name)}: block {b} differs from the block index (CRC-32)"
+                             for b, _ in self._bad_blocks(k, start // self.block_size, data)]  # fmt: skip
+                data.release()
         if digest.hexdigest() != sha256:
             problems.append(f"{self.remote.url_of(f.name)}: SHA-256 differs from the manifest (object changed)")
         return problems
+
+    def _bad_blocks(self, k: int, first: int, data: memoryview) -> list[tuple[int, int]]:
+        """(block, CRC-32) of the blocks of file ``k`` from ``first`` in ``data`` whose CRC-32 is not the index's."""
+        crcs = [zlib.crc32(data[i : i + self.block_size]) for i in range(0, len(data), self.block_size)]
+        expected = self.files[k].crcs[first : first + len(crcs)].tolist()
+        return [(first + i, c) for i, (c, e) in enumerate(zip(crcs, expected, strict=True)) if c != e]
 
     # ------------------------------------------------------------ fetching
 
@@ -200,27 +203,28 @@ class BlockStore:
         finally:
             self._release(claimed)
         if wait:
-            for event in waits.values():
+            for event in set(waits.values()):
                 event.wait()
             for b in [*busy.tolist(), *waits]:
                 self._fill_waiting(b)
 
     def _claim(self, blocks: np.ndarray) -> tuple[np.ndarray, dict[int, threading.Event]]:
         """Blocks no other thread of this process is fetching (now marked as ours), and events of the others."""
-        claimed, waits = [], {}
+        claimed, waits, done = [], {}, threading.Event()  # one event for all the blocks claimed here
         with self._mutex:
             for b in blocks.tolist():
                 if b in self._inflight:
                     waits[b] = self._inflight[b]
                 else:
-                    self._inflight[b] = threading.Event()
+                    self._inflight[b] = done
                     claimed.append(b)
         return np.array(claimed, dtype=np.int64), waits
 
     def _release(self, claimed: np.ndarray) -> None:
         with self._mutex:
-            for b in claimed.tolist():
-                self._inflight.pop(b).set()
+            events = {self._inflight.pop(b) for b in claimed.tolist()}
+        for event in events:
+            event.set()
 
     def _fill_waiting(self, b: int) -> None:
         """Wait for another process's fetch of block ``b``; fetch it if that left it missing (killed midway)."""
@@ -297,26 +301,25 @@ class BlockStore:
         f = self.files[k]
         start = first * self.block_size
         end = min((first + count) * self.block_size, f.size)
-        data = self.remote.read_range(f.name, start, end - start)
-        view = memoryview(data)
-        for i in range(count):
-            block = view[i * self.block_size : (i + 1) * self.block_size]
-            expected = int(f.crcs[first + i])
-            if zlib.crc32(block) != expected:
+        with request_buffer(end - start) as data:
+            self.remote.read_into(f.name, start, data)
+            bad = self._bad_blocks(k, first, data)
+            if bad:
+                b, crc = bad[0]
+                at = b * self.block_size
                 raise StorageError(
-                    f"{self.remote.url_of(f.name)}: block {first + i} (bytes {start + i * self.block_size}-"
-                    f"{start + i * self.block_size + len(block)}) has CRC-32 {zlib.crc32(block):08x}, the block "
-                    f"index says {expected:08x} (object changed since conversion?)"
+                    f"{self.remote.url_of(f.name)}: block {b} (bytes {at}-{min(at + self.block_size, f.size)}) has "
+                    f"CRC-32 {crc:08x}, the block index says {int(f.crcs[b]):08x} (object changed since conversion?)"
                 )
-        try:
-            os.pwrite(self._fds[k], data, start)
-        except OSError as exc:
-            raise StorageError(f"{self.folder / f.name}: cannot write to the cache: {exc.strerror or exc}") from exc
+            try:
+                os.pwrite(self._fds[k], data, start)
+            except OSError as exc:
+                raise StorageError(f"{self.folder / f.name}: cannot write to the cache: {exc.strerror or exc}") from exc
         blocks = np.arange(first, first + count) + self.base[k]
         self.state.generation[blocks] += 1
         self.state.present[blocks] = 1
         with self._mutex:
-            self.fetched_bytes += len(data)
+            self.fetched_bytes += end - start
 
     # ------------------------------------------------------------ evicting
 

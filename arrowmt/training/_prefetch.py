@@ -23,8 +23,10 @@ Torch-free; the samplers own one each (``prefetch=`` the depth, 0 to turn it off
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -43,8 +45,26 @@ DEFAULT_DEPTH = 8
 REMOTE_DEPTH = 64  # the least depth for a remote corpus: a range request takes tens of milliseconds
 MAX_DEPTH = 1024
 MAX_SKIP = 64
-PASS_CHUNK = 1024  # batches of a pass planned in one computation (bounds its memory)
+PASS_CHUNK = (
+    256  # batches of a pass planned in one computation (bounds its memory: ~10 MB of ranges at 290 rows a batch)
+)
 SAMPLE_PAGES = 16
+
+
+_PLANNING: weakref.WeakSet[Prefetcher] = weakref.WeakSet()  # prefetchers whose pass is being planned by a thread
+STOP_WAIT_S = 5.0  # at exit, how long to wait for a planning thread to stop
+
+
+@atexit.register
+def _stop_planning() -> None:
+    """Stop the planning threads before the interpreter finalizes: a daemon thread still running then is ended
+    inside whatever C++ code it is in, which aborts the process ('terminate called without an active exception')."""
+    prefetchers = list(_PLANNING)
+    for prefetcher in prefetchers:
+        prefetcher.close()
+    for prefetcher in prefetchers:
+        if prefetcher.planner is not None:
+            prefetcher.planner.join(STOP_WAIT_S)
 
 
 class RowSource(Protocol):
@@ -99,6 +119,7 @@ class Prefetcher:
         rest = self._plan_chunk(start + 1)
         if rest is not None:
             self.planner = threading.Thread(target=self._plan_rest, args=(rest,), name="arrowmt-pass-plan", daemon=True)
+            _PLANNING.add(self)
             self.planner.start()
         return clocks
 
@@ -126,6 +147,7 @@ class Prefetcher:
     def close(self) -> None:
         """Stop planning this pass (another pass begins, or this one was left)."""
         self.closed = True
+        _PLANNING.discard(self)
 
     def step(self, position: int) -> None:
         """Batch ``position`` is being handed out: ask for what the next batches need."""

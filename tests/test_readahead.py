@@ -314,7 +314,7 @@ def test_planning_threads_are_stopped_at_exit(monkeypatch: pytest.MonkeyPatch) -
     ahead = Prefetcher(RemoteSource(), 2, slow)
     assert entered.wait(10) and ahead.planner is not None and ahead.planner.is_alive()
     _prefetch._stop_planning()
-    assert ahead.closed and not ahead.planner.is_alive() and ahead not in set(_prefetch._PLANNING)
+    assert ahead.closed and not ahead.planner.is_alive() and ahead not in set(Prefetcher.planning)
 
 
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,10 @@ class Plan(Protocol):
 
     def batch(self, b: int) -> np.ndarray: ...
 
+    def peek(self, b: int) -> np.ndarray:
+        """Batch ``b`` for planning ahead (a thread's pass plan): the same indices, nothing noted about its use."""
+        ...
+
 
 class PlanProvider(Protocol):
     """The plan of each epoch."""

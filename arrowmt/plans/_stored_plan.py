@@ -63,9 +63,14 @@ class StoredPlan:
     def batch(self, b: int) -> np.ndarray:
         """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use; the
         row order notes where they are stored (no ``where`` lookup when the batch is read in this process)."""
-        rows = checked_batch(self.path, b, self.order.offsets, self.order.order, self.order.planned, self.rows)
+        rows = self.peek(b)
         self.order.note(int(self.order.offsets.raw[b]), rows)
         return rows
+
+    def peek(self, b: int) -> np.ndarray:
+        """Batch ``b``, not noted (a pass planned ahead by a thread would push the batches read next out of the
+        row order's notes)."""
+        return checked_batch(self.path, b, self.order.offsets, self.order.order, self.order.planned, self.rows)
 
     @property
     def indices(self) -> np.ndarray:

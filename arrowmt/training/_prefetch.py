@@ -28,7 +28,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
@@ -45,13 +45,10 @@ DEFAULT_DEPTH = 8
 REMOTE_DEPTH = 64  # the least depth for a remote corpus: a range request takes tens of milliseconds
 MAX_DEPTH = 1024
 MAX_SKIP = 64
-PASS_CHUNK = (
-    256  # batches of a pass planned in one computation (bounds its memory: ~10 MB of ranges at 290 rows a batch)
-)
+PASS_CHUNK = 16  # batches of a pass planned in one computation (arrays small enough to be reused, not kept)
 SAMPLE_PAGES = 16
 
 
-_PLANNING: weakref.WeakSet[Prefetcher] = weakref.WeakSet()  # prefetchers whose pass is being planned by a thread
 STOP_WAIT_S = 5.0  # at exit, how long to wait for a planning thread to stop
 
 
@@ -59,7 +56,7 @@ STOP_WAIT_S = 5.0  # at exit, how long to wait for a planning thread to stop
 def _stop_planning() -> None:
     """Stop the planning threads before the interpreter finalizes: a daemon thread still running then is ended
     inside whatever C++ code it is in, which aborts the process ('terminate called without an active exception')."""
-    prefetchers = list(_PLANNING)
+    prefetchers = list(Prefetcher.planning)
     for prefetcher in prefetchers:
         prefetcher.close()
     for prefetcher in prefetchers:
@@ -89,10 +86,17 @@ def prefetch_source(dataset: object, depth: int) -> RowSource | None:
 class Prefetcher:
     """Read-ahead for one pass over an epoch's batches (see the module); ``step(p)`` as batch ``p`` is handed out."""
 
-    def __init__(self, source: RowSource, depth: int, batch_at: BatchAt, start: int = 0) -> None:
+    planning: ClassVar[weakref.WeakSet[Prefetcher]] = weakref.WeakSet()  # those whose pass a thread is planning
+
+    def __init__(
+        self, source: RowSource, depth: int, batch_at: BatchAt, start: int = 0, plan_at: BatchAt | None = None
+    ) -> None:
+        """``batch_at``: the batch at an epoch position; ``plan_at``: the same, for planning a remote pass ahead
+        (nothing noted of the batch's use; default ``batch_at``)."""
         self.source = source
         self.depth = check_depth(depth)
         self.batch_at = batch_at
+        self.plan_at = batch_at if plan_at is None else plan_at
         self.values_done = start - 1  # the last position whose tokens were asked for (or skipped)
         self.offsets_done = start - 1  # the last position whose offsets were asked for (or skipped)
         self.streak = 0  # batches found resident in a row
@@ -111,7 +115,7 @@ class Prefetcher:
         batches: seconds of work that the first batch need not wait for; every use not yet planned is later than
         every use planned, so the cache still frees the furthest first). Nothing is read locally.
         The caches, whose clocks :meth:`step` moves (none: the corpus is local)."""
-        rows = self.batch_at(start)
+        rows = self.plan_at(start)
         clocks = [] if rows is None else plan_use(self.source.word_ranges(rows, True), 0)
         if not clocks:
             return []
@@ -119,7 +123,7 @@ class Prefetcher:
         rest = self._plan_chunk(start + 1)
         if rest is not None:
             self.planner = threading.Thread(target=self._plan_rest, args=(rest,), name="arrowmt-pass-plan", daemon=True)
-            _PLANNING.add(self)
+            Prefetcher.planning.add(self)
             self.planner.start()
         return clocks
 
@@ -127,7 +131,7 @@ class Prefetcher:
         """Tell the caches when the batches at ``first .. first + PASS_CHUNK - 1`` are needed; the next position to
         plan (None: the pass is planned, or the prefetcher closed)."""
         chunk, q = [], first
-        while q < first + PASS_CHUNK and not self.closed and (rows := self.batch_at(q)) is not None:
+        while q < first + PASS_CHUNK and not self.closed and (rows := self.plan_at(q)) is not None:
             chunk.append((q, self.source.word_ranges(rows, True)))
             q += 1
         if self.closed:  # another pass owns the clocks now
@@ -147,7 +151,7 @@ class Prefetcher:
     def close(self) -> None:
         """Stop planning this pass (another pass begins, or this one was left)."""
         self.closed = True
-        _PLANNING.discard(self)
+        type(self).planning.discard(self)  # through the instance: the module's names may be gone at exit
 
     def step(self, position: int) -> None:
         """Batch ``position`` is being handed out: ask for what the next batches need."""

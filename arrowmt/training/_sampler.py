@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -182,17 +183,18 @@ class PlanSampler(Sampler[list[int]]):
             return None
         plan = self.plan
 
-        def batch_at(q: int) -> np.ndarray | None:
+        def batch_at(q: int, peek: bool = False) -> np.ndarray | None:
             if q >= ids.shape[0]:
                 return None
             try:
-                return plan.batch(int(ids[q]))
+                return plan.peek(int(ids[q])) if peek else plan.batch(int(ids[q]))
             except FormatError:  # a corrupt plan chunk ends the read-ahead; handing out that batch raises
                 return None
 
         if self.prefetcher is not None:
             self.prefetcher.close()
-        self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start)
+        plan_at = partial(batch_at, peek=True)
+        self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start, plan_at=plan_at)
         return self.prefetcher
 
     def state_dict(self) -> dict[str, Any]:

@@ -293,3 +293,20 @@ def test_order_command(corpus: Path, tmp_path: Path) -> None:
     assert batches(out) == batches(corpus)
     verify = subprocess.run([sys.executable, "-m", "arrowmt", "verify", str(out)], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stderr
+
+
+def test_a_stored_batch_is_one_stretch_of_words(ordered: Path, tmp_path: Path) -> None:
+    """Each batch of the stored plan, located as one stretch, covers exactly its rows' tokens in each column: from
+    the first row's first token to the last row's last (the copy's rows are stored batch after batch)."""
+    copy = arrowmt.open_dataset(ordered, "train")
+    plan = load_plan(copy, params(), tmp_path)
+    assert isinstance(plan, StoredPlan)
+    batches = np.arange(len(plan))
+    parts = copy.stretch_ranges(*plan.stretches(batches))
+    assert parts is not None and len(parts) == len(copy.columns)
+    for b in batches.tolist():
+        for part, rows in zip(parts, copy.word_ranges(plan.batch(b), True), strict=True):
+            assert int(part.starts[b]) == int(rows.starts.min())
+            assert int(part.starts[b] + part.lengths[b]) == int((rows.starts + rows.lengths).max())
+    empty = copy.stretch_ranges(np.array([3, len(copy)]), np.array([3, len(copy)]))
+    assert empty is not None and empty[0].lengths.tolist() == [0, 0]

@@ -25,6 +25,8 @@ from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._mirror import check_cache_limit
 from arrowmt.storage import RemoteFolder, _remote, block_runs, block_uses, covered_blocks, request_buffer
+from arrowmt.storage._state import NO_USE
+from arrowmt.training._sampler import PlanSampler
 from tests.conftest import MULTI30K
 from tests.s3_server import BUCKET, s3, upload
 from tests.state_helpers import check_resume
@@ -410,3 +412,34 @@ def test_runs_of_blocks_are_locked_and_freed_at_once_around_another_process(url:
     mine, busy = store._lock(run)
     assert mine.tolist() == run.tolist() and busy.size == 0
     store._unlock(mine)
+
+
+def test_a_copy_plans_a_pass_whole_before_the_first_batch(
+    s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy read by the plan it is stored by tells the cache every use of the pass at once, a stretch a batch, with
+    no planning thread: the blocks' next uses are those a batch at a time gives (the header blocks a stretch over two
+    record batches also covers are kept for good anyway)."""
+    ordered = tmp_path / "ordered"
+    arrowmt.order_copy(corpus, ordered, max_tokens=1024, seed=5, progress=False)
+    write_block_indexes(ordered, Manifest.load(ordered), TINY_BLOCK)
+    url = upload(s3, ordered, "whole-pass")
+
+    def planned(cache: Path) -> tuple[object, np.ndarray, np.ndarray]:
+        dataset = arrowmt.open_dataset(url, "train", cache_dir=cache)
+        sampler = arrowmt.TokenBatchSampler(dataset, max_tokens=1024, seed=5)
+        next(iter(sampler))
+        ahead = sampler.prefetcher
+        assert ahead is not None
+        if ahead.planner is not None:
+            ahead.planner.join(30)
+        store = dataset.shards[0].remote.store
+        keep = ~store.pinned
+        return ahead.planner, store.state.next_use[keep].copy(), store.state.later_use[keep].copy()
+
+    thread, next_use, later_use = planned(tmp_path / "whole")
+    assert thread is None and (next_use < NO_USE).sum() > 50  # most token blocks
+    monkeypatch.setattr(PlanSampler, "_pass_ranges", lambda self, ids: None)
+    thread, by_batch_next, by_batch_later = planned(tmp_path / "by-batch")
+    assert thread is not None
+    assert next_use.tolist() == by_batch_next.tolist() and later_use.tolist() == by_batch_later.tolist()

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from arrowmt.format._readahead import (
         DEFAULT_ACCESS,
         WordRanges,
+        plan_range_uses,
         plan_use,
         plan_uses,
         resident_pages,
@@ -132,6 +133,7 @@ _EXPORTS = {
         "DEFAULT_ACCESS",
         "WordRanges",
         "plan_use",
+        "plan_range_uses",
         "plan_uses",
         "resident_pages",
         "will_need",
@@ -270,6 +272,7 @@ __all__ = [
     "open_view",
     "order_name",
     "plain_name_error",
+    "plan_range_uses",
     "plan_use",
     "plan_uses",
     "progress_bar",

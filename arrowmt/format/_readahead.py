@@ -165,6 +165,17 @@ def plan_uses(batches: Iterable[tuple[int, list[WordRanges]]]) -> None:
         remote.plan_uses(np.concatenate(firsts), np.concatenate(ends), np.concatenate(aheads))
 
 
+def plan_range_uses(parts: Iterable[tuple[WordRanges, np.ndarray]]) -> list[BlockStore]:
+    """:func:`plan_use` with a step per range: ``(ranges, aheads)``, range ``i`` needed ``aheads[i]`` batches from
+    now; the caches of the remote ones, each once."""
+    stores: dict[int, BlockStore] = {}
+    for part, aheads in parts:
+        if part.remote is not None:
+            part.remote.plan_uses(*part.byte_bounds(), aheads)
+            stores.setdefault(id(part.remote.store), part.remote.store)
+    return list(stores.values())
+
+
 def will_need_many(ranges: list[WordRanges]) -> int:
     """:func:`will_need` of ranges in several maps: one vectorized merge of their absolute page runs, then one
     ``madvise`` per run (maps are page-aligned and never overlap; a run over two adjacent maps is advised as is)."""

@@ -198,6 +198,24 @@ class SplitFile:
             return take_flat(self.words, starts, lengths)
         return guarded_copy(self.remote, self.words, starts, lengths)
 
+    def stretch_ranges(self, column: str, starts: np.ndarray, ends: np.ndarray) -> WordRanges:
+        """Where the tokens of each stretch of rows ``[starts[i], ends[i])`` lie, one range a stretch from its first
+        row's first token to its last row's last, for planning ahead (a stretch over two record batches also covers
+        the second one's header and offsets). A hint: offsets are read unchecked, every range is kept inside the
+        values of its first and last record batch, and an empty stretch is an empty range."""
+        layout, words, top = self.layouts[column], self.words, max(len(self) - 1, 0)
+        starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        first = np.clip(starts, 0, top)
+        last = np.clip(ends - 1, first, top)
+        first_batch, first_local = np.divmod(first, self.rows_per_batch)
+        last_batch, last_local = np.divmod(last, self.rows_per_batch)
+        low = layout.values_pos[first_batch]
+        high = layout.values_pos[last_batch] + layout.values_len[last_batch]
+        begin = np.clip(low + words[layout.offsets_pos[first_batch] + first_local], low, high)
+        end_word = layout.values_pos[last_batch] + words[layout.offsets_pos[last_batch] + last_local + 1]
+        end = np.clip(end_word, begin, high)
+        return self.ranges(begin, np.where(ends > starts, end - begin, 0))
+
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
         rows = np.asarray(rows, dtype=np.int64)

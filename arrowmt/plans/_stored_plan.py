@@ -72,6 +72,12 @@ class StoredPlan:
         row order's notes)."""
         return checked_batch(self.path, b, self.order.offsets, self.order.order, self.order.planned, self.rows)
 
+    def stretches(self, batches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where ``batches`` are stored: the stretches of rows ``[starts[i], ends[i])`` of the copy."""
+        offsets = self.order.offsets.raw
+        batches = np.asarray(batches, dtype=np.int64)
+        return offsets[batches], offsets[batches + 1]
+
     @property
     def indices(self) -> np.ndarray:
         """Every batch's indices, batch after batch: reads and checks the whole plan."""

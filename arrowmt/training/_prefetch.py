@@ -34,7 +34,15 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._heap import release_free_heap
-from arrowmt.format import WordRanges, plan_use, plan_uses, resident_pages, will_need, word_page_runs
+from arrowmt.format import (
+    WordRanges,
+    plan_range_uses,
+    plan_use,
+    plan_uses,
+    resident_pages,
+    will_need,
+    word_page_runs,
+)
 
 if TYPE_CHECKING:
     from arrowmt.storage import BlockStore
@@ -71,6 +79,10 @@ class RowSource(Protocol):
 
 
 BatchAt = Callable[[int], "np.ndarray | None"]  # the row ids of the batch at an epoch position, None past the end
+# The word ranges of the batches at epoch positions first .. first + count - 1 (fewer at the epoch's end), each range
+# with its batch's position: a pass planned at once (None: the source cannot say without a batch at a time).
+PassRanges = Callable[[int, int], "list[tuple[WordRanges, np.ndarray]] | None"]
+PASS_PIECE = 4096  # batches of a pass planned at once by PassRanges (bounds the arrays of one computation)
 
 
 def check_depth(value: object) -> int:
@@ -89,14 +101,22 @@ class Prefetcher:
     planning: ClassVar[weakref.WeakSet[Prefetcher]] = weakref.WeakSet()  # those whose pass a thread is planning
 
     def __init__(
-        self, source: RowSource, depth: int, batch_at: BatchAt, start: int = 0, plan_at: BatchAt | None = None
+        self,
+        source: RowSource,
+        depth: int,
+        batch_at: BatchAt,
+        start: int = 0,
+        plan_at: BatchAt | None = None,
+        pass_ranges: PassRanges | None = None,
     ) -> None:
         """``batch_at``: the batch at an epoch position; ``plan_at``: the same, for planning a remote pass ahead
-        (nothing noted of the batch's use; default ``batch_at``)."""
+        (nothing noted of the batch's use; default ``batch_at``); ``pass_ranges``: where many batches' rows lie at
+        once (a copy in plan order: a stretch a batch), which plans a remote pass whole before the first batch."""
         self.source = source
         self.depth = check_depth(depth)
         self.batch_at = batch_at
         self.plan_at = batch_at if plan_at is None else plan_at
+        self.pass_ranges = pass_ranges
         self.values_done = start - 1  # the last position whose tokens were asked for (or skipped)
         self.offsets_done = start - 1  # the last position whose offsets were asked for (or skipped)
         self.streak = 0  # batches found resident in a row
@@ -120,12 +140,27 @@ class Prefetcher:
         if not clocks:
             return []
         self.depth = max(self.depth, REMOTE_DEPTH)
+        if self._plan_ranges(start + 1):
+            return clocks
         rest = self._plan_chunk(start + 1)
         if rest is not None:
             self.planner = threading.Thread(target=self._plan_rest, args=(rest,), name="arrowmt-pass-plan", daemon=True)
             Prefetcher.planning.add(self)
             self.planner.start()
         return clocks
+
+    def _plan_ranges(self, first: int) -> bool:
+        """Plan the pass from ``first`` on with :attr:`pass_ranges`, :data:`PASS_PIECE` batches at a time (a 12.6M-pair
+        epoch in well under a second, so every use is known before the first eviction); False when it cannot."""
+        if self.pass_ranges is None:
+            return False
+        while (parts := self.pass_ranges(first, PASS_PIECE)) is not None:
+            plan_range_uses((part, positions - self.position) for part, positions in parts)
+            count = int(parts[0][1].shape[0]) if parts else 0
+            if count < PASS_PIECE:
+                return True
+            first += count
+        return False
 
     def _plan_chunk(self, first: int) -> int | None:
         """Tell the caches when the batches at ``first .. first + PASS_CHUNK - 1`` are needed; the next position to

@@ -35,12 +35,13 @@ from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import Split
+from arrowmt.format import Split, WordRanges
 from arrowmt.plans import (
     FixedPlan,
     Plan,
     PlanParams,
     PlanProvider,
+    StoredPlan,
     as_provider,
     check_seed,
     epoch_batch_order,
@@ -49,7 +50,14 @@ from arrowmt.plans import (
     shard_batches,
     shard_length,
 )
-from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
+from arrowmt.training._prefetch import (
+    DEFAULT_DEPTH,
+    PassRanges,
+    Prefetcher,
+    RowSource,
+    check_depth,
+    prefetch_source,
+)
 from arrowmt.training._world import resolve_world
 
 logger = logging.getLogger(__name__)
@@ -194,8 +202,24 @@ class PlanSampler(Sampler[list[int]]):
         if self.prefetcher is not None:
             self.prefetcher.close()
         plan_at = partial(batch_at, peek=True)
-        self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start, plan_at=plan_at)
+        ranges = self._pass_ranges(ids)
+        self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start, plan_at=plan_at, pass_ranges=ranges)
         return self.prefetcher
+
+    def _pass_ranges(self, ids: np.ndarray) -> PassRanges | None:
+        """For a copy read by the plan it is stored by: where the batches at many positions lie, a stretch each
+        (None otherwise)."""
+        plan, source = self.plan, self.source
+        if not isinstance(plan, StoredPlan) or getattr(source, "row_order", None) is not plan.order:
+            return None
+        split: Split = source  # type: ignore[assignment]  # the copy itself
+
+        def pass_ranges(first: int, count: int) -> list[tuple[WordRanges, np.ndarray]] | None:
+            positions = np.arange(first, min(first + count, ids.shape[0]), dtype=np.int64)
+            parts = split.stretch_ranges(*plan.stretches(ids[positions]))
+            return None if parts is None else [(part, positions) for part in parts]
+
+        return pass_ranges
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank stands: restore with :meth:`load_state_dict` (any world size, same plan and seed)."""

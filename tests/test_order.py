@@ -18,6 +18,7 @@ from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME, Split, SplitFile, verify_dataset, write_side_file
 from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS
 from arrowmt.format._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
+from arrowmt.format._writer import write_split
 from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
 from arrowmt.plans._order import plan_order
 from arrowmt.plans._plan import build_plan, key_fields
@@ -295,18 +296,39 @@ def test_order_command(corpus: Path, tmp_path: Path) -> None:
     assert verify.returncode == 0, verify.stderr
 
 
-def test_a_stored_batch_is_one_stretch_of_words(ordered: Path, tmp_path: Path) -> None:
-    """Each batch of the stored plan, located as one stretch, covers exactly its rows' tokens in each column: from
-    the first row's first token to the last row's last (the copy's rows are stored batch after batch)."""
-    copy = arrowmt.open_dataset(ordered, "train")
+def test_a_stored_batch_is_located_as_its_stretch(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch of the stored plan, located as one stretch of stored rows, covers exactly its rows' tokens in each
+    column: one range per record batch it touches (record batches of 100 rows here, so many stretches cross one;
+    a range over the boundary would cover the other column's tokens between them)."""
+    monkeypatch.setitem(write_split.__kwdefaults__, "rows_per_batch", 100)
+    arrowmt.order_copy(corpus, tmp_path / "small", max_tokens=MAX_TOKENS, seed=3, progress=False)
+    copy = arrowmt.open_dataset(tmp_path / "small", "train")
+    assert copy.shards[0].rows_per_batch == 100
     plan = load_plan(copy, params(), tmp_path)
     assert isinstance(plan, StoredPlan)
-    batches = np.arange(len(plan))
-    parts = copy.stretch_ranges(*plan.stretches(batches))
+    parts = copy.stretch_ranges(*plan.stretches(np.arange(len(plan))))
     assert parts is not None and len(parts) == len(copy.columns)
-    for b in batches.tolist():
-        for part, rows in zip(parts, copy.word_ranges(plan.batch(b), True), strict=True):
-            assert int(part.starts[b]) == int(rows.starts.min())
-            assert int(part.starts[b] + part.lengths[b]) == int((rows.starts + rows.lengths).max())
-    empty = copy.stretch_ranges(np.array([3, len(copy)]), np.array([3, len(copy)]))
-    assert empty is not None and empty[0].lengths.tolist() == [0, 0]
+    crossing = 0
+    starts, ends = plan.stretches(np.arange(len(plan)))
+    for (part, owner), column in zip(parts, copy.columns, strict=True):
+        for b, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+            mine = owner == b
+            got = sorted(zip(part.starts[mine].tolist(), (part.starts + part.lengths)[mine].tolist(), strict=True))
+            assert got == merged(*copy.shards[0].spans(column, np.arange(start, end))), (column, b)
+            crossing += int(mine.sum() > 1)
+    assert crossing > 5
+    empty, owner = copy.stretch_ranges(np.array([3, len(copy)]), np.array([3, len(copy)]))[0]
+    assert empty.lengths.tolist() == [0, 0] and owner.tolist() == [0, 1]
+
+
+def merged(starts: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+    """Word ranges ``[starts[i], starts[i] + lengths[i])`` merged where one ends where the next begins."""
+    out: list[list[int]] = []
+    for start, length in sorted(zip(starts.tolist(), lengths.tolist(), strict=True)):
+        if out and out[-1][1] == start:
+            out[-1][1] = start + length
+        else:
+            out.append([start, start + length])
+    return [(a, b) for a, b in out]

@@ -35,7 +35,7 @@ from arrowmt.format._mirror import attached_file, guarded_copy
 from arrowmt.format._offsets_crc import OffsetChecks
 from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, advise, check_access, will_need
 from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
-from arrowmt.format._spans import take_flat
+from arrowmt.format._spans import flat_positions, take_flat
 
 IPC_FILE_MAGIC = b"ARROW1"
 
@@ -198,23 +198,27 @@ class SplitFile:
             return take_flat(self.words, starts, lengths)
         return guarded_copy(self.remote, self.words, starts, lengths)
 
-    def stretch_ranges(self, column: str, starts: np.ndarray, ends: np.ndarray) -> WordRanges:
-        """Where the tokens of each stretch of rows ``[starts[i], ends[i])`` lie, one range a stretch from its first
-        row's first token to its last row's last, for planning ahead (a stretch over two record batches also covers
-        the second one's header and offsets). A hint: offsets are read unchecked, every range is kept inside the
-        values of its first and last record batch, and an empty stretch is an empty range."""
+    def stretch_ranges(self, column: str, starts: np.ndarray, ends: np.ndarray) -> tuple[WordRanges, np.ndarray]:
+        """Where the tokens of each stretch of rows ``[starts[i], ends[i])`` lie, for planning ahead: a range per
+        record batch a stretch touches (its tokens there, from the first row's first to the last row's last), and
+        each range's stretch. A hint: offsets are read unchecked, every range is kept inside its record batch's
+        values, and an empty stretch is one empty range."""
         layout, words, top = self.layouts[column], self.words, max(len(self) - 1, 0)
         starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-        first = np.clip(starts, 0, top)
-        last = np.clip(ends - 1, first, top)
-        first_batch, first_local = np.divmod(first, self.rows_per_batch)
-        last_batch, last_local = np.divmod(last, self.rows_per_batch)
-        low = layout.values_pos[first_batch]
-        high = layout.values_pos[last_batch] + layout.values_len[last_batch]
-        begin = np.clip(low + words[layout.offsets_pos[first_batch] + first_local], low, high)
-        end_word = layout.values_pos[last_batch] + words[layout.offsets_pos[last_batch] + last_local + 1]
-        end = np.clip(end_word, begin, high)
-        return self.ranges(begin, np.where(ends > starts, end - begin, 0))
+        first_batch, first_local = np.divmod(np.clip(starts, 0, top), self.rows_per_batch)
+        last_batch, last_local = np.divmod(np.clip(ends - 1, np.clip(starts, 0, top), top), self.rows_per_batch)
+        spanned = last_batch - first_batch + 1  # record batches each stretch touches
+        owner = np.repeat(np.arange(starts.shape[0], dtype=np.int64), spanned)
+        batch = flat_positions(first_batch, spanned)
+        low = layout.values_pos[batch]
+        high = low + layout.values_len[batch]
+        head = batch == first_batch[owner]  # the first record batch of its stretch: from the first row's tokens
+        tail = batch == last_batch[owner]  # the last: to the last row's end
+        begin = np.where(head, low + words[layout.offsets_pos[batch] + first_local[owner]], low)
+        finish = np.where(tail, low + words[layout.offsets_pos[batch] + last_local[owner] + 1], high)
+        begin = np.clip(begin, low, high)
+        lengths = np.where((ends > starts)[owner], np.clip(finish, begin, high) - begin, 0)
+        return self.ranges(begin, lengths), owner
 
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""

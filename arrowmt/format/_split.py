@@ -204,9 +204,9 @@ class Split:
             out.extend(self.shards[k].word_ranges(c, rows, values) for c in self.columns)
         return out
 
-    def stretch_ranges(self, starts: np.ndarray, ends: np.ndarray) -> list[WordRanges] | None:
-        """Where stretches of stored rows ``[starts[i], ends[i])`` lie, every column (see
-        :meth:`SplitFile.stretch_ranges`); None for a split of several shards."""
+    def stretch_ranges(self, starts: np.ndarray, ends: np.ndarray) -> list[tuple[WordRanges, np.ndarray]] | None:
+        """Where stretches of stored rows ``[starts[i], ends[i])`` lie, every column, each range with its stretch
+        (see :meth:`SplitFile.stretch_ranges`); None for a split of several shards."""
         if len(self.shards) != 1:
             return None
         return [self.shards[0].stretch_ranges(c, starts, ends) for c in self.columns]

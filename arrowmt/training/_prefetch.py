@@ -130,10 +130,11 @@ class Prefetcher:
     def _plan_pass(self, start: int) -> list[BlockStore]:
         """For a corpus read through a remote cache: tell the cache the first position of this pass that needs each
         block, so that it frees blocks needed later first (across epochs, it keeps the cached blocks this pass
-        needs), and read further ahead (:data:`REMOTE_DEPTH`). The first :data:`PASS_CHUNK` batches are planned
-        now, the rest of the pass by a thread, chunk after chunk in the pass's order (a 12.6M-pair epoch is 88k
-        batches: seconds of work that the first batch need not wait for; every use not yet planned is later than
-        every use planned, so the cache still frees the furthest first). Nothing is read locally.
+        needs), and read further ahead (:data:`REMOTE_DEPTH`). With :attr:`pass_ranges` (a copy in plan order) the
+        whole pass is planned now; otherwise the first :data:`PASS_CHUNK` batches are, and the rest of the pass by a
+        thread, chunk after chunk in the pass's order (a 12.6M-pair epoch is 88k batches: seconds of work that the
+        first batch need not wait for; every use not yet planned is later than every use planned, but blocks whose
+        use is not yet planned may be freed meanwhile). Nothing is read locally.
         The caches, whose clocks :meth:`step` moves (none: the corpus is local)."""
         rows = self.plan_at(start)
         clocks = [] if rows is None else plan_use(self.source.word_ranges(rows, True), 0)
@@ -156,10 +157,10 @@ class Prefetcher:
             return False
         while (parts := self.pass_ranges(first, PASS_PIECE)) is not None:
             plan_range_uses((part, positions - self.position) for part, positions in parts)
-            count = int(parts[0][1].shape[0]) if parts else 0
-            if count < PASS_PIECE:
+            last = max((int(positions[-1]) for _, positions in parts if positions.size), default=first - 1)
+            if last + 1 - first < PASS_PIECE:
                 return True
-            first += count
+            first = last + 1
         return False
 
     def _plan_chunk(self, first: int) -> int | None:

@@ -217,7 +217,7 @@ class PlanSampler(Sampler[list[int]]):
         def pass_ranges(first: int, count: int) -> list[tuple[WordRanges, np.ndarray]] | None:
             positions = np.arange(first, min(first + count, ids.shape[0]), dtype=np.int64)
             parts = split.stretch_ranges(*plan.stretches(ids[positions]))
-            return None if parts is None else [(part, positions) for part in parts]
+            return None if parts is None else [(part, positions[owner]) for part, owner in parts]
 
         return pass_ranges
 

@@ -1,4 +1,4 @@
-"""Returning freed heap to the OS: after a plan build, a remote cache's first fetch, a pass plan."""
+"""Returning freed heap to the OS: after a plan build, a remote corpus's open, a pass planned by a thread."""
 
 from __future__ import annotations
 

@@ -220,20 +220,17 @@ class FakeStore:
 
 
 class FakeRemote:
-    """A remote file's cache: records what the plan says it needs (``plan_use``) and what is fetched ahead, each
-    with the clock's time then."""
+    """A remote file's cache: records what the plan says it needs (``plan_uses``, a range at a time) and what is
+    fetched ahead, each with the clock's time then."""
 
     def __init__(self) -> None:
         self.store = FakeStore()
         self.planned: list[tuple[list[int], int, int]] = []
         self.fetched: list[tuple[list[int], int | None, int]] = []
 
-    def plan_use(self, starts: np.ndarray, ends: np.ndarray, ahead: int) -> None:
-        self.planned.append((starts.tolist(), ahead, self.store.now))
-
     def plan_uses(self, starts: np.ndarray, ends: np.ndarray, aheads: np.ndarray) -> None:
         for start, ahead in zip(starts.tolist(), aheads.tolist(), strict=True):
-            self.plan_use(np.array([start]), np.array([start + 4]), ahead)
+            self.planned.append(([start], ahead, self.store.now))
 
     def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None) -> None:
         self.fetched.append((starts.tolist(), ahead, self.store.now))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -19,13 +19,14 @@ import torch
 from torch.utils.data import DataLoader
 
 import arrowmt
-from arrowmt._errors import InvalidParameterError, StorageError
+from arrowmt._errors import InvalidParameterError, OutputWriteError, StorageError
 from arrowmt.format._block_index import index_name, read_block_index
 from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._mirror import check_cache_limit
 from arrowmt.storage import RemoteFolder, _remote, block_runs, block_uses, covered_blocks, request_buffer
 from arrowmt.storage._state import NO_USE
+from arrowmt.storage._store import BlockStore
 from arrowmt.training._sampler import PlanSampler
 from tests.conftest import MULTI30K
 from tests.s3_server import BUCKET, s3, upload
@@ -110,14 +111,18 @@ def test_cache_limit_values() -> None:
 # ---------------------------------------------------------------- reading objects
 
 
-def test_objects_are_copied_and_read_into_buffers(url: str, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A whole object is copied a chunk at a time; a range lands in the caller's buffer; a short one is an error
+def test_objects_are_copied_and_read_into_buffers(
+    url: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole object is copied in parts read in parallel; a range lands in the caller's buffer; a short one is an error
     naming the object."""
-    monkeypatch.setattr(_remote, "COPY_CHUNK", 1000)
+    monkeypatch.setattr(_remote, "COPY_PART", 1000)
     remote = RemoteFolder(url)
     data = (corpus / "train.arrow").read_bytes()
-    out = io.BytesIO()
-    assert remote.copy("train.arrow", out) == len(data) and out.getvalue() == data
+    with open(tmp_path / "copy", "wb") as out:
+        remote.copy("train.arrow", out, len(data))
+        assert out.tell() == len(data)
+    assert (tmp_path / "copy").read_bytes() == data
     with request_buffer(5000) as buffer:
         remote.read_into("train.arrow", 3000, buffer)
         assert bytes(buffer) == data[3000:8000]
@@ -334,6 +339,9 @@ def test_a_full_cache_disk_is_a_clear_error(url: str, tmp_path: Path, monkeypatc
     monkeypatch.setattr(os, "pwrite", full)
     with pytest.raises(StorageError, match=r"train\.arrow: cannot write to the cache: No space left on device"):
         [remote[i] for i in range(len(remote))]
+    with pytest.raises(OutputWriteError, match=r"dict\.de\.txt: writing failed: No space left on device") as caught:
+        arrowmt.open_dataset(url, "train", cache_dir=tmp_path / "fresh")  # the cache's first files, written whole
+    assert url not in str(caught.value)  # the cache's file is named, not the object read
 
 
 def test_a_copy_in_plan_order_by_url(s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path) -> None:
@@ -443,3 +451,25 @@ def test_a_copy_plans_a_pass_whole_before_the_first_batch(
     thread, by_batch_next, by_batch_later = planned(tmp_path / "by-batch")
     assert thread is not None
     assert next_use.tolist() == by_batch_next.tolist() and later_use.tolist() == by_batch_later.tolist()
+
+
+def _fetch_in_child(store: BlockStore, blocks: np.ndarray) -> None:
+    store.ensure(blocks)  # two runs: two range requests on the child's own threads and connections
+    os._exit(0 if store.resident(blocks) else 3)
+
+
+def test_a_forked_child_fetches_with_its_own_threads_and_connections(url: str, tmp_path: Path) -> None:
+    """A DataLoader worker forked after the cache started: the parent's fetch threads are not in the child and its
+    connections are the parent's, so the child makes its own (a fetch of several runs used to hang there)."""
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    store = remote.shards[0].remote.store
+    store.ensure(np.flatnonzero(~store.pinned)[:1])  # the parent's fetch threads have run
+    missing = np.flatnonzero(~store.pinned & (store.state.present == 0))
+    blocks = missing[[1, -1]]  # far apart: two runs
+    child = multiprocessing.get_context("fork").Process(target=_fetch_in_child, args=(store, blocks))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:  # hung: not left behind
+        child.kill()
+    assert child.exitcode == 0
+    assert store.resident(blocks)  # the child's fetch, in the node's shared cache

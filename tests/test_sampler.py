@@ -22,7 +22,7 @@ from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.plans._bucketing import batch_by_size, ordered_indices
 from arrowmt.plans._plan import PlanParams, build_plan, side_lengths
 from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._sampler import TokenBatchSampler
+from arrowmt.training._sampler import PlanSampler, TokenBatchSampler
 
 
 @pytest.fixture(scope="module")
@@ -354,3 +354,26 @@ def test_rank_and_world_default_to_the_process_group(valid_ds: ArrowMTDataset, t
         assert (sampler.num_replicas, sampler.rank) == (1, 0)
     finally:
         dist.destroy_process_group()
+
+
+class MinimalPlan:
+    """A user's plan with only what the Plan protocol asks for: no ``peek``."""
+
+    key = "minimal"
+
+    def __init__(self, batches: list[list[int]]) -> None:
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def batch(self, b: int) -> np.ndarray:
+        return np.array(self.batches[b], dtype=np.int64)
+
+
+def test_a_plan_without_peek_is_read_ahead_with_its_batches(tmp_path: Path) -> None:
+    """``peek`` is optional: a plan without it is read ahead through ``batch`` (the same batches either way)."""
+    dataset = ArrowMTDataset(multi30k_dataset(tmp_path / "d"), "valid")
+    plan = MinimalPlan([[0, 1], [2], [3, 4, 5], [6]])
+    sampler = PlanSampler(plan, seed=1, shuffle=False, source=dataset, prefetch=2)
+    assert list(sampler) == plan.batches

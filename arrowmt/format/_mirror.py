@@ -126,8 +126,7 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
     small = [*manifest.dictionaries.values(), *manifest.row_order_files(), *(index_name(e.file) for e in entries)]
     for name in small:
         try:
-            with atomic_output(folder / name) as handle:
-                remote.copy(name, handle)
+            size = remote.sizes([name])[name]
         except StorageError as exc:
             if name.endswith(".blocks"):
                 raise StorageError(
@@ -135,6 +134,8 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
                     "copy (conversions write it) and upload it beside the split file"
                 ) from exc
             raise
+        with atomic_output(folder / name) as handle:
+            remote.copy(name, handle, size)
     for entry in entries:
         with open(folder / entry.file, "ab") as handle:
             handle.truncate(entry.size)

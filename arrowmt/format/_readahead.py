@@ -142,12 +142,7 @@ def will_need(ranges: Iterable[WordRanges], ahead: int | None = None) -> int:
 def plan_use(ranges: Iterable[WordRanges], ahead: int) -> list[BlockStore]:
     """Tell the caches of remote files among ``ranges`` that they are needed ``ahead`` batches from now (nothing is
     fetched: a cache keeps blocks needed sooner); those caches, each once (none: no range is remote)."""
-    stores: dict[int, BlockStore] = {}
-    for part in ranges:
-        if part.remote is not None:
-            part.remote.plan_use(*part.byte_bounds(), ahead)
-            stores.setdefault(id(part.remote.store), part.remote.store)
-    return list(stores.values())
+    return plan_range_uses((part, np.full(len(part.starts), ahead, dtype=np.int64)) for part in ranges)
 
 
 def plan_uses(batches: Iterable[tuple[int, list[WordRanges]]]) -> None:

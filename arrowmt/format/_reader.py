@@ -202,7 +202,7 @@ class SplitFile:
         """Where the tokens of each stretch of rows ``[starts[i], ends[i])`` lie, for planning ahead: a range per
         record batch a stretch touches (its tokens there, from the first row's first to the last row's last), and
         each range's stretch. A hint: offsets are read unchecked, every range is kept inside its record batch's
-        values, and an empty stretch is one empty range."""
+        values, and an empty stretch (or one past the end) is one empty range."""
         layout, words, top = self.layouts[column], self.words, max(len(self) - 1, 0)
         starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
         first_batch, first_local = np.divmod(np.clip(starts, 0, top), self.rows_per_batch)
@@ -217,7 +217,8 @@ class SplitFile:
         begin = np.where(head, low + words[layout.offsets_pos[batch] + first_local[owner]], low)
         finish = np.where(tail, low + words[layout.offsets_pos[batch] + last_local[owner] + 1], high)
         begin = np.clip(begin, low, high)
-        lengths = np.where((ends > starts)[owner], np.clip(finish, begin, high) - begin, 0)
+        real = (ends > starts) & (starts < len(self))  # an empty stretch, or one past the end: an empty range
+        lengths = np.where(real[owner], np.clip(finish, begin, high) - begin, 0)
         return self.ranges(begin, lengths), owner
 
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -60,7 +60,8 @@ class Split:
                 )
             self.shards = [open_shard(self.path, self.manifest, name, self.access) for name in names]
             check_split_dictionaries(self.path, self.shards)
-        release_free_heap()  # the checks' temporaries (a remote open's fetch buffers, dictionary digests)
+        if any(shard.remote is not None for shard in self.shards):  # a cache's first open: its temporaries go back
+            release_free_heap()
         self.shard_names = names
         sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.cumulative = np.concatenate([[0], np.cumsum(sizes)])

@@ -149,8 +149,6 @@ class BatchPlan:
         """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use."""
         return checked_batch(self.path, b, self._offsets, self._indices, self.header.n_indices, self.rows)
 
-    peek = batch  # nothing is noted of a batch's use
-
     def __reduce__(self) -> tuple[type[BatchPlan], tuple[Path, str, int]]:
         return (BatchPlan, (self.path, self.key, self.rows))
 

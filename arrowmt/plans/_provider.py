@@ -15,17 +15,16 @@ import numpy as np
 
 
 class Plan(Protocol):
-    """What a sampler needs of a plan: its batch count, each batch's sample indices, and its identity."""
+    """What a sampler needs of a plan: its batch count, each batch's sample indices, and its identity.
+
+    A plan may also have ``peek(b)``: batch ``b`` for planning ahead, nothing noted of its use (the sampler uses
+    ``batch`` where it has none)."""
 
     key: str
 
     def __len__(self) -> int: ...
 
     def batch(self, b: int) -> np.ndarray: ...
-
-    def peek(self, b: int) -> np.ndarray:
-        """Batch ``b`` for planning ahead (a thread's pass plan): the same indices, nothing noted about its use."""
-        ...
 
 
 class PlanProvider(Protocol):

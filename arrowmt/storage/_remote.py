@@ -12,7 +12,9 @@ import mmap
 import os
 import re
 import threading
+import weakref
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -23,7 +25,8 @@ from arrowmt._errors import StorageError
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 S3_RETRIES = 3  # attempts per request before a fetch fails (the SDK's default retries for minutes)
 S3_TIMEOUT_S = 20.0
-COPY_CHUNK = 1 << 20  # bytes of a whole object copied at a time
+COPY_PART = 8 << 20  # bytes of a whole object copied by one range request
+COPY_WORKERS = 8  # range requests of one copy in flight
 
 
 def is_url(path: object) -> bool:
@@ -37,8 +40,20 @@ class RemoteFolder:
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
-        self.fs, self.root = _filesystem(self.url)
+        self._fs, self.root = _filesystem(self.url)
         self._handles = threading.local()  # per thread, its open objects by name (a handle reads from its position)
+        self._forked = False
+        _LIVE.add(self)
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        """This process's client: made anew on first use in a forked child (the parent's connections are not its
+        own), with new handles."""
+        if self._forked:
+            self._fs, self.root = _filesystem(self.url)
+            self._handles = threading.local()
+            self._forked = False
+        return self._fs
 
     def __repr__(self) -> str:
         return f"RemoteFolder({self.url!r})"
@@ -51,19 +66,20 @@ class RemoteFolder:
         with _named(self.url_of(name), "read"), self.fs.open_input_stream(f"{self.root}/{name}") as stream:
             return stream.read()
 
-    def copy(self, name: str, out: BinaryIO) -> int:
-        """Write the whole object ``name`` to ``out``, :data:`COPY_CHUNK` bytes at a time; how many bytes."""
-        total = 0
-        path = f"{self.root}/{name}"
-        with (
-            _named(self.url_of(name), "read"),
-            self.fs.open_input_stream(path) as stream,
-            request_buffer(COPY_CHUNK) as buffer,
-        ):
-            while count := stream.readinto(buffer):
-                out.write(buffer[:count])
-                total += count
-        return total
+    def copy(self, name: str, out: BinaryIO, size: int) -> None:
+        """Write the whole object ``name`` (``size`` bytes) to ``out``: parts of :data:`COPY_PART` bytes, read by
+        :data:`COPY_WORKERS` range requests at a time, each written at its place (a write error is ``out``'s
+        OSError; a read error, a StorageError naming the object)."""
+        parts = [(start, min(COPY_PART, size - start)) for start in range(0, size, COPY_PART)]
+        with ThreadPoolExecutor(COPY_WORKERS, thread_name_prefix="arrowmt-copy") as pool:
+            for future in [pool.submit(self._copy_part, name, out.fileno(), *part) for part in parts]:
+                future.result()
+        out.seek(0, os.SEEK_END)
+
+    def _copy_part(self, name: str, fd: int, start: int, length: int) -> None:
+        with request_buffer(length) as buffer:
+            self.read_into(name, start, buffer)
+            os.pwrite(fd, buffer, start)
 
     def sizes(self, names: Sequence[str]) -> dict[str, int]:
         """Size of each object in ``names`` (one listing request each); StorageError for a missing one."""
@@ -88,11 +104,23 @@ class RemoteFolder:
 
     def _handle(self, name: str) -> pa.NativeFile:
         """This thread's open handle of object ``name`` (opened once per thread)."""
+        fs = self.fs  # first: a forked child's handles are made anew
         handles = self._handles.__dict__
         if name not in handles:
             with _named(self.url_of(name), "open"):
-                handles[name] = self.fs.open_input_file(f"{self.root}/{name}")
+                handles[name] = fs.open_input_file(f"{self.root}/{name}")
         return handles[name]
+
+
+_LIVE: weakref.WeakSet[RemoteFolder] = weakref.WeakSet()  # this process's remote folders
+
+
+def _reconnect_in_child() -> None:
+    for folder in list(_LIVE):
+        folder._forked = True
+
+
+os.register_at_fork(after_in_child=_reconnect_in_child)
 
 
 class request_buffer:

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -87,21 +88,28 @@ class BlockStore:
             self.pinned[self.base[k] + f.pinned] = True
         self._locks = os.open(folder / STATE_DIR / "blocks.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._fds = [os.open(folder / f.name, os.O_RDWR | os.O_CLOEXEC) for f in self.files]
-        self._mutex = threading.Lock()
-        self._evicting = threading.Lock()
-        self._planning = threading.Lock()
-        self._inflight: dict[int, threading.Event] = {}
-        self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
-        self._fetchers = ThreadPoolExecutor(workers, thread_name_prefix="arrowmt-fetch")
-        self._ahead = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="arrowmt-ahead")
+        self.workers = workers
+        self._start_threads()
+        _LIVE.add(self)
         self.now = 0  # batches handed out by this process's samplers (the clock of planned uses)
-        self._reserved = 0  # blocks admitted and being fetched: counted against the limit until present
         self.fetched_bytes = 0  # by this process
         self._warned = False
         self.ensure(np.flatnonzero(self.pinned))
 
     def __repr__(self) -> str:
         return f"BlockStore({self.remote.url!r} -> {str(self.folder)!r}, {self.used_bytes()} bytes cached)"
+
+    def _start_threads(self) -> None:
+        """This process's locks, fetch threads and in-flight tables (anew in a forked child: the parent's threads
+        are not there, and a lock one of them held would stay held)."""
+        self._mutex = threading.Lock()
+        self._evicting = threading.Lock()
+        self._planning = threading.Lock()
+        self._inflight: dict[int, threading.Event] = {}
+        self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
+        self._fetchers = ThreadPoolExecutor(self.workers, thread_name_prefix="arrowmt-fetch")
+        self._ahead = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="arrowmt-ahead")
+        self._reserved = 0  # blocks admitted and being fetched: counted against the limit until present
 
     def file(self, name: str) -> BlockFile:
         names = [f.name for f in self.files]
@@ -400,6 +408,17 @@ class BlockStore:
             self._unlock(locked)
 
 
+_LIVE: weakref.WeakSet[BlockStore] = weakref.WeakSet()  # this process's stores
+
+
+def _restart_in_child() -> None:
+    for store in list(_LIVE):
+        store._start_threads()
+
+
+os.register_at_fork(after_in_child=_restart_in_child)
+
+
 @dataclass(frozen=True)
 class BlockFile:
     """One file of a :class:`BlockStore`, addressed by byte ranges."""
@@ -427,10 +446,6 @@ class BlockFile:
 
     def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None = None) -> None:
         self.store.prefetch(self.blocks(starts, ends), ahead)
-
-    def plan_use(self, starts: np.ndarray, ends: np.ndarray, ahead: int) -> None:
-        """Byte ranges ``[starts, ends)`` are needed ``ahead`` batches from now (nothing is fetched)."""
-        self.store.plan_use(self.blocks(starts, ends), ahead)
 
     def plan_uses(self, starts: np.ndarray, ends: np.ndarray, aheads: np.ndarray) -> None:
         """Byte range ``[starts[i], ends[i])`` is needed ``aheads[i]`` batches from now (nothing is fetched)."""

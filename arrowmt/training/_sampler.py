@@ -190,12 +190,13 @@ class PlanSampler(Sampler[list[int]]):
         if self.source is None:
             return None
         plan = self.plan
+        quiet = getattr(plan, "peek", plan.batch)  # a plan's batch, nothing noted of its use (optional)
 
         def batch_at(q: int, peek: bool = False) -> np.ndarray | None:
             if q >= ids.shape[0]:
                 return None
             try:
-                return plan.peek(int(ids[q])) if peek else plan.batch(int(ids[q]))
+                return quiet(int(ids[q])) if peek else plan.batch(int(ids[q]))
             except FormatError:  # a corrupt plan chunk ends the read-ahead; handing out that batch raises
                 return None
 

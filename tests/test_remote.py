@@ -24,9 +24,9 @@ from arrowmt.format._block_index import index_name, read_block_index
 from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._mirror import check_cache_limit
-from arrowmt.storage import RemoteFolder, _remote, block_runs, block_uses, covered_blocks, request_buffer
+from arrowmt.storage import RemoteFolder, _remote, _store, block_runs, block_uses, covered_blocks, request_buffer
 from arrowmt.storage._state import NO_USE
-from arrowmt.storage._store import BlockStore
+from arrowmt.storage._store import BlockStore, furthest
 from arrowmt.training._sampler import PlanSampler
 from tests.conftest import MULTI30K
 from tests.s3_server import BUCKET, s3, upload
@@ -473,3 +473,31 @@ def test_a_forked_child_fetches_with_its_own_threads_and_connections(url: str, t
         child.kill()
     assert child.exitcode == 0
     assert store.resident(blocks)  # the child's fetch, in the node's shared cache
+
+
+def test_furthest_exact() -> None:
+    key, at = furthest(np.array([5, 9, 1, 7]), 2)
+    assert sorted(key.tolist()) == [7, 9] and sorted(at.tolist()) == [1, 3]
+    key, at = furthest(np.array([5, 9]), None)
+    assert key.tolist() == [5, 9] and at.tolist() == [0, 1]
+
+
+def test_victims_are_the_same_looked_at_in_slices(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Choosing what to free a slice of the cache at a time (small arrays) picks what a whole look picks: all the
+    candidates in the same order, or the furthest few (the same keys; among equal keys, any)."""
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    store = remote.shards[0].remote.store
+    free = np.flatnonzero(~store.pinned)
+    store.ensure(free[::2])
+    store._reading.clear()  # no read in progress
+    store.state.next_use[free] = np.arange(free.size) % 7  # many ties; uses before now (2) are passed
+    store.now = 2
+
+    def look() -> tuple[list[int], list[int]]:
+        keys = store.state.keys(store._victims(3, 5), store.now)
+        return store._victims(3, None).tolist(), sorted(keys.tolist())
+
+    whole = look()
+    assert len(whole[0]) > 5 and len(whole[1]) == 5 and whole[1][-1] == NO_USE  # passed uses: first to go
+    monkeypatch.setattr(_store, "VICTIM_SLICE", 3)
+    assert look() == whole

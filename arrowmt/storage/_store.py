@@ -44,6 +44,7 @@ AHEAD_WORKERS = 8  # batches read ahead at once, each one's requests in flight t
 MAX_RUN_BYTES = 1 << 20  # the largest range request (a buffer of this size per request in flight)
 PROTECTED_STEPS = 1  # blocks needed within this many steps of now are never freed
 READ_RETRIES = 100  # copies redone after a concurrent eviction before giving up
+VICTIM_SLICE = 1 << 15  # blocks of the cache looked at together when choosing what to free
 EVICT_SLACK = 256  # each eviction frees 1/256 of the cache beyond what is needed (freeing is a pass over it)
 
 
@@ -109,6 +110,7 @@ class BlockStore:
         self._reading: dict[int, np.ndarray] = {}  # per thread, the blocks of its last read
         self._fetchers = ThreadPoolExecutor(self.workers, thread_name_prefix="arrowmt-fetch")
         self._ahead = ThreadPoolExecutor(AHEAD_WORKERS, thread_name_prefix="arrowmt-ahead")
+        self._evictor = ThreadPoolExecutor(1, thread_name_prefix="arrowmt-evict")
         self._reserved = 0  # blocks admitted and being fetched: counted against the limit until present
 
     def file(self, name: str) -> BlockFile:
@@ -353,17 +355,21 @@ class BlockStore:
     def _room(self, count: int, limit: int, kept_until: int) -> int:
         capacity = limit // self.block_size
         excess = int(np.count_nonzero(self.state.present)) + self._reserved + count - capacity
-        if excess > 0:  # free a little more than needed, so that freeing (a pass over the cache) is rare
-            target = excess + capacity // EVICT_SLACK
-            freed = self._free(self._victims(kept_until, 2 * target), target)
-            if freed < target:  # many of the furthest are being fetched or read: look at them all
-                freed += self._free(self._victims(kept_until, None), target - freed)
-            if freed < excess and not self._warned:
-                self._warned = True
-                message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
-                logger.warning(message, self.remote.url, self.limit)
+        if excess > 0:  # on one thread: its arrays (a few MB) are then kept by one malloc arena, not one per fetcher
+            self._evictor.submit(self._make_room, excess, capacity, kept_until).result()
         used = int(np.count_nonzero(self.state.present)) + self._reserved
         return min(count, max(0, capacity - used))
+
+    def _make_room(self, excess: int, capacity: int, kept_until: int) -> None:
+        """Free ``excess`` blocks and a little more, so that freeing (a pass over the cache) is rare."""
+        target = excess + capacity // EVICT_SLACK
+        freed = self._free(self._victims(kept_until, 2 * target), target)
+        if freed < target:  # many of the furthest are being fetched or read: look at them all
+            freed += self._free(self._victims(kept_until, None), target - freed)
+        if freed < excess and not self._warned:
+            self._warned = True
+            message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
+            logger.warning(message, self.remote.url, self.limit)
 
     def _free(self, victims: np.ndarray, target: int) -> int:
         """Free ``victims`` in order until ``target`` are freed; how many were."""
@@ -375,15 +381,21 @@ class BlockStore:
         return freed
 
     def _victims(self, kept_until: int, wanted: int | None) -> np.ndarray:
-        """Present blocks that may be freed, next needed furthest away first: the ``wanted`` furthest (None: all)."""
-        present = np.flatnonzero(self.state.present.astype(bool) & ~self.pinned)
-        key = self.state.keys(present, self.now)
-        keep = (key > kept_until) & ~np.isin(present, self._blocks_read())
-        present, key = present[keep], key[keep]
-        if wanted is not None and wanted < key.size:  # a partition, not a sort of the whole cache
-            furthest = np.argpartition(-key, wanted)[:wanted]
-            present, key = present[furthest], key[furthest]
-        return present[np.argsort(-key, kind="stable")]
+        """Present blocks that may be freed, next needed furthest away first: the ``wanted`` furthest (None: all).
+
+        The cache is looked at :data:`VICTIM_SLICE` blocks at a time, keeping each slice's ``wanted`` furthest, so
+        the arrays of one look stay small (a 12.6M-pair corpus has 700k blocks)."""
+        reading, now, blocks, keys = self._blocks_read(), self.now, [], []
+        for first in range(0, self.pinned.shape[0], VICTIM_SLICE):
+            part = slice(first, first + VICTIM_SLICE)
+            present = first + np.flatnonzero((self.state.present[part] != 0) & ~self.pinned[part])
+            key = self.state.keys(present, now)
+            keep = (key > kept_until) & ~np.isin(present, reading)
+            key, at = furthest(key[keep], wanted)
+            blocks.append(present[keep][at])
+            keys.append(key)
+        key, at = furthest(np.concatenate(keys), wanted)
+        return np.concatenate(blocks)[at][np.argsort(-key, kind="stable")]
 
     def _blocks_read(self) -> np.ndarray:
         reading = list(self._reading.values())
@@ -417,6 +429,14 @@ def _restart_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_restart_in_child)
+
+
+def furthest(key: np.ndarray, wanted: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``wanted`` largest of ``key`` (all when None or fewer), and where they were: a partition, not a sort."""
+    if wanted is None or wanted >= key.size:
+        return key, np.arange(key.size)
+    at = np.argpartition(-key, wanted)[:wanted]
+    return key[at], at
 
 
 @dataclass(frozen=True)

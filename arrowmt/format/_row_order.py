@@ -26,7 +26,6 @@ stored plan read) confirms it. Any other batch is translated row by row.
 from __future__ import annotations
 
 from collections import OrderedDict
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,13 +77,11 @@ class RowOrder:
     def note(self, start: int, rows: np.ndarray) -> None:
         """``rows`` (a planned batch being handed out) fill the stretch from ``start``: :meth:`stored` then needs
         no ``where`` lookup for them (the last :data:`NOTED` batches noted are kept)."""
-        if rows.size > 1:
+        if rows.size > 1:  # noted by the sampler's thread only (a pass planned ahead peeks: nothing noted)
             self.stretches[int(rows[0])] = start
-            with suppress(KeyError):  # noted again: the newest
-                self.stretches.move_to_end(int(rows[0]))
-            while len(self.stretches) > NOTED:  # one call each: safe beside a thread planning a remote pass
-                with suppress(KeyError):
-                    self.stretches.popitem(last=False)
+            self.stretches.move_to_end(int(rows[0]))  # noted again: the newest
+            while len(self.stretches) > NOTED:
+                self.stretches.popitem(last=False)
 
     def stored(self, rows: np.ndarray) -> np.ndarray:
         """Stored positions of ``rows`` (int64, in range): one stretch when ``rows`` fill one in order (its start

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
-from functools import partial
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -52,6 +51,7 @@ from arrowmt.plans import (
 )
 from arrowmt.training._prefetch import (
     DEFAULT_DEPTH,
+    BatchAt,
     PassRanges,
     Prefetcher,
     RowSource,
@@ -66,6 +66,21 @@ STATE_KEYS = ("epoch", "seed", "batches_done", "plan_key", "num_replicas", "rank
 START_KEY = "start"  # added later: states without it began their deal at position 0
 MATCHED_STATE_KEYS = ("seed", "plan_key")
 EPOCH_LIMIT = 2**32
+
+
+def _positions(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
+    """The batch at each position of a pass whose plan batches are ``ids`` (None past the end, or where a corrupt
+    plan chunk ends the read-ahead: handing out that batch raises)."""
+
+    def batch_at(q: int) -> np.ndarray | None:
+        if q >= ids.shape[0]:
+            return None
+        try:
+            return batch(int(ids[q]))
+        except FormatError:
+            return None
+
+    return batch_at
 
 
 class PlanSampler(Sampler[list[int]]):
@@ -190,19 +205,10 @@ class PlanSampler(Sampler[list[int]]):
         if self.source is None:
             return None
         plan = self.plan
-        quiet = getattr(plan, "peek", plan.batch)  # a plan's batch, nothing noted of its use (optional)
-
-        def batch_at(q: int, peek: bool = False) -> np.ndarray | None:
-            if q >= ids.shape[0]:
-                return None
-            try:
-                return quiet(int(ids[q])) if peek else plan.batch(int(ids[q]))
-            except FormatError:  # a corrupt plan chunk ends the read-ahead; handing out that batch raises
-                return None
-
+        batch_at = _positions(ids, plan.batch)
+        plan_at = _positions(ids, getattr(plan, "peek", plan.batch))  # nothing noted of a batch's use (optional)
         if self.prefetcher is not None:
             self.prefetcher.close()
-        plan_at = partial(batch_at, peek=True)
         ranges = self._pass_ranges(ids)
         self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start, plan_at=plan_at, pass_ranges=ranges)
         return self.prefetcher

@@ -1,4 +1,5 @@
-"""Returning freed heap to the OS: after a plan build, a remote corpus's open, a pass planned by a thread."""
+"""Returning freed heap to the OS: after a plan build, a remote corpus's open, a pass planned, and now and then
+during a remote pass."""
 
 from __future__ import annotations
 

@@ -48,9 +48,10 @@ from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import METADATA_KEY, SOURCE, TARGET
 from arrowmt.format._split import open_split
+from arrowmt.format._symbols import text_symbols_digest
 from arrowmt.format._verify import verify_dataset
 from arrowmt.format._view import build_view, open_view
-from arrowmt.format._vocab import Dictionary, text_symbols_digest
+from arrowmt.format._vocab import Dictionary
 from arrowmt.plans._mixing import check_weights
 from tests.conftest import MULTI30K, ROOT, gz_lines
 

@@ -171,7 +171,7 @@ def test_lazy_faces_list_their_exports_alike(name: str) -> None:
 def test_lazy_faces_load_only_what_is_used() -> None:
     """Importing the format and converter faces loads none of their modules; a reading process that takes the
     reader, the manifest and the schema from the format face never loads the writer, verification or the
-    vocabulary's ``pyarrow.compute`` (tens of MB a rank)."""
+    vocabulary's ``pyarrow.compute``."""
     code = (
         "import sys\n"
         "import arrowmt.converters, arrowmt.format\n"
@@ -182,6 +182,30 @@ def test_lazy_faces_load_only_what_is_used() -> None:
         "assert 'arrowmt.format._writer' not in sys.modules and 'arrowmt.format._verify' not in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+def test_training_on_a_corpus_never_loads_pyarrow_compute(tmp_path: Path) -> None:
+    """Opening a corpus (its dictionaries checked against the split), batching it with the training face's
+    classes and reading batches never imports the vocabulary's ``pyarrow.compute`` (about 2 MiB of private
+    memory a rank, with what it imports); loading a dictionary does."""
+    from arrowmt.converters._fairseq_folder import convert_fairseq
+
+    out = tmp_path / "corpus"
+    convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
+    code = (
+        "import sys\n"
+        "import arrowmt\n"
+        "from arrowmt.training import FairseqCollater, TagCollater, TokenBatchSampler\n"
+        "ds = arrowmt.open_dataset(sys.argv[1], 'train')\n"
+        "collate = FairseqCollater(ds.special_ids)\n"
+        "batches = [collate(ds.__getitems__(list(b))) for b in TokenBatchSampler(ds, max_tokens=64, seed=1)]\n"
+        "assert len(batches) > 1, len(batches)\n"
+        "assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'\n"
+        "ds.dictionary(ds.columns[0])\n"
+        "assert 'pyarrow.compute' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
 
 

@@ -20,12 +20,16 @@ import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from arrowmt._errors import VocabularyError
 from arrowmt.format._manifest import file_kind
 from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._reader import RACY_NS, FileIdentity, SplitFile
-from arrowmt.format._vocab import Dictionary, text_symbols_digest
+from arrowmt.format._symbols import text_symbols_digest
+
+if TYPE_CHECKING:
+    from arrowmt.format._vocab import Dictionary
 
 Digest = tuple[int, str]
 """A dictionary's number of symbols and :meth:`Dictionary.sha256`."""
@@ -70,8 +74,7 @@ def check_split_dictionaries(folder: Path, shards: Iterable[SplitFile]) -> None:
 def load_column_dictionary(path: Path, shards: Iterable[SplitFile], column: str) -> Dictionary:
     """The dictionary file ``path``, refused (VocabularyError) unless ``column`` of every one of ``shards``
     was encoded with it."""
-    dictionary = Dictionary.load(path)
-    digest = (len(dictionary), dictionary.sha256())
+    digest, dictionary = _loaded_digest(path)
     for shard in shards:
         if error := mismatch_error(path, digest, column_place(shard.path, column), shard.metadata.columns[column]):
             raise error
@@ -110,7 +113,13 @@ def _digest(path: Path) -> Digest:
     except OSError as exc:
         raise VocabularyError(f"{path}: cannot read dictionary: {exc.strerror or exc}") from exc
     digest = text_symbols_digest(data)
-    if digest is None:
-        dictionary = Dictionary.load(path)
-        digest = (len(dictionary), dictionary.sha256())
-    return digest
+    return _loaded_digest(path)[0] if digest is None else digest
+
+
+def _loaded_digest(path: Path) -> tuple[Digest, Dictionary]:
+    """The dictionary file ``path`` loaded, and its digest. Only here is ``pyarrow.compute`` imported (with the
+    dictionary's module): a process that only reads corpora never needs it, and it costs ~8 MiB per process."""
+    from arrowmt.format._vocab import Dictionary
+
+    dictionary = Dictionary.load(path)
+    return (len(dictionary), dictionary.sha256()), dictionary

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,7 +21,9 @@ from arrowmt.format._reader import SplitFile, check_indices, row_numbers
 from arrowmt.format._row_order import read_row_order
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans, exclusive_cumsum
-from arrowmt.format._vocab import Dictionary
+
+if TYPE_CHECKING:
+    from arrowmt.format._vocab import Dictionary
 
 
 class Split:

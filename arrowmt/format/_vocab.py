@@ -13,7 +13,6 @@ The lists ``symbols`` and ``counts`` are public for reading; treat them as read-
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 from collections.abc import Sequence
@@ -27,13 +26,11 @@ import pyarrow.compute as pc
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format._atomic import write_bytes_atomic
+from arrowmt.format._symbols import OVERWRITE_FLAG, SPECIALS, symbols_digest
 
-SPECIALS: tuple[str, ...] = ("<s>", "<pad>", "</s>", "<unk>")
-OVERWRITE_FLAG = "#fairseq:overwrite"
 MADEUP_FORMAT = "madeupword{:04d}"
 ENTRY_PATTERN = r"^(?P<word>.*) (?P<field>[^ ]*)$"
 PLAIN_COUNT_PATTERN = r"^-?[0-9]{1,18}$"
-HASH_DOMAIN = b"arrowmt.format._vocab.v1\n"
 INT64_MAX = np.iinfo(np.int64).max
 
 TokenArrays = pa.Array | pa.ChunkedArray
@@ -219,12 +216,8 @@ def symbols_sha256(symbols: Sequence[str] | pa.Array) -> str:
     """:meth:`Dictionary.sha256` of a symbol list (specials first), e.g. fairseq's ``Dictionary.symbols``."""
     if not isinstance(symbols, pa.Array):
         symbols = pa.array(list(symbols), pa.large_string())
-    lengths = pc.binary_length(symbols).to_numpy().astype("<i8")
-    digest = hashlib.sha256(HASH_DOMAIN)
-    digest.update(np.array([len(symbols)], dtype="<i8").tobytes())
-    digest.update(lengths.tobytes())
-    digest.update(_join_strings(symbols, "").encode("utf-8"))
-    return digest.hexdigest()
+    lengths = pc.binary_length(symbols).to_numpy()
+    return symbols_digest(lengths, _join_strings(symbols, "").encode("utf-8"))
 
 
 def id_outside(
@@ -237,44 +230,6 @@ def id_outside(
     at = int(np.flatnonzero((values < 0) | (values >= vocab_size))[0])
     row = int(np.searchsorted(offsets, offsets[0] + at, side="right") - 1)
     return row, f"token id {int(values[at])} outside {dictionary} (expected 0..{vocab_size - 1})"
-
-
-def text_symbols_digest(data: bytes) -> tuple[int, str] | None:
-    """(number of symbols, :meth:`Dictionary.sha256`) of the ``dict.txt`` bytes ``data``, without loading it.
-
-    Only for the plain layout every converter writes (UTF-8, ``\\n`` line ends, lines
-    ``<symbol> <decimal count>``, no ``#fairseq:overwrite`` flag), where the symbols are
-    exactly what :meth:`Dictionary.load` reads; None for anything else (then load it).
-    Uses numpy only: no pyarrow compute kernel (and its memory) in a reading process.
-    """
-    if b"\r" in data or OVERWRITE_FLAG.encode() in data:
-        return None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    raw = np.frombuffer(data if not data or data.endswith(b"\n") else data + b"\n", dtype=np.uint8)
-    ends = np.flatnonzero(raw == ord("\n"))
-    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
-    spaces = np.flatnonzero(raw == ord(" "))
-    before = np.searchsorted(spaces, ends) - 1  # the last space before each line end
-    if ends.size and (before < 0).any():
-        return None
-    last = spaces[before] if ends.size else ends
-    non_digits = np.concatenate([[0], np.cumsum((raw < ord("0")) | (raw > ord("9")))])
-    if ((last < starts) | (ends - last < 2) | (non_digits[ends] != non_digits[last + 1])).any():
-        return None  # a line without a space, or a count that is not plain decimal digits
-    edges = np.zeros(raw.shape[0] + 1, dtype=np.int64)
-    np.add.at(edges, starts, 1)
-    np.add.at(edges, last, -1)
-    words = raw[np.cumsum(edges)[:-1] > 0].tobytes()
-    specials = [symbol.encode("utf-8") for symbol in SPECIALS]
-    lengths = np.concatenate([[len(symbol) for symbol in specials], last - starts]).astype("<i8")
-    digest = hashlib.sha256(HASH_DOMAIN)
-    digest.update(np.array([lengths.shape[0]], dtype="<i8").tobytes())
-    digest.update(lengths.tobytes())
-    digest.update(b"".join(specials) + words)
-    return int(lengths.shape[0]), digest.hexdigest()
 
 
 def unterminated_row(values: np.ndarray, offsets: np.ndarray, eos: int) -> tuple[int, str] | None:

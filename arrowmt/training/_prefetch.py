@@ -55,6 +55,7 @@ MAX_DEPTH = 1024
 MAX_SKIP = 64
 PASS_CHUNK = 16  # batches of a pass planned in one computation (arrays small enough to be reused, not kept)
 SAMPLE_PAGES = 16
+TRIM_EVERY = 4096  # a remote pass hands the freed heap back every this many batches (glibc keeps fragments)
 
 
 STOP_WAIT_S = 5.0  # at exit, how long to wait for a planning thread to stop
@@ -159,6 +160,7 @@ class Prefetcher:
             plan_range_uses((part, positions - self.position) for part, positions in parts)
             last = max((int(positions[-1]) for _, positions in parts if positions.size), default=first - 1)
             if last + 1 - first < PASS_PIECE:
+                release_free_heap()  # the pieces' arrays are freed, but glibc keeps large freed heap unless asked
                 return True
             first = last + 1
         return False
@@ -194,6 +196,8 @@ class Prefetcher:
         if position != self.position:  # the caches' clocks move: blocks used before are the first they may free
             for clock in self.clocks:
                 clock.tick()
+            if self.clocks and position % TRIM_EVERY == 0:
+                release_free_heap()  # the fetch and read threads' freed buffers, left in pieces over the heap
         self.position = position
         while self.values_done < position + self.depth:
             q = self.values_done + 1

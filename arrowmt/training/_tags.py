@@ -13,15 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import SOURCE, TARGET, Dictionary, Spans, exclusive_cumsum, take_flat
+from arrowmt.format import SOURCE, TARGET, Spans, exclusive_cumsum, take_flat
 from arrowmt.plans import corpus_of
 from arrowmt.training._batch import GatheredBatch
+
+if TYPE_CHECKING:
+    from arrowmt.format import Dictionary
 
 LANG_TOKEN = "__{}__"  # fairseq's "multilingual" language-token style
 ENCODER_LANGTOK = ("src", "tgt")

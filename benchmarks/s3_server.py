@@ -203,6 +203,15 @@ def _watchdog(server: Any, parent_pid: int | None, max_seconds: float) -> None:
     server.shutdown()
 
 
+def keep_alive_handler() -> type:
+    """moto's request handler speaking HTTP/1.1, as S3 does: a client's connection serves request after request
+    (werkzeug's HTTP/1.0 default closes it after each, so every request would also pay a TCP connection and
+    a new server thread)."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+
+    return type("KeepAliveHandler", (MotoRequestHandler,), {"protocol_version": "HTTP/1.1"})
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -220,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=4 * 3600.0, help="stop after this long")
     p.add_argument("--parent-pid", type=int, help="stop as soon as this process is gone")
     p.add_argument("--moto-ranges", action="store_true", help="let moto answer ranged GETs (whole object read)")
+    p.add_argument(
+        "--http10", action="store_true", help="HTTP/1.0 (moto's default): a connection and a thread per request"
+    )
     args = p.parse_args(argv)
 
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
@@ -228,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request (hundreds of thousands)
 
     app = CountingApp(DomainDispatcherApplication(create_backend_app), moto_ranges=args.moto_ranges)
-    server = make_server(HOST, args.port, app, threaded=True, request_handler=MotoRequestHandler)
+    handler = MotoRequestHandler if args.http10 else keep_alive_handler()
+    server = make_server(HOST, args.port, app, threaded=True, request_handler=handler)
     endpoint = f"http://{HOST}:{server.server_address[1]}"
     threading.Thread(target=_watchdog, args=(server, args.parent_pid, args.max_seconds), daemon=True).start()
     if args.ready_file:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -332,3 +333,18 @@ def merged(starts: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
         else:
             out.append([start, start + length])
     return [(a, b) for a, b in out]
+
+
+def test_a_worker_refuses_a_row_order_changed_since_the_dataset_was_opened(ordered: Path, tmp_path: Path) -> None:
+    """A DataLoader worker reopens the copy by path: a row-order map rewritten meanwhile (the split files untouched)
+    would place its batches by other rows, so unpickling refuses it as it refuses changed split files."""
+    copy = tmp_path / "ordered"
+    shutil.copytree(ordered, copy)
+    blob = pickle.dumps(arrowmt.open_dataset(copy, "train"))
+    assert len(pickle.loads(blob)) == len(arrowmt.open_dataset(copy, "train"))  # unchanged: reopened
+    rows = copy / "train.rows"
+    st = rows.stat()
+    os.utime(rows, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    with pytest.raises(FormatError, match="split 'train' files changed since the dataset was opened") as info:
+        pickle.loads(blob)
+    assert str(copy) in str(info.value)

@@ -27,6 +27,7 @@ from arrowmt.format._mirror import check_cache_limit
 from arrowmt.storage import RemoteFolder, _remote, _store, block_runs, block_uses, covered_blocks, request_buffer
 from arrowmt.storage._state import NO_USE
 from arrowmt.storage._store import BlockStore, furthest
+from arrowmt.training import _prefetch
 from arrowmt.training._sampler import PlanSampler
 from tests.conftest import MULTI30K
 from tests.s3_server import BUCKET, s3, upload
@@ -451,6 +452,32 @@ def test_a_copy_plans_a_pass_whole_before_the_first_batch(
     thread, by_batch_next, by_batch_later = planned(tmp_path / "by-batch")
     assert thread is not None
     assert next_use.tolist() == by_batch_next.tolist() and later_use.tolist() == by_batch_later.tolist()
+
+
+def test_read_ahead_of_a_copy_asks_each_batch_by_its_stretch(
+    s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a remote cache, the read-ahead of a copy read by its stored plan asks for each next batch's blocks from
+    its stretch (a few ranges, not one per row): exactly the blocks of the batch's rows, each with its distance.
+    It samples no page residency (the cache skips the blocks it holds) and asks for no offsets (kept from the open)."""
+    ordered = tmp_path / "ordered"
+    arrowmt.order_copy(corpus, ordered, max_tokens=1024, seed=5, progress=False)
+    write_block_indexes(ordered, Manifest.load(ordered), TINY_BLOCK)
+    dataset = arrowmt.open_dataset(upload(s3, ordered, "stretch-ahead"), "train", cache_dir=tmp_path / "cache")
+    store = dataset.shards[0].remote.store
+    asked: dict[int, set[int]] = {}
+    monkeypatch.setattr(
+        store, "prefetch", lambda blocks, ahead=None: asked.setdefault(ahead, set()).update(blocks.tolist())
+    )
+    monkeypatch.setattr(_prefetch, "resident_pages", lambda *args: pytest.fail("residency sampled"))
+    sampler = arrowmt.TokenBatchSampler(dataset, max_tokens=1024, seed=5)
+    plan = [list(ids) for ids in sampler]
+    assert 1 < len(plan) <= _prefetch.REMOTE_DEPTH  # all asked for as the first batch is handed out (itself too)
+    for q, ids in enumerate(plan):
+        parts = dataset.word_ranges(np.array(ids), True)  # one range per row and column
+        rows = {b for part in parts for b in part.remote.blocks(*part.byte_bounds()).tolist()}
+        assert asked[q] == rows, q
+    assert set(asked) == set(range(len(plan)))
 
 
 def _fetch_in_child(store: BlockStore, blocks: np.ndarray) -> None:

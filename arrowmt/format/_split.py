@@ -17,7 +17,7 @@ from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._mirror import local_folder
 from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, check_access
-from arrowmt.format._reader import SplitFile, check_indices, row_numbers
+from arrowmt.format._reader import FileStamp, SplitFile, check_indices, row_numbers
 from arrowmt.format._row_order import read_row_order
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans, exclusive_cumsum
@@ -82,13 +82,21 @@ class Split:
                 )
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "split": self.split, "stamps": [s.stamp for s in self.shards], "access": self.access}
+        return {"path": self.path, "split": self.split, "stamps": self._stamps(), "access": self.access}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["path"], state["split"], access=state.get("access", DEFAULT_ACCESS))
-        now = [s.stamp for s in self.shards]
-        if now != state["stamps"]:
+        if self._stamps() != state["stamps"]:
             raise FormatError(f"{self.path}: split {self.split!r} files changed since the dataset was opened")
+
+    def _stamps(self) -> list[FileStamp]:
+        """The shards' stamps, then the row order map's (a copy's batches are placed by it)."""
+        order = (
+            []
+            if self.row_order is None
+            else [FileStamp(self.row_order.identity.size, self.row_order.identity.mtime_ns)]
+        )
+        return [*(s.stamp for s in self.shards), *order]
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])

@@ -126,6 +126,7 @@ class Prefetcher:
         self.position = start  # the batch handed out now
         self.closed = False
         self.planner: threading.Thread | None = None  # plans the rest of a remote pass
+        self.remote = False  # every range is read through a remote cache (set by _plan_pass)
         self.clocks = self._plan_pass(start) if self.depth else []  # the remote caches read through
 
     def _plan_pass(self, start: int) -> list[BlockStore]:
@@ -138,9 +139,11 @@ class Prefetcher:
         use is not yet planned may be freed meanwhile). Nothing is read locally.
         The caches, whose clocks :meth:`step` moves (none: the corpus is local)."""
         rows = self.plan_at(start)
-        clocks = [] if rows is None else plan_use(self.source.word_ranges(rows, True), 0)
+        ranges = [] if rows is None else self.source.word_ranges(rows, True)
+        clocks = plan_use(ranges, 0)
         if not clocks:
             return []
+        self.remote = all(part.remote is not None for part in ranges)
         self.depth = max(self.depth, REMOTE_DEPTH)
         if self._plan_ranges(start + 1):
             return clocks
@@ -199,6 +202,8 @@ class Prefetcher:
             if self.clocks and position % TRIM_EVERY == 0:
                 release_free_heap()  # the fetch and read threads' freed buffers, left in pieces over the heap
         self.position = position
+        if self.remote and self._ask_stretches(position):
+            return
         while self.values_done < position + self.depth:
             q = self.values_done + 1
             rows = self.batch_at(q)
@@ -206,6 +211,8 @@ class Prefetcher:
                 self.values_done = self.offsets_done = q + 2 * self.depth  # past the end: nothing more to ask
                 return
             self._values(q, rows)
+        if self.remote:  # a remote cache keeps the offsets from the open on
+            return
         for q in range(max(self.offsets_done + 1, position + self.depth + 1), position + 2 * self.depth + 1):
             rows = self.batch_at(q)
             if rows is None:
@@ -213,9 +220,28 @@ class Prefetcher:
             self.pages += will_need(self.source.word_ranges(rows, False))
         self.offsets_done = max(self.offsets_done, position + 2 * self.depth)
 
+    def _ask_stretches(self, position: int) -> bool:
+        """A copy read by its stored plan through a remote cache: ask for each next batch by its stretch (a few ranges
+        instead of one per row; the cache skips what it holds, and keeps the offsets from the open on); False when
+        the source cannot say where its batches lie."""
+        while self.values_done < position + self.depth:
+            q = self.values_done + 1
+            ranges = self._stretch_ranges(q)
+            if ranges is None:
+                return False
+            if ranges:
+                self.pages += will_need(ranges, q - position)
+            self.values_done = q
+        return True
+
+    def _stretch_ranges(self, q: int) -> list[WordRanges] | None:
+        """Batch ``q``'s ranges (empty past the pass's end; None without :attr:`pass_ranges`)."""
+        parts = None if self.pass_ranges is None else self.pass_ranges(q, 1)
+        return None if parts is None else [part for part, positions in parts if positions.size]
+
     def _values(self, q: int, rows: np.ndarray) -> None:
         ranges = self.source.word_ranges(rows, True)
-        if self._resident(ranges):
+        if not self.remote and self._resident(ranges):
             self.streak += 1
             if self.streak >= 2:  # in the page cache: skip ahead, sampling less and less often
                 skip = min(2**self.streak, MAX_SKIP)

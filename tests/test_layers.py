@@ -185,14 +185,20 @@ def test_lazy_faces_load_only_what_is_used() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_training_on_a_corpus_never_loads_pyarrow_compute(tmp_path: Path) -> None:
-    """Opening a corpus (its dictionaries checked against the split), batching it with the training face's
-    classes and reading batches never imports the vocabulary's ``pyarrow.compute`` (about 2 MiB of private
-    memory a rank, with what it imports); loading a dictionary does."""
+def converted_fixture(tmp_path: Path) -> Path:
+    """The fairseq fixture's mmap data-bin converted into ``tmp_path / "corpus"``."""
     from arrowmt.converters._fairseq_folder import convert_fairseq
 
     out = tmp_path / "corpus"
     convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
+    return out
+
+
+def test_training_on_a_corpus_never_loads_pyarrow_compute(tmp_path: Path) -> None:
+    """Opening a corpus (its dictionaries checked against the split), batching it with the training face's
+    classes and reading batches never imports the vocabulary's ``pyarrow.compute`` (about 2 MiB of private
+    memory a rank, with what it imports); loading a dictionary does."""
+    out = converted_fixture(tmp_path)
     code = (
         "import sys\n"
         "import arrowmt\n"
@@ -223,10 +229,7 @@ def test_importing_every_plan_module_does_not_load_torch() -> None:
 
 @pytest.mark.parametrize("command", ["info", "verify"])
 def test_cli_info_and_verify_do_not_load_torch(tmp_path: Path, command: str) -> None:
-    from arrowmt.converters._fairseq_folder import convert_fairseq
-
-    out = tmp_path / "corpus"
-    convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)
+    out = converted_fixture(tmp_path)
     code = (
         "import sys, runpy; sys.argv = ['arrowmt', sys.argv[1], sys.argv[2]]\n"
         "try:\n    runpy.run_module('arrowmt', run_name='__main__')\n"

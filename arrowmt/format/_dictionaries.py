@@ -118,7 +118,7 @@ def _digest(path: Path) -> Digest:
 
 def _loaded_digest(path: Path) -> tuple[Digest, Dictionary]:
     """The dictionary file ``path`` loaded, and its digest. Only here is ``pyarrow.compute`` imported (with the
-    dictionary's module): a process that only reads corpora never needs it, and it costs ~8 MiB per process."""
+    dictionary's module): a process that only reads corpora never needs it, and it costs ~2 MiB per process."""
     from arrowmt.format._vocab import Dictionary
 
     dictionary = Dictionary.load(path)

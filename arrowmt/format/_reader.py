@@ -93,6 +93,11 @@ class FileStamp:
     size: int
     mtime_ns: int
 
+    @classmethod
+    def of(cls, identity: FileIdentity) -> FileStamp:
+        """The stamp of a file whose identity is ``identity``."""
+        return cls(identity.size, identity.mtime_ns)
+
     def change_to(self, now: FileStamp) -> str:
         """How the file changed between this stamp and ``now``, for error messages."""
         return f"size {self.size} -> {now.size} bytes, mtime_ns {self.mtime_ns} -> {now.mtime_ns}"
@@ -115,7 +120,7 @@ class SplitFile:
         self.remote = attached_file(self.path)  # the block cache when the file caches a remote one
         self.identity, self._map = _map_file(self.path)
         advise(self._map, self.access)
-        self.stamp = FileStamp(self.identity.size, self.identity.mtime_ns)
+        self.stamp = FileStamp.of(self.identity)
         self.words = np.frombuffer(self._map, dtype=np.int32, count=len(self._map) // 4)
         schema, batches, batch_metadata = _read_stream(self.path, self._map)
         self.metadata = _parse_metadata(self.path, schema)

@@ -91,11 +91,7 @@ class Split:
 
     def _stamps(self) -> list[FileStamp]:
         """The shards' stamps, then the row order map's (a copy's batches are placed by it)."""
-        order = (
-            []
-            if self.row_order is None
-            else [FileStamp(self.row_order.identity.size, self.row_order.identity.mtime_ns)]
-        )
+        order = [] if self.row_order is None else [FileStamp.of(self.row_order.identity)]
         return [*(s.stamp for s in self.shards), *order]
 
     def __len__(self) -> int:

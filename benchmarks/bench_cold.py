@@ -91,11 +91,14 @@ def read_into_cache(data: Path) -> None:
                 pass
 
 
-def run_to_limit(command: list[str], timeout: float) -> subprocess.CompletedProcess | None:
-    """Run ``command`` in a session of its own; past ``timeout`` seconds kill the whole session (the measured
-    process is a grandchild, which a plain ``subprocess.run`` timeout would leave running) and return None."""
+def run_to_limit(
+    command: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess | None:
+    """Run ``command`` (in ``env``, default this one's) in a session of its own; past ``timeout`` seconds kill the
+    whole session (the measured process is a grandchild, which a plain ``subprocess.run`` timeout would leave
+    running) and return None."""
     with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
     ) as p:
         try:
             out, err = p.communicate(timeout=timeout)

@@ -38,6 +38,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import hashlib
 import json
+import platform
 import resource
 import statistics
 import subprocess
@@ -52,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # run from a checkout: arrowmt, converters, make_corpus, run_one
 
 from make_corpus import chunk_lengths, chunk_tokens, write_dict, write_mmap_index  # noqa: E402
-from run_one import PeakSampler, read_memory, rss_anon, source_digest  # noqa: E402
+from run_one import PeakSampler, read_bytes, read_memory, rss_anon, source_digest  # noqa: E402
 
 PAD, EOS = 1, 2
 VOCAB = 32000
@@ -218,6 +219,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     tokens = blocks = batches = 0
     peak = after_setup["RssAnon"]
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    io0 = read_bytes()
     t0, c0 = time.perf_counter(), time.process_time()
     for batch in pipe.epoch(1):
         if batches < DIGEST_BATCHES:
@@ -244,6 +246,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         tokens_per_cpu_s=tokens / cpu,
         epoch_major_faults=faults.ru_majflt - usage.ru_majflt,
         epoch_minor_faults=faults.ru_minflt - usage.ru_minflt,
+        read_bytes_epoch=read_bytes() - io0,  # from storage, every thread of this process (/proc/self/io)
         first_batches_sha256=digest.hexdigest(),
         loadavg_end=os.getloadavg(),
         private_mib={
@@ -285,6 +288,85 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     path.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
     print(table(runs))
     return runs
+
+
+# ---------------------------------------------------------------- larger than memory
+
+COLD_ROWS = {  # name: (system, read-ahead depth, cold, slow: reads --slow-batches batches)
+    "arrowmt in cache": ("arrowmt", 8, False, False),
+    "arrowmt cold": ("arrowmt", 8, True, False),
+    "arrowmt cold, no read-ahead": ("arrowmt", 0, True, False),
+    "fairseq cold": ("fairseq", 0, True, True),
+}
+
+
+def run_cold(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each row of :data:`COLD_ROWS`, ``--repeat`` times interleaved, each in a fresh process: cold rows with the
+    page cache evicted and the process limited to ``--budget`` MiB including page cache (``small_ram.sh``), the
+    in-cache row after reading the corpus into the page cache."""
+    from bench_cold import SMALL_RAM, read_into_cache, run_to_limit
+
+    if not SMALL_RAM.exists():
+        raise SystemExit(f"{SMALL_RAM}: missing (this benchmark needs a writable memory cgroup)")
+    corpus = sum(path.stat().st_size for path in (args.data / "arrowmt").glob("*.arrow"))
+    budget = args.budget or corpus // 3 // 2**20
+    base = [sys.executable, __file__, "one"]
+    common = ["--data", str(args.data), "--mode", args.mode, "--cpu", "-1"]
+    subprocess.run([*base, "arrowmt", *common, "--max-batches", "1"], capture_output=True, check=True)  # the plan
+    runs = []
+    for _ in range(args.repeat):
+        for name in args.rows:
+            system, depth, cold, slow = COLD_ROWS[name]
+            command = [*base, system, *common, "--max-batches", str(args.slow_batches if slow else args.batches)]
+            if cold:
+                command = ["bash", str(SMALL_RAM), str(budget), str(args.data), "--", *command]
+            else:
+                read_into_cache(args.data)
+            started = time.perf_counter()
+            done = run_to_limit(command, args.timeout, env={**os.environ, "BENCH_PREFETCH": str(depth)})
+            if done is None or done.returncode != 0:
+                why = "timed out" if done is None else f"exit {done.returncode}: {done.stderr[-500:]}"
+                runs.append({"row": name, "failed": why, "wall_s": time.perf_counter() - started})
+            else:
+                runs.append({**json.loads(done.stdout), "row": name, "budget_mib": budget if cold else None})
+            print(f"  {name}: done", file=sys.stderr, flush=True)
+    if args.json:
+        header = {"corpus_bytes": corpus, "budget_mib": budget, "platform": platform.platform()}
+        args.json.write_text(json.dumps({"header": header, "runs": runs}, indent=1, sort_keys=True) + "\n")
+    print(cold_table(runs))
+    return runs
+
+
+def cold_table(runs: list[dict[str, Any]]) -> str:
+    """Median (min..max) per row; ratios of medians against the in-cache row and fairseq cold."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        rows.setdefault(run["row"], []).append(run)
+    ok = {name: [r for r in group if "failed" not in r] for name, group in rows.items()}
+    median = {name: statistics.median(r["tokens_per_s"] for r in group) for name, group in ok.items() if group}
+    lines = [
+        "| row | runs | batches | tokens/s | x in cache | x fairseq cold | read amplification | major faults/batch "
+        "| private MiB peak |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, group in ok.items():
+        if not group:
+            lines.append(f"| {name} | 0 | | {rows[name][0]['failed'][:60]} | | | | | |")
+            continue
+        cache, fairseq = median.get("arrowmt in cache"), median.get("fairseq cold")
+        amplification = [r["read_bytes_epoch"] / (4 * r["tokens"]) for r in group]
+        speed = spread([r["tokens_per_s"] / 1e6 for r in group], ".2f")
+        lines.append(
+            f"| {name} | {len(group)} | {group[0]['batches']:,} | {speed}M "
+            f"| {median[name] / cache:.2f} | {median[name] / fairseq:,.0f} | {spread(amplification, '.2f')} "
+            f"| {spread([r['epoch_major_faults'] / r['batches'] for r in group], '.2f')} "
+            f"| {spread([r['private_mib']['peak'] for r in group], '.1f')} |"
+            if cache and fairseq
+            else f"| {name} | {len(group)} | {group[0]['batches']:,} | {median[name] / 1e6:.2f}M | | | | | |"
+        )
+    digests = {r["first_batches_sha256"] for group in ok.values() for r in group}
+    lines.append(f"\nfirst {DIGEST_BATCHES} batches identical in every run: {len(digests) == 1}")
+    return "\n".join(lines)
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -339,6 +421,16 @@ def main(argv: list[str] | None = None) -> int:
     every.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     every.add_argument("--table-only", action="store_true", help="reprint the saved table")
     every.add_argument("--fairseq-max-batches", type=int, default=0, help="fairseq's own --max-batches (0: the same)")
+    cold = commands.add_parser("cold", help="arrowmt and fairseq under a memory budget (a corpus larger than memory)")
+    cold.add_argument("--data", type=Path, required=True)
+    cold.add_argument("--batches", type=int, default=10000)
+    cold.add_argument("--slow-batches", type=int, default=200, help="batches of the fairseq row")
+    cold.add_argument("--repeat", type=int, default=2)
+    cold.add_argument("--budget", type=int, default=0, help="MiB incl. page cache (0: a third of the corpus)")
+    cold.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
+    cold.add_argument("--rows", nargs="+", default=list(COLD_ROWS), choices=list(COLD_ROWS), metavar="ROW")
+    cold.add_argument("--mode", choices=MODES, default="none")
+    cold.add_argument("--json", type=Path, help="also write the runs here")
     for sub in (make, one, every):
         sub.add_argument("--seed", type=int, default=1)
     for sub in (one, every):
@@ -354,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpu >= 0:
             os.sched_setaffinity(0, {args.cpu})
         print(json.dumps(run_one(args), indent=1, sort_keys=True))
+    elif args.command == "cold":
+        run_cold(args)
     elif args.table_only:
         print(table(json.loads((RESULTS / f"lm-{args.tokens}.json").read_text())))
     else:

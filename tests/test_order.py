@@ -170,6 +170,24 @@ def test_verify_reports_a_bad_row_order_entry(ordered: Path, tmp_path: Path) -> 
     assert any("arrowmt.json: manifest provenance 'row_order'" in p for p in problems), problems
 
 
+def test_noted_batches_located_together_are_placed_stretch_by_stretch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-ahead locates several planned batches at once: each noted batch is placed from its note (no ``where``
+    lookup), and rows after them that fill no stretch come from ``where``."""
+    order = np.random.default_rng(2).permutation(5000)
+    write_row_order(tmp_path / "train.rows", order, np.array([0, 5000]))
+    maps = open_row_order(tmp_path / "train.rows", 5000)
+    for start, stop in ((300, 420), (40, 41 + 99), (4000, 4100)):
+        maps.note(start, order[start:stop])
+    rows = np.concatenate([order[300:420], order[40:140], order[4000:4100]])
+    monkeypatch.setattr(maps.where, "take", lambda positions: pytest.fail("where looked up"))
+    assert maps.stored(rows).tolist() == [*range(300, 420), *range(40, 140), *range(4000, 4100)]
+    monkeypatch.undo()
+    tail = order[[7, 9]]  # not a stretch: each from where
+    assert maps.stored(np.concatenate([order[300:420], tail])).tolist() == [*range(300, 420), 7, 9]
+
+
 def test_a_wrong_note_falls_back_to_where(tmp_path: Path) -> None:
     order = np.random.default_rng(1).permutation(5000)
     write_row_order(tmp_path / "train.rows", order, np.array([0, 5000]))

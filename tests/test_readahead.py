@@ -175,14 +175,16 @@ def test_word_ranges_locate_offsets_without_reading_and_tokens_by_reading(valid_
 
 
 class RecordingSource:
-    """A row source whose batches are numbered by their first row; records what was asked, in order."""
+    """A row source whose batch ``q`` is row ``q``, on page ``q``; records what was asked, in order: the rows of one
+    batch as a number, those of several batches located at once as a list."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[str, int]] = []
+        self.asked: list[tuple[str, int | list[int]]] = []
 
     def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
-        self.asked.append(("values" if values else "offsets", int(indices[0])))
-        return [ranges([int(indices[0]) * PAGE // 4], [1], size=1000 * PAGE)]
+        rows = indices.tolist()
+        self.asked.append(("values" if values else "offsets", rows[0] if len(rows) == 1 else rows))
+        return [ranges([row * PAGE // 4 for row in rows], [1] * len(rows), size=1000 * PAGE)]
 
 
 def batches(n: int):
@@ -192,21 +194,29 @@ def batches(n: int):
 def test_schedule_reads_tokens_of_the_next_depth_batches_and_offsets_of_the_depth_after(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Batches are located and asked for GROUP at a time (here 3): the tokens of a group once the position comes
+    within ``depth`` (2) batches of it, its offsets once within twice that."""
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)  # nothing in the page cache
+    monkeypatch.setattr(_prefetch, "GROUP", 3)
     source = RecordingSource()
-    ahead = Prefetcher(source, 2, batches(6))
+    ahead = Prefetcher(source, 2, batches(8))
     assert source.asked == [("values", 0)]  # is the corpus remote? (no)
-    source.asked.clear()
-    ahead.step(0)
-    assert source.asked == [("values", 0), ("values", 1), ("values", 2), ("offsets", 3), ("offsets", 4)]
-    source.asked.clear()
-    ahead.step(1)
-    assert source.asked == [("values", 3), ("offsets", 5)]
-    source.asked.clear()
-    for position in range(2, 6):
+    asked = []
+    for position in range(8):
+        source.asked.clear()
         ahead.step(position)
-    assert source.asked == [("values", 4), ("values", 5)]  # nothing past the epoch's last batch
-    assert ahead.pages == 9
+        asked.append(source.asked[:])
+    assert asked == [
+        [("values", [0, 1, 2]), ("offsets", [3, 4, 5])],
+        [("values", [3, 4, 5])],
+        [("offsets", [6, 7])],
+        [],
+        [("values", [6, 7])],
+        [],  # nothing past the epoch's last batch
+        [],
+        [],
+    ]
+    assert ahead.pages == 3 + 3 + 3 + 2 + 2
 
 
 class FakeStore:
@@ -316,13 +326,15 @@ def test_planning_threads_are_stopped_at_exit(monkeypatch: pytest.MonkeyPatch) -
 
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
+    monkeypatch.setattr(_prefetch, "GROUP", 2)
     source = RecordingSource()
     Prefetcher(source, 1, batches(10), start=7).step(7)
-    assert source.asked == [("values", 7), ("values", 7), ("values", 8), ("offsets", 9)]
+    assert source.asked == [("values", 7), ("values", [7, 8]), ("offsets", 9)]
 
 
 def test_schedule_backs_off_while_the_pages_are_resident(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: len(pages))  # all in the page cache
+    monkeypatch.setattr(_prefetch, "GROUP", 1)
     source = RecordingSource()
     ahead = Prefetcher(source, 1, batches(1000))
     source.asked.clear()
@@ -354,9 +366,9 @@ def cold(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
     asked: list[np.ndarray] = []
     real = _prefetch.will_need
 
-    def record(parts: list[WordRanges], *hints: int | None) -> int:
+    def record(parts: list[WordRanges], *hints: int | None, later: bool = False) -> int:
         asked.extend(p.starts for p in parts)
-        return real(parts, *hints)
+        return real(parts, *hints, later=later)
 
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
     monkeypatch.setattr(_prefetch, "will_need", record)
@@ -402,8 +414,8 @@ def test_read_ahead_restarts_at_the_resumed_position(
     next(iter(resumed))
     sampler = resumed.batch_sampler
     order = sampler.epoch_batch_ids()
-    expected = [ds.word_ranges(sampler.plan.batch(int(order[q])), True)[0].starts for q in (5, 6, 7, 8)]
-    assert [a.tolist() for a in cold[0:8:2]] == [e.tolist() for e in expected]  # source column of batches 5..8
+    group = np.concatenate([sampler.plan.batch(int(order[q])) for q in range(5, 5 + _prefetch.GROUP)])
+    assert cold[0].tolist() == ds.word_ranges(group, True)[0].starts.tolist()  # source column of the group from 5 on
 
 
 # ---------------------------------------------------------------- the fairseq plugin's iterator
@@ -450,7 +462,8 @@ def test_plugin_iterator_reads_ahead_and_keeps_fairseqs_batches(
     rest = list(resumed.next_epoch_itr(shuffle=True))
     assert first + rest == _epoch_ids(make(False))
     assert isinstance(resumed.epoch_batch_sampler.batches, ReadAheadBatches)  # the resumed slice reads ahead too
-    assert cold and cold[0].tolist() == ds.word_ranges(np.array(rest[0]), True)[0].starts.tolist()
+    group = np.concatenate([np.array(ids) for ids in rest[: _prefetch.GROUP]])
+    assert cold and cold[0].tolist() == ds.word_ranges(group, True)[0].starts.tolist()  # from the resumed batch on
 
 
 # ---------------------------------------------------------------- what other datasets read ahead
@@ -496,7 +509,17 @@ def test_block_read_ahead_names_each_blocks_tokens(tmp_path: Path, mode: str, sh
         ]
     )
     assert needed and needed <= named
-    assert blocks.word_ranges(ids, False) == []  # blocks are found without reading offsets
+    (table,) = blocks.word_ranges(ids, False)  # locating blocks reads their table entries, not the corpus's offsets
+    body, n = blocks.table._side.body_offset, len(blocks)
+    starts, ends = blocks.bounds(ids)
+    for k, i in enumerate(ids.tolist()):  # start, end (int64 each) and row offset (a byte) of block i
+        assert (table.starts[k], table.lengths[k]) == ((body + 8 * i) // 4, 2)
+        assert (table.starts[4 + k], table.lengths[4 + k]) == ((body + 8 * n + 8 * i) // 4, 2)
+        assert table.starts[8 + k] == (body + 16 * n + i) // 4 and table.lengths[8 + k] == 1
+        words = np.frombuffer(table.mapped, dtype="<i8", count=1, offset=4 * int(table.starts[k]))
+        assert words.tolist() == [starts[k]] and np.frombuffer(
+            table.mapped, dtype="<i8", count=1, offset=4 * int(table.starts[4 + k])
+        ).tolist() == [ends[k]]
 
 
 def test_mixture_read_ahead_names_each_corpus_rows(tmp_path: Path) -> None:

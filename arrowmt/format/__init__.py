@@ -53,8 +53,9 @@ if TYPE_CHECKING:
         plan_use,
         plan_uses,
         resident_pages,
+        sample_pages,
+        spread,
         will_need,
-        word_page_runs,
     )
     from arrowmt.format._reader import IPC_FILE_MAGIC, FileIdentity, SplitFile, check_indices, ensure_offsets_checked
     from arrowmt.format._row_order import RowOrder, open_row_order, order_name, refuse_row_order, write_row_order
@@ -136,8 +137,9 @@ _EXPORTS = {
         "plan_range_uses",
         "plan_uses",
         "resident_pages",
+        "sample_pages",
+        "spread",
         "will_need",
-        "word_page_runs",
     ),
     "arrowmt.format._reader": (
         "FileIdentity",
@@ -281,7 +283,9 @@ __all__ = [
     "refuse_row_order",
     "remove_unlisted",
     "resident_pages",
+    "sample_pages",
     "split_path",
+    "spread",
     "stage",
     "symbols_sha256",
     "take_flat",
@@ -289,7 +293,6 @@ __all__ = [
     "unterminated_row",
     "verify_dataset",
     "will_need",
-    "word_page_runs",
     "write_block_indexes",
     "write_bytes_atomic",
     "write_folder_indexes",

@@ -216,6 +216,17 @@ class CheckedArray:
         self.checks.ensure_range(self.offset + start * size, self.offset + stop * size)
         return self.raw[start:stop]
 
+    def word_ranges(self, first: np.ndarray, count: np.ndarray) -> WordRanges:
+        """Where items ``first[i] .. first[i] + count[i] - 1`` lie in the side file's map, as word ranges for read-ahead
+        (nothing is read or checked)."""
+        size = self.raw.itemsize
+        start = self.checks.body_offset + self.offset + np.asarray(first, dtype=np.int64) * size
+        end = start + np.asarray(count, dtype=np.int64) * size
+        address = (
+            self.raw.__array_interface__["data"][0] - self.checks.body_offset - self.offset
+        )  # the map's first byte
+        return WordRanges(self.checks.mapped, address, start // WORD, -(-end // WORD) - start // WORD)
+
     def whole(self) -> np.ndarray:
         """Every item (a read-only view of the map), checked."""
         return self.slice(0, len(self))

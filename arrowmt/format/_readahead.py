@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.format._advisor import advise_later
 from arrowmt.storage import BlockFile, BlockStore
 
 PAGE = mmap.PAGESIZE
@@ -105,8 +106,26 @@ def word_page_runs(ranges: WordRanges) -> tuple[np.ndarray, np.ndarray]:
     return page_runs(first, end)
 
 
-def will_need(ranges: Iterable[WordRanges], ahead: int | None = None) -> int:
+def spread(count: int, picks: int) -> np.ndarray:
+    """At most ``picks`` of the indices ``0 .. count - 1``, evenly spread, the first and the last among them."""
+    if count <= picks:
+        return np.arange(count, dtype=np.int64)
+    return np.arange(picks, dtype=np.int64) * (count - 1) // max(picks - 1, 1)
+
+
+def sample_pages(ranges: WordRanges, count: int) -> np.ndarray:
+    """The pages holding the first word of at most ``count`` of the non-empty ranges, evenly spread over them (a
+    residency sample that needs no sort or merge of the ranges' pages)."""
+    filled = np.flatnonzero(np.asarray(ranges.lengths) > 0)
+    chosen = filled[spread(filled.shape[0], count)]
+    return np.asarray(ranges.starts, dtype=np.int64)[chosen] * WORD // PAGE
+
+
+def will_need(ranges: Iterable[WordRanges], ahead: int | None = None, later: bool = False) -> int:
     """Start reading the pages of every range (``MADV_WILLNEED``), without waiting; returns the pages asked for.
+
+    ``later``: the pages are for batches still to come; the calls are made on this process's
+    read-ahead thread (:mod:`arrowmt.format._advisor`) instead of this one.
 
     Ranges of a remote file's cache are fetched in the background instead (``ahead``: in how
     many batches they are needed; the cache keeps blocks needed sooner in preference to those
@@ -121,10 +140,10 @@ def will_need(ranges: Iterable[WordRanges], ahead: int | None = None) -> int:
         if part.remote is not None:
             part.remote.prefetch(*part.byte_bounds(), ahead)
     ranges = [part for part in ranges if part.remote is None]
-    if _WILLNEED is None:
+    if _WILLNEED is None or not ranges:
         return asked
-    if len(ranges) > 1 and _libc_madvise() is not None:
-        return will_need_many(ranges)
+    if (later or len(ranges) > 1) and _libc_madvise() is not None:
+        return will_need_many(ranges, later)
     for part in ranges:
         first, count = word_page_runs(part)
         size = len(part.mapped)
@@ -171,9 +190,10 @@ def plan_range_uses(parts: Iterable[tuple[WordRanges, np.ndarray]]) -> list[Bloc
     return list(stores.values())
 
 
-def will_need_many(ranges: list[WordRanges]) -> int:
+def will_need_many(ranges: list[WordRanges], later: bool = False) -> int:
     """:func:`will_need` of ranges in several maps: one vectorized merge of their absolute page runs, then one
-    ``madvise`` per run (maps are page-aligned and never overlap; a run over two adjacent maps is advised as is)."""
+    ``madvise`` per run (maps are page-aligned and never overlap; a run over two adjacent maps is advised as is),
+    here or (``later``) on the read-ahead thread."""
     firsts, ends = [], []
     for part in ranges:
         first = part.address + np.asarray(part.starts, dtype=np.int64) * WORD
@@ -183,6 +203,8 @@ def will_need_many(ranges: list[WordRanges]) -> int:
     first_page, count = page_runs(np.concatenate(firsts), np.concatenate(ends))
     madvise = _libc_madvise()
     assert madvise is not None and _WILLNEED is not None
+    if later and (taken := advise_later(first_page * PAGE, count * PAGE, _WILLNEED)) is not None:
+        return int(count.sum()) if taken else 0
     asked = 0
     for page, pages in zip(first_page.tolist(), count.tolist(), strict=True):
         if madvise(page * PAGE, pages * PAGE, _WILLNEED) != 0:
@@ -220,7 +242,8 @@ def _libc_madvise() -> ctypes._CFuncPtr | None:
 
 
 def resident_pages(ranges: WordRanges, pages: np.ndarray) -> int | None:
-    """How many of ``pages`` (page numbers of the map of ``ranges``) are in the page cache; None where unknown."""
+    """How many of ``pages`` (page numbers of the map of ``ranges``), in order, are in the page cache before the first
+    that is not (``len(pages)``: all are); None where unknown."""
     if ranges.remote is not None:
         return pages.shape[0] if ranges.remote.resident(*ranges.byte_bounds()) else 0
     mincore = _mincore()
@@ -234,5 +257,7 @@ def resident_pages(ranges: WordRanges, pages: np.ndarray) -> int | None:
             continue
         if mincore(ranges.address + page * PAGE, PAGE, ctypes.byref(flag)) != 0:
             return None
-        found += flag.value & 1
+        if not flag.value & 1:
+            return found  # the first page missing: the rest is not asked
+        found += 1
     return found

@@ -72,28 +72,43 @@ class RowOrder:
     planned: int  # rows in the plan's batches: order[:planned]; the rest are left out of it
     identity: FileIdentity  # the file when it was opened
 
-    stretches: OrderedDict[int, int] = field(default_factory=OrderedDict, compare=False)  # first row -> start
+    stretches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict, compare=False)  # first row ->
+    # (start, rows) of a noted batch
 
     def note(self, start: int, rows: np.ndarray) -> None:
         """``rows`` (a planned batch being handed out) fill the stretch from ``start``: :meth:`stored` then needs
         no ``where`` lookup for them (the last :data:`NOTED` batches noted are kept)."""
         if rows.size > 1:  # noted by the sampler's thread only (a pass planned ahead peeks: nothing noted)
-            self.stretches[int(rows[0])] = start
+            self.stretches[int(rows[0])] = (start, int(rows.size))
             self.stretches.move_to_end(int(rows[0]))  # noted again: the newest
             while len(self.stretches) > NOTED:
                 self.stretches.popitem(last=False)
 
     def stored(self, rows: np.ndarray) -> np.ndarray:
-        """Stored positions of ``rows`` (int64, in range): one stretch when ``rows`` fill one in order (its start
-        from a :meth:`note`, else from ``where``, then confirmed by ``order``)."""
-        if rows.size > 1:
-            start = self.stretches.get(int(rows[0]))
-            if start is None:
-                start = int(self.where.take(rows[:1])[0])
-            stop = start + rows.size
-            if stop <= len(self.order) and np.array_equal(self.order.slice(start, stop), rows):
-                return np.arange(start, stop, dtype=np.int64)
-        return self.where.take(rows).astype(np.int64)
+        """Stored positions of ``rows`` (int64, in range). Rows that fill stretches in order, one after another (a
+        planned batch, or several located together), are placed a stretch at a time (:meth:`_stretch`); the rest
+        each from ``where``."""
+        parts, at = [], 0
+        while rows.size - at > 1 and (run := self._stretch(rows[at:])) is not None:
+            parts.append(run)
+            at += run.shape[0]
+        if at < rows.size or not parts:
+            parts.append(self.where.take(rows[at:]).astype(np.int64))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _stretch(self, rows: np.ndarray) -> np.ndarray | None:
+        """Stored positions of the stretch ``rows`` begin with: a noted batch's (no ``where`` lookup), else as many
+        rows as fill one in order from where ``rows[0]`` is stored; confirmed by ``order``. None: under two rows."""
+        noted = self.stretches.get(int(rows[0]))
+        if noted is not None:
+            start, size = noted[0], min(noted[1], rows.size)
+            if start + size <= len(self.order) and np.array_equal(self.order.slice(start, start + size), rows[:size]):
+                return np.arange(start, start + size, dtype=np.int64)
+        start = int(self.where.take(rows[:1])[0])
+        size = min(rows.size, len(self.order) - start)
+        same = self.order.slice(start, start + size) == rows[:size]
+        run = size if same.all() else int(np.argmin(same))
+        return np.arange(start, start + run, dtype=np.int64) if run > 1 else None
 
 
 def inverse_order(order: np.ndarray) -> np.ndarray:

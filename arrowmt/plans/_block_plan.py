@@ -38,7 +38,7 @@ but the builder maps the file read-only (shared page cache, no private copy).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -52,6 +52,7 @@ from arrowmt.format import (
     CACHE_DIR_NAME,
     SideFile,
     Split,
+    WordRanges,
     check_indices,
     load_or_build,
     open_side_file,
@@ -117,6 +118,8 @@ class BlockTable(Protocol):
 
     def sizes(self) -> np.ndarray: ...
 
+    def word_ranges(self, ids: np.ndarray) -> list[WordRanges]: ...
+
 
 class RowBlocks:
     """Break mode ``eos``: block ``i`` is row ``i``; nothing stored."""
@@ -135,6 +138,10 @@ class RowBlocks:
 
     def sizes(self) -> np.ndarray:
         return compact_counts(self.stream.row_lengths())
+
+    def word_ranges(self, ids: np.ndarray) -> list[WordRanges]:
+        """Nothing stored to read ahead: a block is a row, located by the split's offsets."""
+        return []
 
 
 class MappedBlocks:
@@ -202,6 +209,16 @@ class MappedBlocks:
         for a in range(0, len(self), CHECK_CHUNK):
             np.subtract(ends[a : a + CHECK_CHUNK], starts[a : a + CHECK_CHUNK], out=out[a : a + CHECK_CHUNK])
         return compact_counts(out)
+
+    def word_ranges(self, ids: np.ndarray) -> list[WordRanges]:
+        """Where the table's entries of blocks ``ids`` lie in the file (start, end and row offset of each), for
+        read-ahead: nothing is read; ids outside the table name nothing."""
+        ids = np.asarray(ids, dtype=np.int64)
+        ids = ids[(ids >= 0) & (ids < len(self))]
+        ones = np.ones(ids.shape, dtype=np.int64)
+        parts = [column.word_ranges(ids, ones) for column in (self._starts, self._ends, self._row_offsets)]
+        starts = np.concatenate([part.starts for part in parts])
+        return [replace(parts[0], starts=starts, lengths=np.concatenate([part.lengths for part in parts]))]
 
     def __reduce__(self) -> tuple[type[MappedBlocks], tuple[Path, str, int, int]]:
         return (MappedBlocks, (self.path, self.key, self.rows, self.total))

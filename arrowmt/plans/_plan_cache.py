@@ -56,6 +56,7 @@ from arrowmt.format import (
     PLAN_FORMAT,
     CheckedArray,
     SideFile,
+    WordRanges,
     check_batch_offsets,
     load_or_build,
     open_side_file,
@@ -148,6 +149,16 @@ class BatchPlan:
     def batch(self, b: int) -> np.ndarray:
         """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use."""
         return checked_batch(self.path, b, self._offsets, self._indices, self.header.n_indices, self.rows)
+
+    def word_ranges(self, batches: np.ndarray) -> list[WordRanges]:
+        """Where the indices of plan batches ``batches`` lie in the file, for read-ahead: their offsets are read (a
+        page holds 512 batches' offsets), their indices are not. Offsets out of order (a corrupt chunk, raised when the
+        batch is read) name nothing."""
+        ids = np.asarray(batches, dtype=np.int64)
+        ids = ids[(ids >= 0) & (ids < len(self))]
+        start = np.clip(self._offsets.take(ids), 0, self.header.n_indices)
+        end = np.clip(self._offsets.take(ids + 1), start, self.header.n_indices)
+        return [self._indices.word_ranges(start, end - start)]
 
     def __reduce__(self) -> tuple[type[BatchPlan], tuple[Path, str, int]]:
         return (BatchPlan, (self.path, self.key, self.rows))

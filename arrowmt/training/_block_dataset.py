@@ -151,17 +151,15 @@ class BlockDataset(Dataset):
         return GatheredBlocks(ids, tokens, self._heads(starts, offsets), offsets, self.stream, starts, ends)
 
     def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
-        """Where the blocks ``indices`` lie in the corpus maps, for read-ahead.
-
-        A block's tokens are found without reading the file (the block table and the
-        stream's pieces give them), so only ``values=True`` names ranges, except in
-        break mode ``eos``, where a block is a row (see :meth:`Split.word_ranges`).
+        """Where the blocks ``indices`` lie, for read-ahead: ``values=True`` their tokens in the corpus maps (located
+        through the block table and the stream's pieces, not the corpus's offsets), ``values=False`` what locating
+        them reads, their block table entries. In break mode ``eos`` a block is a row (see :meth:`Split.word_ranges`).
         """
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
         if self.break_mode == "eos":
             return self.split.word_ranges(ids, values)
         if not values:
-            return []
+            return self.table.word_ranges(ids)
         starts, ends = self.table.bounds(ids)
         return self.stream.word_ranges(np.maximum(starts - HEADS, 0), ends)
 

@@ -4,11 +4,18 @@ A sampler knows every batch of the epoch before it is used. :class:`Prefetcher` 
 into I/O: at each position ``p`` it asks the kernel (``MADV_WILLNEED``, see
 :mod:`arrowmt.format._readahead`) for the exact pages of
 
-- the tokens of batches ``p .. p + depth`` (reading their offsets, as a gather does), and
-- the offsets of batches ``p + depth + 1 .. p + 2 * depth`` (found without reading),
+- the tokens of batches ``p .. p + depth`` (reading their offsets, as a gather does),
+- the offsets of batches ``p + depth + 1 .. p + 2 * depth`` (found without reading; for
+  LM blocks, their block table entries), and
+- the plan's pages of batches ``p + 2 * depth + 1 .. p + 3 * depth`` (a plan file: its
+  batches are read in a shuffled order, a page each),
 
-so that the offsets are in memory when the tokens are located, and the tokens when the
-collater gathers them. A request returns at once; the rows arrive while the earlier
+so that the plan is in memory when the offsets are asked for, the offsets when the tokens
+are located, and the tokens when the collater gathers them. Batches are located and asked
+for :data:`GROUP` at a time (each stage runs up to ``GROUP - 1`` batches further ahead):
+the many small numpy calls of locating rows cost per call, not per row. A request returns
+at once: the calls to the kernel are made on a read-ahead thread
+(:mod:`arrowmt.format._advisor`) where the system allows, the rows arrive while the earlier
 batches are used, and the disk serves many rows of a batch at once instead of one page
 fault after another.
 
@@ -40,8 +47,9 @@ from arrowmt.format import (
     plan_use,
     plan_uses,
     resident_pages,
+    sample_pages,
+    spread,
     will_need,
-    word_page_runs,
 )
 
 if TYPE_CHECKING:
@@ -55,6 +63,7 @@ MAX_DEPTH = 1024
 MAX_SKIP = 64
 PASS_CHUNK = 16  # batches of a pass planned in one computation (arrays small enough to be reused, not kept)
 SAMPLE_PAGES = 16
+GROUP = 8  # local batches located and asked for at once (per-call costs shared; a remote batch goes alone)
 TRIM_EVERY = 4096  # a remote pass hands the freed heap back every this many batches (glibc keeps fragments)
 
 
@@ -83,6 +92,8 @@ BatchAt = Callable[[int], "np.ndarray | None"]  # the row ids of the batch at an
 # The word ranges of the batches at epoch positions first .. first + count - 1 (fewer at the epoch's end), each range
 # with its batch's position: a pass planned at once (None: the source cannot say without a batch at a time).
 PassRanges = Callable[[int, int], "list[tuple[WordRanges, np.ndarray]] | None"]
+# The word ranges of the plan holding the batches at epoch positions first .. first + count - 1 (read ahead of them).
+PlanRanges = Callable[[int, int], "list[WordRanges]"]
 PASS_PIECE = 4096  # batches of a pass planned at once by PassRanges (bounds the arrays of one computation)
 
 
@@ -109,11 +120,15 @@ class Prefetcher:
         start: int = 0,
         plan_at: BatchAt | None = None,
         pass_ranges: PassRanges | None = None,
+        plan_ranges: PlanRanges | None = None,
     ) -> None:
         """``batch_at``: the batch at an epoch position; ``plan_at``: the same, for planning a remote pass ahead
         (nothing noted of the batch's use; default ``batch_at``); ``pass_ranges``: where many batches' rows lie at
-        once (a copy in plan order: a stretch a batch), which plans a remote pass whole before the first batch."""
+        once (a copy in plan order: a stretch a batch), which plans a remote pass whole before the first batch;
+        ``plan_ranges``: where a plan file holds the batches at some positions (read ahead of their offsets)."""
         self.source = source
+        self.plan_ranges = plan_ranges
+        self.plans_done = start - 1  # the last position whose plan pages were asked for (or skipped)
         self.depth = check_depth(depth)
         self.batch_at = batch_at
         self.plan_at = batch_at if plan_at is None else plan_at
@@ -204,21 +219,49 @@ class Prefetcher:
         self.position = position
         if self.remote and self._ask_stretches(position):
             return
+        if not self._ask_values(position) or self.remote:  # a remote cache keeps the offsets from the open on
+            return
+        self._ask_offsets(position)
+        self._ask_plans(position)
+
+    def _ask_values(self, position: int) -> bool:
+        """Ask for the tokens of the batches up to ``position + depth``, :data:`GROUP` at a time (a remote batch alone,
+        with its own distance); False past the epoch's end (nothing more to ask)."""
+        group = 1 if self.remote else GROUP
         while self.values_done < position + self.depth:
             q = self.values_done + 1
-            rows = self.batch_at(q)
-            if rows is None:
-                self.values_done = self.offsets_done = q + 2 * self.depth  # past the end: nothing more to ask
-                return
+            rows = self._rows(q, group)
+            if not rows:
+                self.values_done = self.offsets_done = self.plans_done = q + 3 * self.depth
+                return False
             self._values(q, rows)
-        if self.remote:  # a remote cache keeps the offsets from the open on
-            return
-        for q in range(max(self.offsets_done + 1, position + self.depth + 1), position + 2 * self.depth + 1):
+        return True
+
+    def _ask_offsets(self, position: int) -> None:
+        """Ask for the offsets of the batches up to ``position + 2 * depth`` whose tokens were not asked for yet."""
+        while self.offsets_done < position + 2 * self.depth:
+            q = max(self.offsets_done, self.values_done) + 1
+            rows = self._rows(q, GROUP)
+            if rows:
+                self.pages += will_need(self.source.word_ranges(np.concatenate(rows), False), later=True)
+            self.offsets_done = q + GROUP - 1
+
+    def _ask_plans(self, position: int) -> None:
+        """Ask for the plan's pages of the batches up to ``position + 3 * depth`` whose offsets were not asked for."""
+        while self.plan_ranges is not None and self.plans_done < position + 3 * self.depth:
+            q = max(self.plans_done, self.offsets_done) + 1
+            self.pages += will_need(self.plan_ranges(q, GROUP), later=True)
+            self.plans_done = q + GROUP - 1
+
+    def _rows(self, first: int, count: int) -> list[np.ndarray]:
+        """The rows of the batches at ``first .. first + count - 1``, fewer at the epoch's end."""
+        found = []
+        for q in range(first, first + count):
             rows = self.batch_at(q)
             if rows is None:
                 break
-            self.pages += will_need(self.source.word_ranges(rows, False))
-        self.offsets_done = max(self.offsets_done, position + 2 * self.depth)
+            found.append(rows)
+        return found
 
     def _ask_stretches(self, position: int) -> bool:
         """A copy read by its stored plan through a remote cache: ask for each next batch by its stretch (a few ranges
@@ -239,34 +282,31 @@ class Prefetcher:
         parts = None if self.pass_ranges is None else self.pass_ranges(q, 1)
         return None if parts is None else [part for part, positions in parts if positions.size]
 
-    def _values(self, q: int, rows: np.ndarray) -> None:
-        ranges = self.source.word_ranges(rows, True)
+    def _values(self, q: int, batches: list[np.ndarray]) -> None:
+        """Ask for the tokens of the batches from position ``q`` on (one location and one request for them all)."""
+        last = q + len(batches) - 1
+        ranges = self.source.word_ranges(batches[0] if len(batches) == 1 else np.concatenate(batches), True)
         if not self.remote and self._resident(ranges):
             self.streak += 1
             if self.streak >= 2:  # in the page cache: skip ahead, sampling less and less often
-                skip = min(2**self.streak, MAX_SKIP)
-                self.values_done = q + skip
+                self.values_done = last + min(2**self.streak, MAX_SKIP)
                 self.offsets_done = max(self.offsets_done, self.values_done + self.depth)
                 return
         else:
             self.streak = 0
-            self.pages += will_need(ranges, q - self.position)
-        self.values_done = q
+            self.pages += will_need(ranges, q - self.position, later=True)
+        self.values_done = last
 
     def _resident(self, ranges: list[WordRanges]) -> bool:
         """Whether a sample of the pages of ``ranges`` is all in the page cache (False when unknown)."""
         self.sampled += 1
         if len(ranges) > SAMPLE_PAGES:  # a mixture's many corpora: sample some of them, spread over the batch
-            ranges = [ranges[k] for k in np.linspace(0, len(ranges) - 1, SAMPLE_PAGES).astype(np.int64).tolist()]
-        parts = [(part, word_page_runs(part)[0]) for part in ranges]
-        total = sum(int(first.shape[0]) for _, first in parts)
-        if total == 0:
-            return True
-        per_part = max(1, SAMPLE_PAGES // len(parts))
-        for part, first in parts:
-            if first.shape[0] == 0:
+            ranges = [ranges[k] for k in spread(len(ranges), SAMPLE_PAGES).tolist()]
+        per_part = max(1, SAMPLE_PAGES // len(ranges)) if ranges else 0
+        for part in ranges:
+            picks = sample_pages(part, per_part)
+            if picks.shape[0] == 0:
                 continue
-            picks = first[np.linspace(0, first.shape[0] - 1, min(per_part, first.shape[0])).astype(np.int64)]
             found = resident_pages(part, picks)
             if found is None or found < picks.shape[0]:
                 return False

@@ -53,6 +53,7 @@ from arrowmt.training._prefetch import (
     DEFAULT_DEPTH,
     BatchAt,
     PassRanges,
+    PlanRanges,
     Prefetcher,
     RowSource,
     check_depth,
@@ -66,6 +67,22 @@ STATE_KEYS = ("epoch", "seed", "batches_done", "plan_key", "num_replicas", "rank
 START_KEY = "start"  # added later: states without it began their deal at position 0
 MATCHED_STATE_KEYS = ("seed", "plan_key")
 EPOCH_LIMIT = 2**32
+
+
+def _plan_ranges(ids: np.ndarray, plan: object) -> PlanRanges | None:
+    """Where ``plan`` holds the batches at some positions of a pass whose plan batches are ``ids`` (None: a plan
+    with nothing to read ahead, held in memory or read whole at open)."""
+    word_ranges = getattr(plan, "word_ranges", None)
+    if word_ranges is None:
+        return None
+
+    def plan_ranges(first: int, count: int) -> list[WordRanges]:
+        try:
+            return word_ranges(ids[first : first + count])
+        except FormatError:  # a corrupt chunk of offsets: handing out that batch raises
+            return []
+
+    return plan_ranges
 
 
 def _positions(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
@@ -210,7 +227,10 @@ class PlanSampler(Sampler[list[int]]):
         if self.prefetcher is not None:
             self.prefetcher.close()
         ranges = self._pass_ranges(ids)
-        self.prefetcher = Prefetcher(self.source, self.prefetch, batch_at, start, plan_at=plan_at, pass_ranges=ranges)
+        plan_ranges = _plan_ranges(ids, plan)
+        self.prefetcher = Prefetcher(
+            self.source, self.prefetch, batch_at, start, plan_at=plan_at, pass_ranges=ranges, plan_ranges=plan_ranges
+        )
         return self.prefetcher
 
     def _pass_ranges(self, ids: np.ndarray) -> PassRanges | None:

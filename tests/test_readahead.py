@@ -333,22 +333,23 @@ def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_schedule_backs_off_while_the_pages_are_resident(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first group is found resident: from then on one batch is sampled at a time, with skips of 4, 8, 16, ...
+    up to MAX_SKIP, and no page is asked for; at the first miss every batch is asked for again, a group at a time."""
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: len(pages))  # all in the page cache
-    monkeypatch.setattr(_prefetch, "GROUP", 1)
+    monkeypatch.setattr(_prefetch, "GROUP", 4)
     source = RecordingSource()
     ahead = Prefetcher(source, 1, batches(1000))
     source.asked.clear()
     for position in range(300):
         ahead.step(position)
-    sampled = [q for kind, q in source.asked if kind == "values"]
-    assert sampled[:5] == [0, 1, 6, 15, 32]  # skips of 4, 8, 16, ... up to MAX_SKIP
-    assert ahead.pages == 0 and len(sampled) < 12
+    assert [q for kind, q in source.asked if kind == "values"] == [[0, 1, 2, 3], 4, 9, 18, 35, 68, 133, 198, 263]
+    assert ahead.pages == 0 and all(kind == "values" for kind, _ in source.asked)
     monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)  # evicted: ask for every batch again
     source.asked.clear()
     for position in range(300, 340):
         ahead.step(position)
     values = [q for kind, q in source.asked if kind == "values"]
-    assert values[-3:] == [338, 339, 340] and ahead.streak == 0
+    assert values[:2] == [328, [329, 330, 331, 332]] and values[-1] == [337, 338, 339, 340] and ahead.streak == 0
 
 
 @pytest.mark.parametrize("bad", [-1, 1025, 2.5, "8"])

@@ -219,15 +219,16 @@ class Prefetcher:
         self.position = position
         if self.remote and self._ask_stretches(position):
             return
-        if not self._ask_values(position) or self.remote:  # a remote cache keeps the offsets from the open on
-            return
+        if not self._ask_values(position) or self.remote or self.streak:  # a remote cache keeps the offsets from the
+            return  # open on; while the pages are found resident, so are the offsets' (the next miss asks again)
         self._ask_offsets(position)
         self._ask_plans(position)
 
     def _ask_values(self, position: int) -> bool:
-        """Ask for the tokens of the batches up to ``position + depth``, :data:`GROUP` at a time (a remote batch alone,
-        with its own distance); False past the epoch's end (nothing more to ask)."""
-        group = 1 if self.remote else GROUP
+        """Ask for the tokens of the batches up to ``position + depth``, :data:`GROUP` at a time; False past the epoch's
+        end (nothing more to ask). A batch goes alone when remote (asked with its own distance) or while the pages
+        are found resident (a sample then locates one batch, not a group: in the page cache, as often as before)."""
+        group = 1 if self.remote or self.streak else GROUP
         while self.values_done < position + self.depth:
             q = self.values_done + 1
             rows = self._rows(q, group)
@@ -291,6 +292,7 @@ class Prefetcher:
             if self.streak >= 2:  # in the page cache: skip ahead, sampling less and less often
                 self.values_done = last + min(2**self.streak, MAX_SKIP)
                 self.offsets_done = max(self.offsets_done, self.values_done + self.depth)
+                self.plans_done = max(self.plans_done, self.values_done + 2 * self.depth)
                 return
         else:
             self.streak = 0

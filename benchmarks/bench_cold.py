@@ -83,12 +83,14 @@ def _whole_disk(device: tuple[int, int]) -> str:
 
 
 def read_into_cache(data: Path) -> None:
-    """Read the corpus into the page cache (again before every in-cache row: this VM's kernel reclaims cold
-    pages in the background, DAMON's ``kdamond``, so pages read minutes earlier may be gone)."""
-    for path in sorted([*(data / "arrowmt").glob("*.arrow"), *(data / ORDERED).glob("*.arrow")]):
-        with open(path, "rb") as handle:
-            while handle.read(1 << 24):
-                pass
+    """Read the corpus, its side files (plan cache, row-order map) included, into the page cache (again before every
+    in-cache row: this VM's kernel reclaims cold pages in the background, DAMON's ``kdamond``, so pages read minutes
+    earlier may be gone, and a plan file read at random by the first in-cache row would make it a cold one)."""
+    for folder in (data / "arrowmt", data / ORDERED):
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".lock")):
+            with open(path, "rb") as handle:
+                while handle.read(1 << 24):
+                    pass
 
 
 def run_to_limit(

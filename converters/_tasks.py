@@ -47,8 +47,8 @@ class TaskRunner:
         source = iter(tasks)
         try:
             for task in source:
-                with _sigint_blocked():  # a local pool may start a worker here: it starts immune to Ctrl-C
-                    pending.append(self.executor.submit(fn, task))
+                with _sigint_blocked(), _lost_worker():  # a local pool may start a worker here: immune to Ctrl-C
+                    pending.append(self.executor.submit(fn, task))  # a pool broken meanwhile refuses the task
                 if len(pending) >= window:
                     yield _result(pending.popleft())
             while pending:
@@ -60,8 +60,15 @@ class TaskRunner:
 
 
 def _result(future: Future[R]) -> R:
-    try:
+    with _lost_worker():
         return future.result()
+
+
+@contextlib.contextmanager
+def _lost_worker() -> Iterator[None]:
+    """A broken pool (a worker died) as WorkerLostError, whether a result or a new task found it out."""
+    try:
+        yield
     except BrokenExecutor as exc:
         raise WorkerLostError(
             f"a worker process ended abruptly ({exc}); if it ran out of memory, use fewer workers or a smaller "

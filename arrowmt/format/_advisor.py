@@ -7,14 +7,16 @@ that is a run of pages per row or block, and under a budget it took a quarter of
 batch loop's CPU time (``perf``, LM blocks under a third of their size: 23% in
 ``madvise``). The read-ahead of batches still to come need not wait for it:
 :func:`advise_later` hands the runs to one thread per process, which asks for all of a
-request's runs in one ``process_madvise`` call (Linux 5.10+; ``ctypes`` releases the GIL
-for it) while the loop goes on. One call per request matters: a thread that needs the GIL
-back after each of many short calls waits for the busy loop to let it go every time.
+request's runs in one ``process_madvise`` call while the loop goes on (``ctypes`` releases
+the GIL for it). One call per request matters: a thread that needs the GIL back after each
+of many short calls waits for the busy loop to let it go every time.
 
-Where ``process_madvise`` is missing or refused (older kernels ask for ``CAP_SYS_NICE``,
-other systems lack it) there is no thread and :func:`advise_later` says so: the caller
-asks in its own thread, as before. A backlog beyond :data:`BACKLOG` requests is dropped:
-read-ahead is a hint, and a page not asked for is read at its first access. After ``fork``
+The kernel takes ``MADV_WILLNEED`` in ``process_madvise`` from Linux 5.12, for one's own
+process without ``CAP_SYS_NICE`` from about 6.12; a one-page request at the first use
+tells. Where it is missing or refuses (older kernels, other systems) there is no thread and
+:func:`advise_later` says so: the caller asks in its own thread, as before. A backlog
+beyond :data:`BACKLOG` requests is dropped: read-ahead is a hint, and a page not asked for
+is read at its first access. After ``fork``
 (DataLoader workers) a child starts its own thread, with its own process handle.
 """
 
@@ -22,13 +24,15 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import mmap
 import os
 import queue
 import threading
 
 import numpy as np
 
-BACKLOG = 256  # requests waiting for the thread at most (a request is a few batches' page runs)
+BACKLOG = 16  # requests waiting for the thread at most (a request is 8 batches: more would be stale when made)
+STOP_WAIT_S = 5.0  # at exit, how long to wait for a request being made
 IOV_MAX = 1024  # runs in one process_madvise call (the kernel's limit on an iovec array)
 SYS_PROCESS_MADVISE = 440  # the same number on every architecture (system calls numbered since 5.1 are shared)
 
@@ -72,7 +76,10 @@ def probe_vector_madvise() -> VectorMadvise | None:
     except (OSError, AttributeError):
         return None
     vector = VectorMadvise(libc, pidfd)
-    if vector.call(0, 0, 0) < 0:  # ENOSYS, EPERM (CAP_SYS_NICE before Linux 6.x), ...
+    with mmap.mmap(-1, mmap.PAGESIZE) as page:  # a real request: an empty one is accepted whatever the advice
+        address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        works = vector(np.array([address]), np.array([mmap.PAGESIZE]), mmap.MADV_WILLNEED)
+    if not works:  # ENOSYS, EINVAL (WILLNEED refused before 5.12), EPERM (CAP_SYS_NICE before ~6.12), ...
         os.close(pidfd)
         return None
     return vector
@@ -106,9 +113,15 @@ class Advisor:
         self.requests.join()
 
     def stop(self) -> None:
-        """End the thread after the requests handed over so far."""
+        """End the thread: the requests not started yet are dropped, the one being made may finish (a while)."""
+        while True:
+            try:
+                self.requests.get_nowait()
+            except queue.Empty:
+                break
+            self.requests.task_done()
         self.requests.put(None)
-        self.thread.join()
+        self.thread.join(STOP_WAIT_S)
 
 
 class _State:

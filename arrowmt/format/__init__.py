@@ -57,7 +57,14 @@ if TYPE_CHECKING:
         spread,
         will_need,
     )
-    from arrowmt.format._reader import IPC_FILE_MAGIC, FileIdentity, SplitFile, check_indices, ensure_offsets_checked
+    from arrowmt.format._reader import (
+        IPC_FILE_MAGIC,
+        FileIdentity,
+        SplitFile,
+        check_indices,
+        ensure_offsets_checked,
+        indices_within,
+    )
     from arrowmt.format._row_order import RowOrder, open_row_order, order_name, refuse_row_order, write_row_order
     from arrowmt.format._schema import (
         CACHE_DIR_NAME,
@@ -147,6 +154,7 @@ _EXPORTS = {
         "SplitFile",
         "check_indices",
         "ensure_offsets_checked",
+        "indices_within",
     ),
     "arrowmt.format._row_order": ("RowOrder", "open_row_order", "order_name", "refuse_row_order", "write_row_order"),
     "arrowmt.format._schema": (
@@ -260,6 +268,7 @@ __all__ = [
     "flat_positions",
     "id_outside",
     "index_name",
+    "indices_within",
     "length_ratio",
     "listed_mask",
     "load_or_build",

@@ -26,6 +26,7 @@ import atexit
 import ctypes
 import mmap
 import os
+import platform
 import queue
 import threading
 
@@ -34,7 +35,8 @@ import numpy as np
 BACKLOG = 16  # requests waiting for the thread at most (a request is 8 batches: more would be stale when made)
 STOP_WAIT_S = 5.0  # at exit, how long to wait for a request being made
 IOV_MAX = 1024  # runs in one process_madvise call (the kernel's limit on an iovec array)
-SYS_PROCESS_MADVISE = 440  # the same number on every architecture (system calls numbered since 5.1 are shared)
+SYS_PROCESS_MADVISE = 440  # on the architectures below (the shared table; alpha and mips number it otherwise)
+SHARED_TABLE = frozenset({"x86_64", "i686", "aarch64", "armv7l", "riscv64", "ppc64le", "s390x"})
 
 
 class VectorMadvise:
@@ -65,9 +67,9 @@ class VectorMadvise:
 
 
 def probe_vector_madvise() -> VectorMadvise | None:
-    """This process's :class:`VectorMadvise`, if the kernel takes it (an empty call answers); else None."""
+    """This process's :class:`VectorMadvise`, if the kernel takes a one-page ``MADV_WILLNEED`` request; else None."""
     pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None:
+    if pidfd_open is None or platform.machine() not in SHARED_TABLE:
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -151,12 +153,6 @@ def advise_later(addresses: np.ndarray, lengths: np.ndarray, advice: int) -> boo
     this process has no advisor (the caller advises the runs itself)."""
     found = advisor()
     return None if found is None else found.submit(addresses, lengths, advice)
-
-
-def drain() -> None:
-    """Wait for the advisor's requests handed over so far (nothing when none was started)."""
-    if _STATE.advisor is not None:
-        _STATE.advisor.drain()
 
 
 def _forget_in_child() -> None:

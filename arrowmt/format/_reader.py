@@ -570,6 +570,13 @@ def row_numbers(indices: object, where: str) -> np.ndarray:
         raise IndexError(f"{where}: expected int64 row numbers, got {str(indices)[:80]} ({exc})") from None
 
 
+def indices_within(indices: np.ndarray, n: int) -> np.ndarray:
+    """``indices`` (as int64) without those outside ``0 <= i < n``: for hints, which name nothing for a bad index
+    and leave the error to the read (:func:`check_indices`)."""
+    indices = np.asarray(indices, dtype=np.int64)
+    return indices[(indices >= 0) & (indices < n)]
+
+
 def check_indices(indices: np.ndarray, n: int, where: str) -> None:
     """IndexError naming ``where`` and the first index outside ``0 <= i < n`` (int64 ``indices``).
 

@@ -54,6 +54,7 @@ from arrowmt.format import (
     Split,
     WordRanges,
     check_indices,
+    indices_within,
     load_or_build,
     open_side_file,
     write_side_file,
@@ -213,8 +214,7 @@ class MappedBlocks:
     def word_ranges(self, ids: np.ndarray) -> list[WordRanges]:
         """Where the table's entries of blocks ``ids`` lie in the file (start, end and row offset of each), for
         read-ahead: nothing is read; ids outside the table name nothing."""
-        ids = np.asarray(ids, dtype=np.int64)
-        ids = ids[(ids >= 0) & (ids < len(self))]
+        ids = indices_within(ids, len(self))
         ones = np.ones(ids.shape, dtype=np.int64)
         parts = [column.word_ranges(ids, ones) for column in (self._starts, self._ends, self._row_offsets)]
         starts = np.concatenate([part.starts for part in parts])

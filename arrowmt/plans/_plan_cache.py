@@ -58,6 +58,7 @@ from arrowmt.format import (
     SideFile,
     WordRanges,
     check_batch_offsets,
+    indices_within,
     load_or_build,
     open_side_file,
     write_side_file,
@@ -154,8 +155,7 @@ class BatchPlan:
         """Where the indices of plan batches ``batches`` lie in the file, for read-ahead: their offsets are read (a
         page holds 512 batches' offsets), their indices are not. Offsets out of order (a corrupt chunk, raised when the
         batch is read) name nothing."""
-        ids = np.asarray(batches, dtype=np.int64)
-        ids = ids[(ids >= 0) & (ids < len(self))]
+        ids = indices_within(batches, len(self))
         start = np.clip(self._offsets.take(ids), 0, self.header.n_indices)
         end = np.clip(self._offsets.take(ids + 1), start, self.header.n_indices)
         return [self._indices.word_ranges(start, end - start)]

@@ -10,6 +10,9 @@ Systems, each reading the same rows from the same bucket, 2 epochs, shuffled, on
 * ``arrowmt-ordered``: the same reader on the copy ``arrowmt order`` makes of that folder
   (``--max-tokens 4096 --seed 1``, the sampler's options): each planned batch's rows stored together, the
   same batches;
+* ``arrowmt-window``: the same copy, the same batches, epochs shuffled within windows
+  (``TokenBatchSampler(shuffle_window=WINDOW)``: each window of ~``WINDOW`` batches is drawn from 16
+  stretches of the copy, as the peers shuffle within the shards they hold): long range requests;
 * ``streaming``: Mosaic ``streaming`` 0.13.0: MDS shards (``MDSWriter``, columns ``source``/``target``
   ``ndarray:int32``, no compression) read by ``StreamingDataset(remote=..., local=..., cache_limit=...,
   shuffle=True, batch_size=R)``;
@@ -74,14 +77,16 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: arrowmt
 sys.path.insert(0, str(HERE))  # run_one's padding
 
 BUCKET = "arrowmt-bench"
-SYSTEMS = ("arrowmt", "arrowmt-ordered", "streaming", "litdata")
+SYSTEMS = ("arrowmt", "arrowmt-ordered", "arrowmt-window", "streaming", "litdata")
 PREFIX = {  # folder under DATA and in the bucket
     "arrowmt": "arrowmt",
     "arrowmt-ordered": "arrowmt-ordered",
+    "arrowmt-window": "arrowmt-ordered",  # the same copy, read in windows
     "streaming": "mds",
     "litdata": "litdata",
 }
 MAX_TOKENS = 4096
+WINDOW = 256  # arrowmt-window's shuffle_window, batches (runs of 16 batches: ~0.25 MB stretches of the copy)
 SEED = 1
 CREDENTIALS = {  # moto accepts any; set so that no SDK looks further (files, instance metadata)
     "AWS_ACCESS_KEY_ID": "testing",
@@ -95,7 +100,9 @@ CREDENTIALS = {  # moto accepts any; set so that no SDK looks further (files, in
 # ---------------------------------------------------------------- the arrowmt row (HOOK)
 
 
-def open_arrowmt(url: str, cache_dir: str, cache_limit: int, rows_per_batch: int) -> tuple[Any, Any]:
+def open_arrowmt(
+    url: str, cache_dir: str, cache_limit: int, rows_per_batch: int, shuffle_window: int | None = None
+) -> tuple[Any, Any]:
     """HOOK for the arrowmt row: ``(loader, set_epoch)`` for the corpus at ``url`` (``s3://BUCKET/arrowmt``).
 
     The interface of issue 18: ``arrowmt.open_dataset(url, split, cache_dir=, cache_limit=)``, the
@@ -111,7 +118,9 @@ def open_arrowmt(url: str, cache_dir: str, cache_limit: int, rows_per_batch: int
     import arrowmt
 
     dataset = arrowmt.open_dataset(url, "train", cache_dir=cache_dir, cache_limit=cache_limit)
-    sampler = arrowmt.TokenBatchSampler(dataset, max_tokens=MAX_TOKENS, seed=SEED, shuffle=True)
+    sampler = arrowmt.TokenBatchSampler(
+        dataset, max_tokens=MAX_TOKENS, seed=SEED, shuffle=True, shuffle_window=shuffle_window
+    )
     collater = arrowmt.FairseqCollater(dataset.special_ids)
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collater, num_workers=0)
     return loader, sampler.set_epoch
@@ -223,6 +232,7 @@ def open_litdata(url: str, cache_dir: str, cache_limit: int, rows_per_batch: int
 OPENERS = {
     "arrowmt": open_arrowmt,
     "arrowmt-ordered": open_arrowmt,
+    "arrowmt-window": lambda *args: open_arrowmt(*args, shuffle_window=WINDOW),
     "streaming": open_streaming,
     "litdata": open_litdata,
 }

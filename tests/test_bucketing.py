@@ -36,6 +36,9 @@ from arrowmt.plans._bucketing import (
     stable_order,
     tail_overflows,
     too_long_error,
+    window_chunk,
+    window_starts,
+    windowed_batch_order,
 )
 
 
@@ -352,6 +355,52 @@ def test_epoch_batch_order_exact_and_deterministic() -> None:
     assert epoch_batch_order(6, 1, 2).tolist() == [3, 5, 4, 1, 0, 2]
     assert epoch_batch_order(6, 1, 1).tolist() == epoch_batch_order(6, 1, 1).tolist()
     assert epoch_batch_order(0, 1, 1).tolist() == []
+
+
+def test_windowed_batch_order_exact() -> None:
+    """Windows of 32 positions, each drawn from 16 runs of 2 consecutive ids; the last window is short."""
+    first = windowed_batch_order(40, 1, 1, 32)
+    assert first.tolist() == [
+        10, 18, 6, 2, 7, 25, 5, 9, 14, 3, 21, 34, 28, 11, 35, 32,
+        0, 12, 33, 19, 8, 24, 4, 20, 15, 22, 36, 29, 1, 37, 13, 23,
+        38, 26, 27, 31, 17, 39, 30, 16,
+    ]  # fmt: skip
+    assert sorted({int(b) // 2 for b in first[:32]}) == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 16, 17, 18]
+    assert sorted({int(b) // 2 for b in first[32:]}) == [8, 13, 15, 19]
+    assert windowed_batch_order(40, 1, 2, 32).tolist() != first.tolist()
+    assert windowed_batch_order(40, 1, 1, 32).tolist() == first.tolist()
+    assert windowed_batch_order(0, 1, 1, 32).tolist() == []
+    assert [window_chunk(w) for w in (1, 16, 17, 512)] == [1, 1, 2, 32]
+    assert window_starts(40, 1, 1, 32).tolist() == [32]  # 16 runs of 2, then 4
+    assert window_starts(40, 1, 1, 16).tolist() == [16, 32]
+
+
+def test_a_window_larger_than_the_plan_is_one_run() -> None:
+    """Bounded by the plan, not the window: one run of all the batches, the same order as a window just as long."""
+    assert windowed_batch_order(10, 1, 1, 10**15).tolist() == windowed_batch_order(10, 1, 1, 160).tolist()
+    assert window_starts(10, 1, 1, 10**15).tolist() == []
+
+
+@given(st.integers(0, 300), st.integers(1, 200), st.integers(0, 50))
+@settings(max_examples=60, deadline=None)
+def test_windowed_batch_order_is_a_permutation_of_runs(n: int, window: int, epoch: int) -> None:
+    order = windowed_batch_order(n, 7, epoch, window)
+    assert sorted(order.tolist()) == list(range(n))
+    chunk = window_chunk(window)
+    runs: set[int] = set()
+    start = 0  # where the window being walked begins: it ends where its 16 runs (the last window: fewer) are whole
+    for at, b in enumerate(order.tolist(), 1):
+        runs.add(b // chunk)
+        assert len(runs) <= 16
+        if len(runs) == 16 and sum(min(chunk, n - r * chunk) for r in runs) == at - start:
+            runs, start = set(), at
+    assert sum(min(chunk, n - r * chunk) for r in runs) == n - start
+
+
+@pytest.mark.parametrize("window", [0, -3, 1.5, "8", True])
+def test_a_bad_shuffle_window_is_refused(window: object) -> None:
+    with pytest.raises(InvalidParameterError, match="shuffle_window"):
+        windowed_batch_order(10, 1, 1, window)  # type: ignore[arg-type]
 
 
 def test_shard_batches_strides_and_wraps() -> None:

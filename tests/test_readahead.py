@@ -242,7 +242,7 @@ class FakeRemote:
         for start, ahead in zip(starts.tolist(), aheads.tolist(), strict=True):
             self.planned.append(([start], ahead, self.store.now))
 
-    def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None) -> None:
+    def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None, planned: bool = False) -> None:
         self.fetched.append((starts.tolist(), ahead, self.store.now))
 
     def resident(self, starts: np.ndarray, ends: np.ndarray) -> bool:

@@ -467,7 +467,9 @@ def test_read_ahead_of_a_copy_asks_each_batch_by_its_stretch(
     store = dataset.shards[0].remote.store
     asked: dict[int, set[int]] = {}
     monkeypatch.setattr(
-        store, "prefetch", lambda blocks, ahead=None: asked.setdefault(ahead, set()).update(blocks.tolist())
+        store,
+        "prefetch",
+        lambda blocks, ahead=None, planned=False: asked.setdefault(ahead, set()).update(blocks.tolist()),
     )
     monkeypatch.setattr(_prefetch, "resident_pages", lambda *args: pytest.fail("residency sampled"))
     sampler = arrowmt.TokenBatchSampler(dataset, max_tokens=1024, seed=5)
@@ -478,6 +480,50 @@ def test_read_ahead_of_a_copy_asks_each_batch_by_its_stretch(
         rows = {b for part in parts for b in part.remote.blocks(*part.byte_bounds()).tolist()}
         assert asked[q] == rows, q
     assert set(asked) == set(range(len(plan)))
+
+
+def test_read_ahead_of_a_shuffle_window_asks_for_the_window_at_once(
+    s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``shuffle_window`` (16 batches: runs of 1), the read-ahead of a copy by URL asks for the stretches of 16
+    batches in one request, so that the cache merges a window's runs into long range requests; the batches are the
+    local copy's, in the windowed order."""
+    ordered = tmp_path / "ordered"
+    arrowmt.order_copy(corpus, ordered, max_tokens=1024, seed=5, progress=False)
+    write_block_indexes(ordered, Manifest.load(ordered), TINY_BLOCK)
+    dataset = arrowmt.open_dataset(upload(s3, ordered, "window-ahead"), "train", cache_dir=tmp_path / "cache")
+    asked: list[set[int]] = []
+    will_need = _prefetch.will_need
+
+    def record(ranges: list, ahead: int | None = None, later: bool = False, planned: bool = False) -> int:
+        asked.append({b for part in ranges for b in part.remote.blocks(*part.byte_bounds()).tolist()})
+        assert planned  # the pass planned every use: a group is fetched for its last batch, nothing planned anew
+        return will_need(ranges, ahead, later, planned)
+
+    monkeypatch.setattr(_prefetch, "will_need", record)
+    options = {"max_tokens": 1024, "seed": 5, "shuffle_window": 16, "num_replicas": 2, "rank": 0}
+    sampler = arrowmt.TokenBatchSampler(dataset, **options)
+    plan = [list(ids) for ids in sampler]
+    order = sampler.epoch_order()
+    assert len(order) > 16
+    expected = []
+    for first in range(0, len(order), 16):
+        rows = np.concatenate([sampler.plan.batch(int(b)) for b in order[first : first + 16]])
+        parts = dataset.word_ranges(rows, True)
+        expected.append({b for part in parts for b in part.remote.blocks(*part.byte_bounds()).tolist()})
+    assert asked == expected
+    resumed, state = arrowmt.TokenBatchSampler(dataset, **options), sampler.state_dict()
+    resumed.load_state_dict({**state, "batches_done": 5})  # step 5 of rank 0: inside the first window
+    asked.clear()
+    assert next(iter(resumed)) == plan[5]
+    window_rest = np.concatenate([sampler.plan.batch(int(b)) for b in order[10:16]])  # steps 5-7 of both ranks
+    parts = dataset.word_ranges(window_rest, True)
+    assert asked[:2] == [{b for part in parts for b in part.remote.blocks(*part.byte_bounds()).tolist()}, expected[1]]
+    local = arrowmt.TokenBatchSampler(arrowmt.open_dataset(ordered, "train"), **options)
+    assert plan == [list(ids) for ids in local] == [sampler.plan.batch(int(b)).tolist() for b in order[::2]]
+    collate = arrowmt.FairseqCollater(dataset.special_ids)
+    local_data = arrowmt.open_dataset(corpus, "train")
+    assert all(flat(collate(dataset.__getitems__(ids))) == flat(collate(local_data.__getitems__(ids))) for ids in plan)
 
 
 def _fetch_in_child(store: BlockStore, blocks: np.ndarray) -> None:

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format._metadata import SpecialIds
-from arrowmt.plans._bucketing import epoch_batch_order, shard_batches
+from arrowmt.plans._bucketing import epoch_batch_order, shard_batches, windowed_batch_order
 from arrowmt.training._collate import PlainCollater
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._resume import load_loader_state, sampler_state, saved_workers
@@ -55,20 +55,34 @@ class BatchIds:
 
 
 def make_sampler(
-    corpus: str, cache: str, epoch: int = 1, num_replicas: int = 1, rank: int = 0, ds: ArrowMTDataset | None = None
+    corpus: str,
+    cache: str,
+    epoch: int = 1,
+    num_replicas: int = 1,
+    rank: int = 0,
+    ds: ArrowMTDataset | None = None,
+    window: int | None = None,
 ) -> TokenBatchSampler:
     ds = ArrowMTDataset(corpus, "valid") if ds is None else ds
-    sampler = TokenBatchSampler(ds, MAX_TOKENS, seed=SEED, num_replicas=num_replicas, rank=rank, cache_dir=cache)
+    sampler = TokenBatchSampler(
+        ds, MAX_TOKENS, seed=SEED, num_replicas=num_replicas, rank=rank, cache_dir=cache, shuffle_window=window
+    )
     sampler.set_epoch(epoch)
     return sampler
 
 
 def stateful_loader(
-    corpus: str, cache: str, epoch: int = 1, num_workers: int = WORKERS, num_replicas: int = 1, rank: int = 0
+    corpus: str,
+    cache: str,
+    epoch: int = 1,
+    num_workers: int = WORKERS,
+    num_replicas: int = 1,
+    rank: int = 0,
+    window: int | None = None,
 ) -> Any:
     """A StatefulDataLoader over the sampler of ``epoch`` (set before any state is loaded, as a training loop does)."""
     ds = ArrowMTDataset(corpus, "valid")
-    sampler = make_sampler(corpus, cache, epoch, num_replicas, rank, ds)
+    sampler = make_sampler(corpus, cache, epoch, num_replicas, rank, ds, window)
     prefetch = {"prefetch_factor": PREFETCH} if num_workers else {}
     return StatefulDataLoader(
         ds, batch_sampler=sampler, collate_fn=BatchIds(ds.special_ids), num_workers=num_workers, **prefetch
@@ -197,19 +211,21 @@ def batch_lists(sampler: TokenBatchSampler, ids: np.ndarray) -> list[list[int]]:
     return [sampler.plan.batch(int(b)).tolist() for b in ids]
 
 
-@pytest.mark.parametrize("new_world", [2, 3])
-def test_elastic_resume_from_4_ranks_deals_the_rest_of_the_epoch(corpus: str, cache: str, new_world: int) -> None:
-    old = [make_sampler(corpus, cache, epoch=2, num_replicas=4, rank=r) for r in range(4)]
+@pytest.mark.parametrize(("new_world", "window"), [(2, None), (3, None), (3, 8)])
+def test_elastic_resume_from_4_ranks_deals_the_rest_of_the_epoch(
+    corpus: str, cache: str, new_world: int, window: int | None
+) -> None:
+    old = [make_sampler(corpus, cache, epoch=2, num_replicas=4, rank=r, window=window) for r in range(4)]
     steps = len(old[0]) // 2
     before = [list(itertools.islice(iter(s), steps)) for s in old]
     states = [torch_roundtrip(s.state_dict()) for s in old]
-    new = [make_sampler(corpus, cache, epoch=2, num_replicas=new_world, rank=r) for r in range(new_world)]
+    new = [make_sampler(corpus, cache, 2, new_world, r, window=window) for r in range(new_world)]
     for r, sampler in enumerate(new):
         sampler.load_state_dict(states[r % 4])
     after = [list(s) for s in new]
 
     n = len(old[0].plan)
-    order = epoch_batch_order(n, SEED, 2)
+    order = epoch_batch_order(n, SEED, 2) if window is None else windowed_batch_order(n, SEED, 2, window)
     for r, sampler in enumerate(new):
         assert after[r] == batch_lists(sampler, shard_batches(order, r, new_world, 4 * steps))
     assert len({len(a) for a in after}) == 1  # every rank the same number of steps
@@ -221,6 +237,42 @@ def test_elastic_resume_from_4_ranks_deals_the_rest_of_the_epoch(corpus: str, ca
     assert [b for b in planned if trained[b] > 1] == sorted(
         (planned[int(i)] for i in order[:padding]), key=planned.index
     )
+
+
+def test_a_shuffle_window_sampler_resumes_through_a_stateful_dataloader(corpus: str, cache: str) -> None:
+    """The same batches as fairseq's shuffle, in windows of 16 positions; resumed at the next batch."""
+    length = epoch_length(corpus, cache)
+    full = check_resume(lambda: stateful_loader(corpus, cache, epoch=3, window=16), length // 2)
+    shuffled = list(stateful_loader(corpus, cache, epoch=3))
+    assert sorted(full) == sorted(shuffled) and full != shuffled
+    sampler = make_sampler(corpus, cache, epoch=3, window=16)
+    assert [tuple(b) for b in sampler] == [
+        tuple(sampler.plan.batch(int(b)).tolist()) for b in windowed_batch_order(len(sampler.plan), SEED, 3, 16)
+    ]
+
+
+def test_a_state_resumes_only_with_its_shuffle_window(corpus: str, cache: str) -> None:
+    windowed = make_sampler(corpus, cache, window=16)
+    list(itertools.islice(iter(windowed), 2))
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['shuffle_window'\]: expected None .* got 16"):
+        make_sampler(corpus, cache).load_state_dict(windowed.state_dict())
+    old = {k: v for k, v in make_sampler(corpus, cache).state_dict().items() if k != "shuffle_window"}
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['shuffle_window'\]: expected 16 .* got None"):
+        make_sampler(corpus, cache, window=16).load_state_dict(old)  # saved before the key existed: None
+    make_sampler(corpus, cache).load_state_dict(old)
+    with pytest.raises(InvalidParameterError, match=r"state_dict\['shuffle_window'\]: expected an integer >= 1"):
+        make_sampler(corpus, cache, window=1).load_state_dict({**windowed.state_dict(), "shuffle_window": True})
+
+
+@pytest.mark.parametrize(
+    ("window", "shuffle", "match"),
+    [(0, True, "expected an integer >= 1, got 0"), (4, False, "expected None with shuffle=False, got 4")],
+)
+def test_a_bad_shuffle_window_is_one_clear_error(
+    corpus: str, cache: str, window: int, shuffle: bool, match: str
+) -> None:
+    with pytest.raises(InvalidParameterError, match=f"shuffle_window: .*{match}"):
+        TokenBatchSampler(ArrowMTDataset(corpus, "valid"), MAX_TOKENS, shuffle=shuffle, shuffle_window=window)
 
 
 def test_elastic_resume_then_resume_again_mid_deal(corpus: str, cache: str) -> None:

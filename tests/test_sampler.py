@@ -371,6 +371,19 @@ class MinimalPlan:
         return np.array(self.batches[b], dtype=np.int64)
 
 
+@pytest.mark.parametrize(
+    ("world", "start", "ends"),
+    [(1, 0, [15, 31, 47, 63, 79, 95, 99]), (3, 0, [5, 10, 15, 21, 26, 31, 33]), (3, 20, [3, 9, 14, 19, 25, 26])],
+)
+def test_read_ahead_groups_end_with_the_windows(world: int, start: int, ends: list[int]) -> None:
+    """100 batches, windows of 16 starting at positions 16, 32, ..., 96: a rank's read-ahead groups (through a remote
+    cache) end at the step of its deal that holds each window's last position (position p is step (p - start) // 3),
+    and at its last step; a deal that began at position 20 (an elastic resume) counts from there."""
+    sampler = PlanSampler(MinimalPlan([[b] for b in range(100)]), num_replicas=world, rank=0, shuffle_window=16)
+    sampler.start = start
+    assert sampler._window_ends(len(sampler)).tolist() == ends
+
+
 def test_a_plan_without_peek_is_read_ahead_with_its_batches(tmp_path: Path) -> None:
     """``peek`` is optional: a plan without it is read ahead through ``batch`` (the same batches either way)."""
     dataset = ArrowMTDataset(multi30k_dataset(tmp_path / "d"), "valid")

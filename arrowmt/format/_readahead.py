@@ -121,7 +121,9 @@ def sample_pages(ranges: WordRanges, count: int) -> np.ndarray:
     return np.asarray(ranges.starts, dtype=np.int64)[chosen] * WORD // PAGE
 
 
-def will_need(ranges: Iterable[WordRanges], ahead: int | None = None, later: bool = False) -> int:
+def will_need(
+    ranges: Iterable[WordRanges], ahead: int | None = None, later: bool = False, planned: bool = False
+) -> int:
     """Start reading the pages of every range (``MADV_WILLNEED``), without waiting; returns the pages asked for.
 
     ``later``: the pages are for batches still to come; the calls are made on this process's
@@ -129,7 +131,7 @@ def will_need(ranges: Iterable[WordRanges], ahead: int | None = None, later: boo
 
     Ranges of a remote file's cache are fetched in the background instead (``ahead``: in how
     many batches they are needed; the cache keeps blocks needed sooner in preference to those
-    needed later).
+    needed later; ``planned``: the cache knows their uses already, ``ahead`` is the last).
 
     Ranges of several maps (a mixture's corpora, both columns) are merged into page runs of
     this process's address space at once (:func:`will_need_many`) instead of map by map.
@@ -138,7 +140,7 @@ def will_need(ranges: Iterable[WordRanges], ahead: int | None = None, later: boo
     ranges = list(ranges)
     for part in ranges:
         if part.remote is not None:
-            part.remote.prefetch(*part.byte_bounds(), ahead)
+            part.remote.prefetch(*part.byte_bounds(), ahead, planned)
     ranges = [part for part in ranges if part.remote is None]
     if _WILLNEED is None or not ranges:
         return asked

@@ -14,6 +14,10 @@ from arrowmt.plans._bucketing import (
     resume_start,
     shard_batches,
     shard_length,
+    window_batches,
+    window_chunk,
+    window_starts,
+    windowed_batch_order,
 )
 from arrowmt.plans._mixing import (
     as_sizes,
@@ -76,4 +80,8 @@ __all__ = [
     "shard_length",
     "shifted_heads",
     "temperature_ratios",
+    "window_batches",
+    "window_chunk",
+    "window_starts",
+    "windowed_batch_order",
 ]

@@ -399,6 +399,53 @@ def epoch_batch_order(n_batches: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.RandomState(seed + epoch).permutation(n_batches).astype(np.int64)
 
 
+WINDOW_CHUNKS = 16  # runs of consecutive plan batches a shuffle window draws from
+
+
+def window_chunk(window: int) -> int:
+    """Plan batches per run of a ``shuffle_window`` of ``window`` batches (checked): ``ceil(window / 16)``; the window
+    shuffles :data:`WINDOW_CHUNKS` such runs together (:func:`window_batches`)."""
+    return -(-check_integer("shuffle_window", window, 1) // WINDOW_CHUNKS)
+
+
+def window_batches(window: int) -> int:
+    """Batches in a whole window of a ``shuffle_window`` of ``window``: ``16 * window_chunk(window)``."""
+    return WINDOW_CHUNKS * window_chunk(window)
+
+
+def windowed_batch_order(n_batches: int, seed: int, epoch: int, window: int) -> np.ndarray:
+    """Batch ids in the order of epoch ``epoch``, shuffled within windows (``shuffle_window``; not fairseq's order).
+
+    The plan's batches are cut into runs of :func:`window_chunk` consecutive ids (the last
+    may be shorter); the runs are shuffled, and each :data:`WINDOW_CHUNKS` runs in a row are
+    one window whose batches are shuffled together. Every batch once per epoch; deterministic
+    in (``seed + epoch``). In a copy stored in plan order (``arrowmt order``) a run's batches
+    are one stretch of the files, so a window reads 16 stretches instead of a row here and there.
+    """
+    return _windowed(n_batches, seed, epoch, window)[0]
+
+
+def window_starts(n_batches: int, seed: int, epoch: int, window: int) -> np.ndarray:
+    """Positions of :func:`windowed_batch_order` (same arguments) where its second, third, ... window begins."""
+    windows = _windowed(n_batches, seed, epoch, window)[1]
+    return np.flatnonzero(np.diff(windows)) + 1
+
+
+def _windowed(n_batches: int, seed: int, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`windowed_batch_order`, the window of each of its positions)."""
+    check_integer("n_batches", n_batches, 0)
+    check_seed("seed + epoch", seed + epoch)
+    chunk = min(window_chunk(window), max(n_batches, 1))  # a run longer than the plan is the plan (same order)
+    rng = np.random.RandomState(seed + epoch)
+    runs = rng.permutation(-(-n_batches // chunk)).astype(np.int64)
+    ids = (runs[:, None] * chunk + np.arange(chunk, dtype=np.int64)).ravel()
+    windows = np.repeat(np.arange(runs.shape[0], dtype=np.int64) // WINDOW_CHUNKS, chunk)  # whole windows of runs
+    kept = ids < n_batches  # the last run's missing tail
+    ids, windows = ids[kept], windows[kept]
+    order = np.lexsort((rng.random_sample(ids.shape[0]), windows))
+    return ids[order], windows[order]
+
+
 def shard_length(n_batches: int, num_replicas: int, start: int = 0) -> int:
     """Batches every rank gets when ``order[start:]`` of ``n_batches`` is dealt: ``ceil((n - start) / k)``."""
     return -(-max(n_batches - start, 0) // num_replicas)

@@ -144,10 +144,12 @@ class BlockStore:
     def resident(self, blocks: np.ndarray) -> bool:
         return bool(np.all(self.state.present[blocks]))
 
-    def prefetch(self, blocks: np.ndarray, ahead: int | None = None) -> None:
+    def prefetch(self, blocks: np.ndarray, ahead: int | None = None, planned: bool = False) -> None:
         """Fetch the missing of ``blocks`` in the background (errors are left to the read that needs them);
-        ``ahead``: in how many batches they are needed (None: not known)."""
-        if ahead is not None:
+        ``ahead``: in how many batches they are needed (None: not known); ``planned``: their uses are planned
+        already (:meth:`plan_uses`), ``ahead`` the last of them: nothing is planned anew, and the fetch frees only
+        blocks needed after that."""
+        if ahead is not None and not planned:
             self.plan_use(blocks, ahead)
         missing = blocks[self.state.present[blocks] == 0]
         if missing.size:
@@ -464,8 +466,8 @@ class BlockFile:
                 return result
         raise StorageError(f"{self.store.remote.url}: blocks evicted faster than they are read; raise cache_limit")
 
-    def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None = None) -> None:
-        self.store.prefetch(self.blocks(starts, ends), ahead)
+    def prefetch(self, starts: np.ndarray, ends: np.ndarray, ahead: int | None = None, planned: bool = False) -> None:
+        self.store.prefetch(self.blocks(starts, ends), ahead, planned)
 
     def plan_uses(self, starts: np.ndarray, ends: np.ndarray, aheads: np.ndarray) -> None:
         """Byte range ``[starts[i], ends[i])`` is needed ``aheads[i]`` batches from now (nothing is fetched)."""

@@ -121,11 +121,15 @@ class Prefetcher:
         plan_at: BatchAt | None = None,
         pass_ranges: PassRanges | None = None,
         plan_ranges: PlanRanges | None = None,
+        group_ends: np.ndarray | None = None,
     ) -> None:
         """``batch_at``: the batch at an epoch position; ``plan_at``: the same, for planning a remote pass ahead
         (nothing noted of the batch's use; default ``batch_at``); ``pass_ranges``: where many batches' rows lie at
         once (a copy in plan order: a stretch a batch), which plans a remote pass whole before the first batch;
-        ``plan_ranges``: where a plan file holds the batches at some positions (read ahead of their offsets)."""
+        ``plan_ranges``: where a plan file holds the batches at some positions (read ahead of their offsets);
+        ``group_ends``: the last positions of groups of remote batches asked for at once by their stretches (a shuffle
+        window's, sorted, the pass's last position included: a window's runs merge into long range requests; a group
+        at most :data:`MAX_DEPTH` batches, and at least that many read ahead; None: one batch at a time)."""
         self.source = source
         self.plan_ranges = plan_ranges
         self.plans_done = start - 1  # the last position whose plan pages were asked for (or skipped)
@@ -133,6 +137,7 @@ class Prefetcher:
         self.batch_at = batch_at
         self.plan_at = batch_at if plan_at is None else plan_at
         self.pass_ranges = pass_ranges
+        self.group_ends = group_ends
         self.values_done = start - 1  # the last position whose tokens were asked for (or skipped)
         self.offsets_done = start - 1  # the last position whose offsets were asked for (or skipped)
         self.streak = 0  # batches found resident in a row
@@ -159,7 +164,7 @@ class Prefetcher:
         if not clocks:
             return []
         self.remote = all(part.remote is not None for part in ranges)
-        self.depth = max(self.depth, REMOTE_DEPTH)
+        self.depth = max(self.depth, REMOTE_DEPTH, self._widest_group(start))
         if self._plan_ranges(start + 1):
             return clocks
         rest = self._plan_chunk(start + 1)
@@ -265,22 +270,39 @@ class Prefetcher:
         return found
 
     def _ask_stretches(self, position: int) -> bool:
-        """A copy read by its stored plan through a remote cache: ask for each next batch by its stretch (a few ranges
-        instead of one per row; the cache skips what it holds, and keeps the offsets from the open on); False when
-        the source cannot say where its batches lie."""
+        """A copy read by its stored plan through a remote cache: ask for the next batches by their stretches
+        (a group at a time, see :attr:`group_ends`; a few ranges instead of one per row; the cache skips what it holds,
+        and keeps the offsets from the open on); False when the source cannot say where its batches lie."""
         while self.values_done < position + self.depth:
             q = self.values_done + 1
-            ranges = self._stretch_ranges(q)
+            count = self._group(q)
+            ranges = self._stretch_ranges(q, count)
             if ranges is None:
                 return False
-            if ranges:
-                self.pages += will_need(ranges, q - position)
-            self.values_done = q
+            if ranges:  # a group's uses are planned with the pass: fetched for its last batch, nothing planned anew
+                self.pages += will_need(ranges, q + count - 1 - position, planned=self.group_ends is not None)
+            self.values_done = q + count - 1
         return True
 
-    def _stretch_ranges(self, q: int) -> list[WordRanges] | None:
-        """Batch ``q``'s ranges (empty past the pass's end; None without :attr:`pass_ranges`)."""
-        parts = None if self.pass_ranges is None else self.pass_ranges(q, 1)
+    def _group(self, q: int) -> int:
+        """How many batches from position ``q`` are asked for together: to the end of ``q``'s group."""
+        if self.group_ends is None:
+            return 1
+        at = int(np.searchsorted(self.group_ends, q))
+        end = int(self.group_ends[at]) if at < self.group_ends.shape[0] else q
+        return min(end - q + 1, MAX_DEPTH)
+
+    def _widest_group(self, start: int) -> int:
+        """Batches in the largest group from ``start`` on (at most :data:`MAX_DEPTH`; 1 without groups)."""
+        if self.group_ends is None:
+            return 1
+        ends = self.group_ends[self.group_ends >= start]
+        return min(int(np.diff(ends, prepend=start - 1).max(initial=1)), MAX_DEPTH)
+
+    def _stretch_ranges(self, q: int, count: int) -> list[WordRanges] | None:
+        """The ranges of the ``count`` batches from ``q`` (empty past the pass's end; None without
+        :attr:`pass_ranges`)."""
+        parts = None if self.pass_ranges is None else self.pass_ranges(q, count)
         return None if parts is None else [part for part, positions in parts if positions.size]
 
     def _values(self, q: int, batches: list[np.ndarray]) -> None:

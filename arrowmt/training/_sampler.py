@@ -48,6 +48,9 @@ from arrowmt.plans import (
     resume_start,
     shard_batches,
     shard_length,
+    window_batches,
+    window_starts,
+    windowed_batch_order,
 )
 from arrowmt.training._prefetch import (
     DEFAULT_DEPTH,
@@ -65,6 +68,7 @@ logger = logging.getLogger(__name__)
 
 STATE_KEYS = ("epoch", "seed", "batches_done", "plan_key", "num_replicas", "rank")
 START_KEY = "start"  # added later: states without it began their deal at position 0
+WINDOW_KEY = "shuffle_window"  # added later: states without it were saved with None (fairseq's shuffle)
 MATCHED_STATE_KEYS = ("seed", "plan_key")
 EPOCH_LIMIT = 2**32
 
@@ -83,6 +87,28 @@ def _plan_ranges(ids: np.ndarray, plan: object) -> PlanRanges | None:
             return []
 
     return plan_ranges
+
+
+def _every_rank(order: np.ndarray, start: int, k: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
+    """The batches every one of ``k`` ranks takes at steps ``first .. first + count - 1`` of a deal of ``order`` from
+    position ``start`` (the wrapped padding left out), and the step of each."""
+
+    def every_rank(first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.arange(start + k * first, min(start + k * (first + count), len(order)), dtype=np.int64)
+        return order[positions], (positions - start) // k
+
+    return every_rank
+
+
+def _own(ids: np.ndarray) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
+    """The batches of a pass whose plan batches are ``ids`` at positions ``first .. first + count - 1``, and their
+    positions."""
+
+    def own(first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.arange(first, min(first + count, ids.shape[0]), dtype=np.int64)
+        return ids[positions], positions
+
+    return own
 
 
 def _positions(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
@@ -109,6 +135,12 @@ class PlanSampler(Sampler[list[int]]):
 
     ``plan`` is one plan for every epoch, or a provider of each epoch's plan
     (:class:`~arrowmt.plans._provider.EpochPlans`: a mixture's, drawn per epoch).
+
+    ``shuffle_window`` (None: fairseq's shuffle of every batch) shuffles each epoch within
+    windows of that many batches (rounded up to a multiple of 16), each 16 runs of consecutive plan batches
+    (:func:`~arrowmt.plans._bucketing.windowed_batch_order`): the same batches, in a less
+    random order, that a copy stored in plan order (``arrowmt order``) reads in long
+    stretches, as object-storage readers shuffle shards.
     """
 
     def __init__(
@@ -120,8 +152,10 @@ class PlanSampler(Sampler[list[int]]):
         rank: int | None = None,
         source: RowSource | None = None,
         prefetch: int = DEFAULT_DEPTH,
+        shuffle_window: int | None = None,
     ) -> None:
         self.num_replicas, self.rank = sampler_world(seed, num_replicas, rank, prefetch)
+        self.shuffle_window = check_window(shuffle_window, shuffle)
         self.prefetch = check_depth(prefetch)
         self.source = prefetch_source(source, self.prefetch)  # what the plan's batches read (None: no read-ahead)
         self.prefetcher: Prefetcher | None = None  # the advanced iterator's
@@ -157,6 +191,8 @@ class PlanSampler(Sampler[list[int]]):
 
     def __repr__(self) -> str:
         order = "shuffled" if self.shuffle else "in plan order"
+        if self.shuffle_window is not None:
+            order = f"shuffled in windows of {window_batches(self.shuffle_window)} batches"
         return (
             f"{type(self).__name__}(epoch {self.epoch}: {self.batches_done} of {len(self)} batches done, rank "
             f"{self.rank} of {self.num_replicas}; {len(self.plan)} batches planned, seed {self.seed}, {order})"
@@ -179,7 +215,12 @@ class PlanSampler(Sampler[list[int]]):
         plan = self.plan
         if self._order is None or self._order[0] != (self.epoch, plan.key):
             n = len(plan)
-            order = epoch_batch_order(n, self.seed, self.epoch) if self.shuffle else np.arange(n, dtype=np.int64)
+            if not self.shuffle:
+                order = np.arange(n, dtype=np.int64)
+            elif self.shuffle_window is None:
+                order = epoch_batch_order(n, self.seed, self.epoch)
+            else:
+                order = windowed_batch_order(n, self.seed, self.epoch, self.shuffle_window)
             self._order = ((self.epoch, plan.key), order)
         return self._order[1]
 
@@ -228,25 +269,44 @@ class PlanSampler(Sampler[list[int]]):
             self.prefetcher.close()
         ranges = self._pass_ranges(ids)
         plan_ranges = _plan_ranges(ids, plan)
+        ends = None if ranges is None or self.shuffle_window is None else self._window_ends(len(ids))
         self.prefetcher = Prefetcher(
-            self.source, self.prefetch, batch_at, start, plan_at=plan_at, pass_ranges=ranges, plan_ranges=plan_ranges
+            self.source,
+            self.prefetch,
+            batch_at,
+            start,
+            plan_at=plan_at,
+            pass_ranges=ranges,
+            plan_ranges=plan_ranges,
+            group_ends=ends,
         )
         return self.prefetcher
 
     def _pass_ranges(self, ids: np.ndarray) -> PassRanges | None:
         """For a copy read by the plan it is stored by: where the batches at many positions lie, a stretch each
-        (None otherwise)."""
+        (None otherwise). With a shuffle window, the batches every rank takes at those steps: a window's runs are
+        asked for whole by each rank (the node's cache fetches each block once), not in one rank's pieces."""
         plan, source = self.plan, self.source
         if not isinstance(plan, StoredPlan) or getattr(source, "row_order", None) is not plan.order:
             return None
         split: Split = source  # type: ignore[assignment]  # the copy itself
+        order, start, k = self.epoch_order(), self.start, self.num_replicas
+        dealt = _own(ids) if self.shuffle_window is None else _every_rank(order, start, k)
 
         def pass_ranges(first: int, count: int) -> list[tuple[WordRanges, np.ndarray]] | None:
-            positions = np.arange(first, min(first + count, ids.shape[0]), dtype=np.int64)
-            parts = split.stretch_ranges(*plan.stretches(ids[positions]))
-            return None if parts is None else [(part, positions[owner]) for part, owner in parts]
+            batches, steps = dealt(first, count)
+            parts = split.stretch_ranges(*plan.stretches(batches))
+            return None if parts is None else [(part, steps[owner]) for part, owner in parts]
 
         return pass_ranges
+
+    def _window_ends(self, steps: int) -> np.ndarray:
+        """The steps of this deal (``steps`` of them) that end a window of the epoch order, the last step included:
+        the step holding a window's last position (it may hold the next window's first few too)."""
+        assert self.shuffle_window is not None
+        starts = window_starts(len(self.plan), self.seed, self.epoch, self.shuffle_window)
+        ends = (starts[starts > self.start] - 1 - self.start) // self.num_replicas
+        return np.unique(np.append(ends[ends < steps - 1], steps - 1))
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank stands: restore with :meth:`load_state_dict` (any world size, same plan and seed)."""
@@ -258,11 +318,18 @@ class PlanSampler(Sampler[list[int]]):
             "num_replicas": self.num_replicas,
             "rank": self.rank,
             START_KEY: self.start,
+            WINDOW_KEY: self.shuffle_window,
         }
 
     def _identity(self, plan: Plan) -> dict[str, Any]:
-        """What a loaded state must match: this sampler's seed and world, and ``plan``'s key."""
-        return {"seed": self.seed, "plan_key": plan.key, "num_replicas": self.num_replicas, "rank": self.rank}
+        """What a loaded state must match: this sampler's seed, shuffle window and world, and ``plan``'s key."""
+        return {
+            "seed": self.seed,
+            "plan_key": plan.key,
+            "num_replicas": self.num_replicas,
+            "rank": self.rank,
+            WINDOW_KEY: self.shuffle_window,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``__iter__`` continues epoch ``state['epoch']`` after the batches it records.
@@ -322,8 +389,10 @@ class TokenBatchSampler(PlanSampler):
         cache_dir: str | os.PathLike[str] | None = None,
         skip_invalid_size_inputs: bool = False,
         prefetch: int = DEFAULT_DEPTH,
+        shuffle_window: int | None = None,
     ) -> None:
         num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
+        check_window(shuffle_window, shuffle)
         params = PlanParams(
             max_tokens,
             max_sentences,
@@ -334,7 +403,7 @@ class TokenBatchSampler(PlanSampler):
             skip_invalid_size_inputs,
         )
         plan = load_plan(dataset, params, cache_dir)
-        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch)
+        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch, shuffle_window)
 
 
 def sampler_world(seed: int, num_replicas: int | None, rank: int | None, prefetch: int) -> tuple[int, int]:
@@ -343,6 +412,16 @@ def sampler_world(seed: int, num_replicas: int | None, rank: int | None, prefetc
     world = resolve_world(num_replicas, rank)
     check_depth(prefetch)
     return world
+
+
+def check_window(window: int | None, shuffle: bool) -> int | None:
+    """``shuffle_window``: None, or at least 1 batch with ``shuffle`` on."""
+    if window is None:
+        return None
+    window_batches(window)  # checked
+    if not shuffle:
+        raise InvalidParameterError(f"shuffle_window: expected None with shuffle=False, got {window!r}")
+    return int(window)
 
 
 def _state_epoch(state: dict[str, Any], default: int) -> int:
@@ -356,16 +435,19 @@ def _state_epoch(state: dict[str, Any], default: int) -> int:
 def _checked_state(state: dict[str, Any], current: dict[str, Any], n_batches: int) -> dict[str, int]:
     """The position ``state`` records, as ints; InvalidParameterError naming the first bad key.
 
-    ``seed`` and ``plan_key`` must be this sampler's; with its world size, so must ``rank``.
+    ``seed``, ``plan_key`` and ``shuffle_window`` (None in a state without it) must be this sampler's; with its world
+    size, so must ``rank``.
     """
     missing = [k for k in STATE_KEYS if k not in state]
     if missing:
         raise InvalidParameterError(f"state_dict: expected keys {list(STATE_KEYS)}, missing {missing}")
-    for name in MATCHED_STATE_KEYS:
-        if state[name] != current[name]:
+    window = state.get(WINDOW_KEY)
+    saved = {**state, WINDOW_KEY: None if window is None else _state_integer(state, WINDOW_KEY, 1)}
+    for name in (*MATCHED_STATE_KEYS, WINDOW_KEY):
+        if saved[name] != current[name]:
             raise InvalidParameterError(
-                f"state_dict[{name!r}]: expected {current[name]!r} (this sampler), got {state[name]!r}; "
-                "resume with the same dataset, batching parameters and seed"
+                f"state_dict[{name!r}]: expected {current[name]!r} (this sampler), got {saved[name]!r}; "
+                "resume with the same dataset, batching parameters, seed and shuffle_window"
             )
     world = _state_integer(state, "num_replicas", 1)
     rank = _state_integer(state, "rank", 0, world, f"num_replicas={world}")

@@ -129,7 +129,8 @@ class Prefetcher:
         ``plan_ranges``: where a plan file holds the batches at some positions (read ahead of their offsets);
         ``group_ends``: the last positions of groups of remote batches asked for at once by their stretches (a shuffle
         window's, sorted, the pass's last position included: a window's runs merge into long range requests; a group
-        at most :data:`MAX_DEPTH` batches, and at least that many read ahead; None: one batch at a time)."""
+        at most :data:`MAX_DEPTH` batches, asked for once the read-ahead's depth reaches its first; None: one batch
+        at a time)."""
         self.source = source
         self.plan_ranges = plan_ranges
         self.plans_done = start - 1  # the last position whose plan pages were asked for (or skipped)
@@ -164,7 +165,7 @@ class Prefetcher:
         if not clocks:
             return []
         self.remote = all(part.remote is not None for part in ranges)
-        self.depth = max(self.depth, REMOTE_DEPTH, self._widest_group(start))
+        self.depth = max(self.depth, REMOTE_DEPTH)
         if self._plan_ranges(start + 1):
             return clocks
         rest = self._plan_chunk(start + 1)
@@ -291,13 +292,6 @@ class Prefetcher:
         at = int(np.searchsorted(self.group_ends, q))
         end = int(self.group_ends[at]) if at < self.group_ends.shape[0] else q
         return min(end - q + 1, MAX_DEPTH)
-
-    def _widest_group(self, start: int) -> int:
-        """Batches in the largest group from ``start`` on (at most :data:`MAX_DEPTH`; 1 without groups)."""
-        if self.group_ends is None:
-            return 1
-        ends = self.group_ends[self.group_ends >= start]
-        return min(int(np.diff(ends, prepend=start - 1).max(initial=1)), MAX_DEPTH)
 
     def _stretch_ranges(self, q: int, count: int) -> list[WordRanges] | None:
         """The ranges of the ``count`` batches from ``q`` (empty past the pass's end; None without

@@ -422,28 +422,30 @@ def windowed_batch_order(n_batches: int, seed: int, epoch: int, window: int) -> 
     in (``seed + epoch``). In a copy stored in plan order (``arrowmt order``) a run's batches
     are one stretch of the files, so a window reads 16 stretches instead of a row here and there.
     """
-    return _windowed(n_batches, seed, epoch, window)[0]
-
-
-def window_starts(n_batches: int, seed: int, epoch: int, window: int) -> np.ndarray:
-    """Positions of :func:`windowed_batch_order` (same arguments) where its second, third, ... window begins."""
-    windows = _windowed(n_batches, seed, epoch, window)[1]
-    return np.flatnonzero(np.diff(windows)) + 1
-
-
-def _windowed(n_batches: int, seed: int, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """(:func:`windowed_batch_order`, the window of each of its positions)."""
-    check_integer("n_batches", n_batches, 0)
-    check_seed("seed + epoch", seed + epoch)
-    chunk = min(window_chunk(window), max(n_batches, 1))  # a run longer than the plan is the plan (same order)
-    rng = np.random.RandomState(seed + epoch)
-    runs = rng.permutation(-(-n_batches // chunk)).astype(np.int64)
+    rng, runs, chunk = _shuffled_runs(n_batches, seed, epoch, window)
     ids = (runs[:, None] * chunk + np.arange(chunk, dtype=np.int64)).ravel()
     windows = np.repeat(np.arange(runs.shape[0], dtype=np.int64) // WINDOW_CHUNKS, chunk)  # whole windows of runs
     kept = ids < n_batches  # the last run's missing tail
     ids, windows = ids[kept], windows[kept]
-    order = np.lexsort((rng.random_sample(ids.shape[0]), windows))
-    return ids[order], windows[order]
+    return ids[np.lexsort((rng.random_sample(ids.shape[0]), windows))]
+
+
+def window_starts(n_batches: int, seed: int, epoch: int, window: int) -> np.ndarray:
+    """Positions of :func:`windowed_batch_order` (same arguments) where its second, third, ... window begins (from the
+    shuffled runs' lengths alone: no batch is placed)."""
+    _, runs, chunk = _shuffled_runs(n_batches, seed, epoch, window)
+    lengths = np.where(runs == runs.shape[0] - 1, n_batches - (runs.shape[0] - 1) * chunk, chunk)  # the last: short
+    sizes = np.add.reduceat(lengths, np.arange(0, runs.shape[0], WINDOW_CHUNKS)) if runs.size else lengths
+    return np.cumsum(sizes)[:-1]
+
+
+def _shuffled_runs(n_batches: int, seed: int, epoch: int, window: int) -> tuple[np.random.RandomState, np.ndarray, int]:
+    """(the epoch's generator after its first draw, the runs' numbers in the epoch's order, batches per run)."""
+    check_integer("n_batches", n_batches, 0)
+    check_seed("seed + epoch", seed + epoch)
+    chunk = min(window_chunk(window), max(n_batches, 1))  # a run longer than the plan is the plan (same order)
+    rng = np.random.RandomState(seed + epoch)
+    return rng, rng.permutation(-(-n_batches // chunk)).astype(np.int64), chunk
 
 
 def shard_length(n_batches: int, num_replicas: int, start: int = 0) -> int:

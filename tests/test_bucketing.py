@@ -375,6 +375,24 @@ def test_windowed_batch_order_exact() -> None:
     assert window_starts(40, 1, 1, 16).tolist() == [16, 32]
 
 
+def one_shot_windowed_order(n: int, seed: int, epoch: int, window: int) -> np.ndarray:
+    """Reference: the windowed order placed in one computation (runs shuffled, then one draw for the whole epoch)."""
+    rng = np.random.RandomState(seed + epoch)
+    chunk = min(-(-window // 16), max(n, 1))
+    runs = rng.permutation(-(-n // chunk))
+    ids = (runs[:, None] * chunk + np.arange(chunk)).ravel()
+    windows = np.repeat(np.arange(runs.size) // 16, chunk)
+    kept = ids < n
+    return ids[kept][np.lexsort((rng.random_sample(int(kept.sum())), windows[kept]))]
+
+
+@pytest.mark.parametrize(("n", "window"), [(40_000, 1), (88_000, 16), (50_000, 2_000), (16_385, 1), (33_000, 300)])
+def test_a_windowed_order_placed_window_by_window_is_the_one_shot_order(n: int, window: int) -> None:
+    """The order is placed a few windows at a time (bounded arrays), over several pieces here: the same order."""
+    for epoch in (1, 2):
+        assert np.array_equal(windowed_batch_order(n, 5, epoch, window), one_shot_windowed_order(n, 5, epoch, window))
+
+
 def test_a_window_larger_than_the_plan_is_one_run() -> None:
     """Bounded by the plan, not the window: one run of all the batches, the same order as a window just as long."""
     assert windowed_batch_order(10, 1, 1, 10**15).tolist() == windowed_batch_order(10, 1, 1, 160).tolist()

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.plans import windowed_batch_order
 from arrowmt.plans._plan import PlanParams, load_plan
 from arrowmt.plans._plan_cache import plan_key
 from arrowmt.training._dataset import open_dataset
@@ -226,3 +227,86 @@ def test_validation_batches_cover_each_pair_once(plugin: ModuleType, native_corp
     assert len(per_shard[0]) == len(per_shard[1])
     ids = np.array([i for batches in per_shard for b in batches if b is not None for i in b[0]])
     assert np.array_equal(np.sort(ids), np.arange(len(open_dataset(native_corpus, "valid"))))
+
+
+def windowed(batches: list[Batch], seed: int, epoch: int, window: int, shards: int = 1, shard: int = 0) -> list[Batch]:
+    """``batches`` (an epoch unshuffled) in the windowed order of ``epoch``, dealt as fairseq deals (short ranks get
+    an empty batch)."""
+    order = windowed_batch_order(len(batches), seed, epoch, window)
+    mine = [batches[b] for b in order.tolist()][shard::shards]
+    return mine + [None] * (-(-len(batches) // shards) - len(mine))
+
+
+@pytest.mark.parametrize(("shards", "shard"), [(1, 0), (3, 2)])
+def test_shuffle_window_orders_fairseqs_batches_by_windows(
+    plugin: ModuleType, native_corpus: Path, shards: int, shard: int
+) -> None:
+    """``--arrow-shuffle-window 8``: the batches of every epoch are fairseq's, ordered by ``windowed_batch_order``
+    under fairseq's seed and epoch, then dealt to the ranks as fairseq deals."""
+    kw = {"max_tokens": 700, "seed": 3, "epoch": 2, "num_shards": shards, "shard_id": shard}
+    task = make_task(plugin, native_corpus)
+    with quiet():
+        task.load_dataset("train")
+        itr = task.get_batch_iterator(
+            task.dataset("train"), disable_iterator_cache=True, **{**kw, "num_shards": 1, "shard_id": 0}
+        )
+        plain = [collated(b) for b in itr.next_epoch_itr(shuffle=False)]
+    epochs = epochs_of(make_task(plugin, native_corpus, arrow_shuffle_window=8), "train", 2, **kw)
+    assert len(plain) > 16
+    assert epochs == [windowed(plain, 3, epoch, 8, shards, shard) for epoch in (2, 3)]
+    assert epochs[0] != epochs[1]
+
+
+def test_shuffle_window_resumes_mid_epoch(plugin: ModuleType, native_corpus: Path) -> None:
+    kw = {"max_tokens": MAX_TOKENS, "seed": 1, "epoch": 2}
+    full = epochs_of(make_task(plugin, native_corpus, arrow_shuffle_window=4), "train", 1, **kw)[0]
+    task = make_task(plugin, native_corpus, arrow_shuffle_window=4)
+    with quiet():
+        task.load_dataset("train")
+        itr = task.get_batch_iterator(task.dataset("train"), **kw)
+        epoch = itr.next_epoch_itr(shuffle=True)
+        head = [collated(next(epoch)) for _ in range(5)]
+        state = itr.state_dict()
+        fresh = make_task(plugin, native_corpus, arrow_shuffle_window=4)
+        fresh.load_dataset("train")
+        again = fresh.get_batch_iterator(fresh.dataset("train"), **{**kw, "epoch": state["epoch"]})
+        again.load_state_dict(state)
+        tail = [collated(b) for b in again.next_epoch_itr(shuffle=True)]
+    assert head + tail == full
+
+
+@pytest.mark.parametrize(
+    ("window", "kw", "needle"),
+    [
+        (0, {}, "shuffle_window"),
+        (-3, {}, "shuffle_window"),
+        (8, {"grouped_shuffling": True}, "grouped_shuffling: expected False with --arrow-shuffle-window 8"),
+    ],
+)
+def test_bad_shuffle_window_options(
+    plugin: ModuleType, native_corpus: Path, window: int, kw: dict[str, Any], needle: str
+) -> None:
+    task = make_task(plugin, native_corpus, arrow_shuffle_window=window)
+    with quiet():
+        task.load_dataset("train")
+    with pytest.raises(InvalidParameterError, match=needle):
+        task.get_batch_iterator(task.dataset("train"), max_tokens=MAX_TOKENS, **kw)
+
+
+def unshuffled_epoch(task: Any) -> list[Batch]:
+    with quiet():
+        task.load_dataset("train")
+        itr = task.get_batch_iterator(task.dataset("train"), max_tokens=MAX_TOKENS)
+        return [collated(b) for b in itr.next_epoch_itr(shuffle=False)]
+
+
+def test_shuffle_window_refuses_batches_fixed_to_gpus(plugin: ModuleType, native_corpus: Path) -> None:
+    """fairseq's ``--fix-batches-to-gpus`` shuffles each rank's batches itself: refused with a window; an unshuffled
+    epoch is fairseq's, as without a window."""
+    task = make_task(plugin, native_corpus, arrow_shuffle_window=8)
+    with quiet():
+        task.load_dataset("train")
+        itr = task.get_batch_iterator(task.dataset("train"), max_tokens=MAX_TOKENS)
+        with pytest.raises(InvalidParameterError, match="fix_batches_to_gpus: expected False"):
+            itr.next_epoch_itr(shuffle=True, fix_batches_to_gpus=True)
+    assert unshuffled_epoch(task) == unshuffled_epoch(make_task(plugin, native_corpus))

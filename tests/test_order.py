@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -119,6 +120,23 @@ def test_the_copy_serves_the_plan_it_is_stored_by(ordered: Path, monkeypatch: py
     assert pickle.loads(pickle.dumps(plan)).batch(3).tolist() == plan.batch(3).tolist()
     with pytest.raises(IndexError, match=f"plan batch {len(plan)}: expected 0..{len(plan) - 1}"):
         plan.batch(len(plan))
+
+
+def test_another_plan_of_the_copy_is_built_with_a_warning_naming_what_differs(
+    ordered: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plan other than the copy's (here another seed) is built as for any corpus, and a warning says which options
+    differ from the copy's: the copy then reads no faster than the corpus."""
+    copy = Split(ordered, "train")
+    with caplog.at_level(logging.WARNING, logger="arrowmt.plans._stored_plan"):
+        plan = load_plan(copy, params(seed=4), tmp_path)
+    assert not isinstance(plan, StoredPlan) and len(caplog.records) == 1
+    assert f"{ordered}: split 'train' is stored in the order of another plan (seed=3 (asked 4))" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="arrowmt.plans._stored_plan"):
+        load_plan(Split(ordered, "test"), params(seed=4), tmp_path)  # a split stored as it was: nothing to say
+        assert isinstance(load_plan(copy, params(), tmp_path), StoredPlan)
+    assert not caplog.records
 
 
 def test_a_batch_the_stored_plan_hands_out_is_placed_without_a_where_lookup(

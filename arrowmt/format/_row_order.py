@@ -25,7 +25,6 @@ stored plan read) confirms it. Any other batch is translated row by row.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +60,40 @@ def order_files(manifest: Manifest) -> dict[str, str]:
     return {str(k): v for k, v in listed.items()}
 
 
+class Notes:
+    """The stretches of the last ``size`` batches noted, by their first row: (start, rows), in two fixed arrays (a
+    dict of as many tuples is about 1 MB of Python objects). Written by one thread; a note read while it is rewritten
+    may be another batch's, which the reader's check against the order map refuses."""
+
+    def __init__(self, size: int) -> None:
+        self.first = np.full(size, -1, dtype=np.int64)
+        self.spans = np.zeros((size, 2), dtype=np.int64)
+        self.count = 0
+
+    def add(self, first: int, start: int, rows: int) -> None:
+        """Note a batch (again: the newest note of it), in place of the oldest note."""
+        slot = self.count % self.first.shape[0]
+        self.first[slot] = -1  # not found while rewritten
+        self.spans[slot] = (start, rows)
+        self.first[slot] = first
+        self.count += 1
+
+    def get(self, first: int) -> tuple[int, int] | None:
+        """(start, rows) of the newest note of the batch whose first row is ``first``; None when not noted."""
+        hits = np.flatnonzero(self.first == first)
+        if not hits.size:
+            return None
+        newest = int(hits[np.argmax((hits - self.count) % self.first.shape[0])])
+        start, rows = self.spans[newest].tolist()
+        return start, rows
+
+    def __contains__(self, first: object) -> bool:
+        return bool(np.any(self.first == first))
+
+    def __len__(self) -> int:
+        return min(self.count, self.first.shape[0])
+
+
 @dataclass(frozen=True)
 class RowOrder:
     """The two maps of a split stored in another order and its plan's batch offsets, checked per chunk on first use."""
@@ -72,17 +105,13 @@ class RowOrder:
     planned: int  # rows in the plan's batches: order[:planned]; the rest are left out of it
     identity: FileIdentity  # the file when it was opened
 
-    stretches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict, compare=False)  # first row ->
-    # (start, rows) of a noted batch
+    stretches: Notes = field(default_factory=lambda: Notes(NOTED), compare=False)  # of the batches noted
 
     def note(self, start: int, rows: np.ndarray) -> None:
         """``rows`` (a planned batch being handed out) fill the stretch from ``start``: :meth:`stored` then needs
         no ``where`` lookup for them (the last :data:`NOTED` batches noted are kept)."""
         if rows.size > 1:  # noted by the sampler's thread only (a pass planned ahead peeks: nothing noted)
-            self.stretches[int(rows[0])] = (start, int(rows.size))
-            self.stretches.move_to_end(int(rows[0]))  # noted again: the newest
-            while len(self.stretches) > NOTED:
-                self.stretches.popitem(last=False)
+            self.stretches.add(int(rows[0]), start, int(rows.size))
 
     def stored(self, rows: np.ndarray) -> np.ndarray:
         """Stored positions of ``rows`` (int64, in range). Rows that fill stretches in order, one after another (a

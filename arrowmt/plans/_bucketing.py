@@ -400,6 +400,7 @@ def epoch_batch_order(n_batches: int, seed: int, epoch: int) -> np.ndarray:
 
 
 WINDOW_CHUNKS = 16  # runs of consecutive plan batches a shuffle window draws from
+ORDER_PIECE = 1 << 14  # batch ids a windowed order places at a time (whole windows; bounds its arrays)
 
 
 def window_chunk(window: int) -> int:
@@ -423,11 +424,22 @@ def windowed_batch_order(n_batches: int, seed: int, epoch: int, window: int) -> 
     are one stretch of the files, so a window reads 16 stretches instead of a row here and there.
     """
     rng, runs, chunk = _shuffled_runs(n_batches, seed, epoch, window)
+    order = np.empty(n_batches, dtype=np.int64)
+    piece = WINDOW_CHUNKS * max(1, ORDER_PIECE // (WINDOW_CHUNKS * chunk))  # runs placed at once: whole windows
+    at = 0
+    for first in range(0, runs.shape[0], piece):  # the draws follow one another: as one draw for the whole epoch
+        ids, windows = _window_ids(runs[first : first + piece], chunk, n_batches)
+        order[at : at + ids.shape[0]] = ids[np.lexsort((rng.random_sample(ids.shape[0]), windows))]
+        at += ids.shape[0]
+    return order
+
+
+def _window_ids(runs: np.ndarray, chunk: int, n_batches: int) -> tuple[np.ndarray, np.ndarray]:
+    """The batch ids of ``runs`` (whole windows, in order) and the window of each, counted from the first."""
     ids = (runs[:, None] * chunk + np.arange(chunk, dtype=np.int64)).ravel()
-    windows = np.repeat(np.arange(runs.shape[0], dtype=np.int64) // WINDOW_CHUNKS, chunk)  # whole windows of runs
+    windows = np.repeat(np.arange(runs.shape[0], dtype=np.int64) // WINDOW_CHUNKS, chunk)
     kept = ids < n_batches  # the last run's missing tail
-    ids, windows = ids[kept], windows[kept]
-    return ids[np.lexsort((rng.random_sample(ids.shape[0]), windows))]
+    return ids[kept], windows[kept]
 
 
 def window_starts(n_batches: int, seed: int, epoch: int, window: int) -> np.ndarray:
@@ -471,8 +483,12 @@ def shard_batches(order: np.ndarray, rank: int, num_replicas: int, start: int = 
     count = shard_length(n, num_replicas, start)
     if count == 0:
         return np.zeros(0, dtype=np.int64)
-    positions = start + rank + num_replicas * np.arange(count, dtype=np.int64)
-    return np.asarray(order, dtype=np.int64)[positions % n]
+    order = np.asarray(order, dtype=np.int64)
+    dealt = order[start + rank :: num_replicas]  # a view of the order (an epoch's is 8 bytes a batch)
+    if dealt.shape[0] >= count:
+        return dealt[:count]
+    positions = start + rank + num_replicas * np.arange(count, dtype=np.int64)  # wrapped: padded from the start
+    return order[positions % n]
 
 
 def resume_start(n_batches: int, start: int, num_replicas: int, steps: int) -> int:

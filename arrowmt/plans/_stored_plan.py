@@ -16,6 +16,7 @@ two.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,6 +25,8 @@ import numpy as np
 from arrowmt._errors import FormatError
 from arrowmt.format import FileIdentity, RowOrder, Split, check_batch_offsets, open_row_order
 from arrowmt.plans._plan_cache import check_contents, checked_batch
+
+logger = logging.getLogger(__name__)
 
 ORDERED_BY_KEY = "ordered_by"  # manifest provenance: {"split", "plan" (the original's key), "fields" (the plan's)}
 
@@ -119,6 +122,20 @@ def stored_plan(dataset: Split, fields: Mapping[str, object], key: str) -> Store
     entry = dataset.manifest.provenance.get(ORDERED_BY_KEY)
     if not isinstance(entry, dict) or entry.get("split") != dataset.split:
         return None
-    if entry.get("fields") != dict(fields):
+    stored = entry.get("fields")
+    if stored != dict(fields):
+        logger.warning("%s", other_plan(dataset, stored, fields))
         return None
     return StoredPlan(order, key, len(dataset))
+
+
+def other_plan(dataset: Split, stored: object, fields: Mapping[str, object]) -> str:
+    """Why the plan asked for is built instead of read from the copy: the fields that differ, stored vs asked."""
+    stored = stored if isinstance(stored, dict) else {}
+    differ = sorted(k for k in {*stored, *fields} if stored.get(k) != fields.get(k))
+    pairs = ", ".join(f"{k}={stored.get(k)!r} (asked {fields.get(k)!r})" for k in differ)
+    return (
+        f"{dataset.path}: split {dataset.split!r} is stored in the order of another plan ({pairs}): its batches are "
+        "planned anew and read as rows spread over the copy; make the copy with these options "
+        "(`arrowmt order --help`)"
+    )

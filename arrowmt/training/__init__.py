@@ -18,10 +18,18 @@ from arrowmt.training._collate import (
     pad_shifted,
 )
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+from arrowmt.training._deal import every_rank, stored_copy, stretch_ranges, window_end_steps
 from arrowmt.training._mixture import Corpus, Mixture, MixtureBatchSampler, open_mixture
-from arrowmt.training._prefetch import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
+from arrowmt.training._prefetch import (
+    DEFAULT_DEPTH,
+    PassRanges,
+    Prefetcher,
+    RowSource,
+    check_depth,
+    prefetch_source,
+)
 from arrowmt.training._resume import load_loader_state
-from arrowmt.training._sampler import PlanSampler, TokenBatchSampler
+from arrowmt.training._sampler import PlanSampler, TokenBatchSampler, check_window
 from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
 from arrowmt.training._view_dataset import ArrowMTViewDataset, open_view_dataset
 
@@ -39,6 +47,7 @@ __all__ = [
     "GatheredBlocks",
     "Mixture",
     "MixtureBatchSampler",
+    "PassRanges",
     "PlainBlockCollater",
     "PlainCollater",
     "PlanSampler",
@@ -50,6 +59,8 @@ __all__ = [
     "as_tensor",
     "check_depth",
     "check_padding",
+    "check_window",
+    "every_rank",
     "langtok_tags",
     "language_token_ids",
     "load_loader_state",
@@ -60,4 +71,7 @@ __all__ = [
     "pad_rows",
     "pad_shifted",
     "prefetch_source",
+    "stored_copy",
+    "stretch_ranges",
+    "window_end_steps",
 ]

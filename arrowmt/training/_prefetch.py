@@ -94,7 +94,7 @@ BatchAt = Callable[[int], "np.ndarray | None"]  # the row ids of the batch at an
 PassRanges = Callable[[int, int], "list[tuple[WordRanges, np.ndarray]] | None"]
 # The word ranges of the plan holding the batches at epoch positions first .. first + count - 1 (read ahead of them).
 PlanRanges = Callable[[int, int], "list[WordRanges]"]
-PASS_PIECE = 4096  # batches of a pass planned at once by PassRanges (bounds the arrays of one computation)
+PASS_PIECE = 1024  # batches of a pass planned at once by PassRanges (bounds the arrays of one computation: ~0.5 MB)
 
 
 def check_depth(value: object) -> int:

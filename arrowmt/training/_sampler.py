@@ -40,7 +40,6 @@ from arrowmt.plans import (
     Plan,
     PlanParams,
     PlanProvider,
-    StoredPlan,
     as_provider,
     check_seed,
     epoch_batch_order,
@@ -52,6 +51,7 @@ from arrowmt.plans import (
     window_starts,
     windowed_batch_order,
 )
+from arrowmt.training._deal import every_rank, own, stored_copy, stretch_ranges, window_end_steps
 from arrowmt.training._prefetch import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -87,28 +87,6 @@ def _plan_ranges(ids: np.ndarray, plan: object) -> PlanRanges | None:
             return []
 
     return plan_ranges
-
-
-def _every_rank(order: np.ndarray, start: int, k: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
-    """The batches every one of ``k`` ranks takes at steps ``first .. first + count - 1`` of a deal of ``order`` from
-    position ``start`` (the wrapped padding left out), and the step of each."""
-
-    def every_rank(first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        positions = np.arange(start + k * first, min(start + k * (first + count), len(order)), dtype=np.int64)
-        return order[positions], (positions - start) // k
-
-    return every_rank
-
-
-def _own(ids: np.ndarray) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
-    """The batches of a pass whose plan batches are ``ids`` at positions ``first .. first + count - 1``, and their
-    positions."""
-
-    def own(first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        positions = np.arange(first, min(first + count, ids.shape[0]), dtype=np.int64)
-        return ids[positions], positions
-
-    return own
 
 
 def _positions(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
@@ -214,7 +192,7 @@ class PlanSampler(Sampler[list[int]]):
         """Every plan batch id in the current epoch's order (computed once per epoch)."""
         plan = self.plan
         if self._order is None or self._order[0] != (self.epoch, plan.key):
-            n = len(plan)
+            self._order, n = None, len(plan)  # the last epoch's order goes before this one is made
             if not self.shuffle:
                 order = np.arange(n, dtype=np.int64)
             elif self.shuffle_window is None:
@@ -286,27 +264,19 @@ class PlanSampler(Sampler[list[int]]):
         """For a copy read by the plan it is stored by: where the batches at many positions lie, a stretch each
         (None otherwise). With a shuffle window, the batches every rank takes at those steps: a window's runs are
         asked for whole by each rank (the node's cache fetches each block once), not in one rank's pieces."""
-        plan, source = self.plan, self.source
-        if not isinstance(plan, StoredPlan) or getattr(source, "row_order", None) is not plan.order:
+        stored = stored_copy(self.plan, self.source)
+        if stored is None:
             return None
-        split: Split = source  # type: ignore[assignment]  # the copy itself
-        order, start, k = self.epoch_order(), self.start, self.num_replicas
-        dealt = _own(ids) if self.shuffle_window is None else _every_rank(order, start, k)
-
-        def pass_ranges(first: int, count: int) -> list[tuple[WordRanges, np.ndarray]] | None:
-            batches, steps = dealt(first, count)
-            parts = split.stretch_ranges(*plan.stretches(batches))
-            return None if parts is None else [(part, steps[owner]) for part, owner in parts]
-
-        return pass_ranges
+        window = self.shuffle_window is not None
+        dealt = every_rank(self.epoch_order(), self.start, self.num_replicas) if window else own(ids)
+        return stretch_ranges(*stored, dealt)
 
     def _window_ends(self, steps: int) -> np.ndarray:
         """The steps of this deal (``steps`` of them) that end a window of the epoch order, the last step included:
         the step holding a window's last position (it may hold the next window's first few too)."""
         assert self.shuffle_window is not None
         starts = window_starts(len(self.plan), self.seed, self.epoch, self.shuffle_window)
-        ends = (starts[starts > self.start] - 1 - self.start) // self.num_replicas
-        return np.unique(np.append(ends[ends < steps - 1], steps - 1))
+        return window_end_steps(starts, self.start, self.num_replicas, steps)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank stands: restore with :meth:`load_state_dict` (any world size, same plan and seed)."""

@@ -12,7 +12,11 @@ Here the three steps are an arrowmt plan (:func:`arrowmt.plans._plan.load_plan`:
 built once, then memory-mapped from a cache file shared by every rank and
 run), and the rest is fairseq's own ``EpochBatchIterator``, built with the
 arguments native fairseq gives it. The batches, their order on every rank, and
-resuming are therefore fairseq's.
+resuming are therefore fairseq's. With ``--arrow-shuffle-window N`` (off by default)
+only the shuffle changes: each epoch's batches are ordered by
+:func:`arrowmt.plans.windowed_batch_order` (as ``TokenBatchSampler(shuffle_window=N)``),
+then dealt to the ranks and resumed by fairseq as before; a copy made by ``arrowmt order``
+with the task's plan options is then read ahead a window at a time.
 """
 
 from __future__ import annotations
@@ -29,8 +33,20 @@ from fairseq.data import iterators
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
-from arrowmt.plans import BatchSpec, PlanParams, block_spec, load_plan
-from arrowmt.training import DEFAULT_DEPTH, Prefetcher, RowSource, check_depth, prefetch_source
+from arrowmt.plans import BatchSpec, PlanParams, block_spec, load_plan, window_starts, windowed_batch_order
+from arrowmt.training import (
+    DEFAULT_DEPTH,
+    PassRanges,
+    Prefetcher,
+    RowSource,
+    check_depth,
+    check_window,
+    every_rank,
+    prefetch_source,
+    stored_copy,
+    stretch_ranges,
+    window_end_steps,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +81,7 @@ class LoaderOptions:
     rebuild_batches: bool = False
     cache_dir: str | os.PathLike[str] | None = None
     prefetch: int = DEFAULT_DEPTH
+    shuffle_window: int | None = None
 
 
 def loader_options(cfg: Any) -> LoaderOptions:
@@ -75,6 +92,7 @@ def loader_options(cfg: Any) -> LoaderOptions:
         rebuild_batches=getattr(cfg, "rebuild_batches", False),
         cache_dir=cfg.arrow_plan_cache_dir or None,
         prefetch=check_depth(getattr(cfg, "arrow_prefetch", DEFAULT_DEPTH)),
+        shuffle_window=check_window(getattr(cfg, "arrow_shuffle_window", None), True),
     )
 
 
@@ -135,10 +153,11 @@ class PlannedBatches:
     def __init__(self, opts: IteratorOptions, cache_dir: str | os.PathLike[str] | None) -> None:
         self.opts = opts
         self.cache_dir = cache_dir
+        self.plan: object = None  # the last plan made: the frozen batches' (read ahead by stretches in a copy)
 
     def __call__(self, dataset: ArrowPairDataset, epoch: int) -> list[np.ndarray]:
         params = plan_params(dataset, self.opts, epoch)
-        plan = load_plan(dataset.arrow, params, self.cache_dir)
+        plan = self.plan = load_plan(dataset.arrow, params, self.cache_dir)
         logger.info(
             "translation_arrow: split %s: %d batches planned by arrowmt for epoch %d (order seed %s), plan %s",
             dataset.split,
@@ -164,6 +183,8 @@ def batch_iterator(
     batch_sampler = make_batches if loader.rebuild_batches else make_batches(dataset, opts.epoch)
     return ReadAheadEpochBatchIterator(
         loader.prefetch,
+        loader.shuffle_window,
+        make_batches,
         dataset=dataset,
         collate_fn=dataset.collater,
         batch_sampler=batch_sampler,
@@ -180,21 +201,46 @@ def batch_iterator(
     )
 
 
+@dataclass(frozen=True)
+class WindowReads:
+    """An epoch dealt from a windowed order of the batches of a copy in plan order: where every rank's batches of some
+    steps lie, and the steps that end windows (read ahead a window at a time, see :mod:`arrowmt.training._deal`)."""
+
+    copy: Any  # the split stored by ``plan``
+    plan: Any
+    order: np.ndarray  # plan batch ids in the epoch's order
+    starts: np.ndarray  # where the second, third, ... window of the order begin
+    ranks: int
+
+    def at(self, step: int, steps: int) -> tuple[PassRanges, np.ndarray]:
+        """(pass ranges, group ends) of the ``steps`` steps from ``step`` on, counted from there."""
+        start = self.ranks * step  # fairseq deals position r + k * s to rank r at step s
+        dealt = every_rank(self.order, start, self.ranks)
+        return stretch_ranges(self.copy, self.plan, dealt), window_end_steps(self.starts, start, self.ranks, steps)
+
+
 class ReadAheadBatches(list):
     """An epoch's batches (a list, as fairseq makes them) whose iteration reads each batch's rows ahead.
 
     fairseq's ``EpochBatchIterator`` hands the list (or a slice of it, after a resume) to a
     ``DataLoader`` as its batch sampler; iterating it in the main process runs arrowmt's
-    :class:`~arrowmt.training._prefetch.Prefetcher` over the batches that follow.
+    :class:`~arrowmt.training._prefetch.Prefetcher` over the batches that follow. With ``reads``
+    (a windowed epoch of a copy in plan order) it asks for a window's batches at once.
     """
 
-    def __init__(self, batches: list[Any], source: RowSource, depth: int) -> None:
+    def __init__(
+        self, batches: list[Any], source: RowSource, depth: int, reads: WindowReads | None = None, step: int = 0
+    ) -> None:
         super().__init__(batches)
-        self.source, self.depth = source, depth
+        self.source, self.depth, self.reads, self.step = source, depth, reads, step
 
     def __getitem__(self, index: Any) -> Any:
         item = super().__getitem__(index)
-        return ReadAheadBatches(item, self.source, self.depth) if isinstance(index, slice) else item
+        if not isinstance(index, slice):
+            return item
+        first, _, stride = index.indices(len(self))
+        reads = self.reads if stride == 1 else None
+        return ReadAheadBatches(item, self.source, self.depth, reads, self.step + first)
 
     def __iter__(self) -> Iterator[Any]:
         n = len(self)
@@ -202,7 +248,8 @@ class ReadAheadBatches(list):
         def batch_at(q: int) -> np.ndarray | None:
             return np.asarray(list.__getitem__(self, q), dtype=np.int64) if q < n else None
 
-        ahead = Prefetcher(self.source, self.depth, batch_at)
+        ranges, ends = (None, None) if self.reads is None else self.reads.at(self.step, n)
+        ahead = Prefetcher(self.source, self.depth, batch_at, pass_ranges=ranges, group_ends=ends)
         for position in range(n):
             ahead.step(position)
             yield list.__getitem__(self, position)
@@ -212,16 +259,44 @@ class ReadAheadEpochBatchIterator(iterators.EpochBatchIterator):
     """fairseq's ``EpochBatchIterator`` whose epoch batches read their rows ahead (``prefetch`` batches; 0: off).
 
     Only the iteration of each epoch's list of batches changes (:class:`ReadAheadBatches`):
-    which batches, their order, sharding and resuming stay fairseq's.
+    which batches, sharding and resuming stay fairseq's, and their order too unless
+    ``shuffle_window`` (then :func:`arrowmt.plans.windowed_batch_order` under fairseq's seed and
+    epoch). ``plans``: what planned the batches (its ``plan``, when a copy in plan order stores
+    it, locates a window's batches).
     """
 
-    def __init__(self, prefetch: int, **kwargs: Any) -> None:
+    def __init__(self, prefetch: int, shuffle_window: int | None = None, plans: Any = None, **kwargs: Any) -> None:
         self.read_ahead = prefetch_source(kwargs.get("dataset"), prefetch)
         self.prefetch = prefetch
+        self.shuffle_window = shuffle_window
+        self.plans = plans
         super().__init__(**kwargs)
+        if shuffle_window is not None and self.grouped_shuffling:
+            raise InvalidParameterError(
+                f"grouped_shuffling: expected False with --arrow-shuffle-window {shuffle_window}, got True"
+            )
 
     def ordered_batches(self, epoch: int, fix_batches_to_gpus: bool, shuffle: bool) -> list[Any]:
-        batches = super().ordered_batches(epoch, fix_batches_to_gpus, shuffle)
+        if self.shuffle_window is None or not shuffle:
+            batches, reads = super().ordered_batches(epoch, fix_batches_to_gpus, shuffle), None
+        else:
+            batches, reads = self._windowed(epoch, fix_batches_to_gpus)
         if self.read_ahead is None:
             return batches
-        return ReadAheadBatches(batches, self.read_ahead, self.prefetch)
+        return ReadAheadBatches(batches, self.read_ahead, self.prefetch, reads)
+
+    def _windowed(self, epoch: int, fix_batches_to_gpus: bool) -> tuple[list[Any], WindowReads | None]:
+        """This rank's batches of epoch ``epoch`` in the windowed order (dealt as fairseq deals), and their reads."""
+        window = self.shuffle_window
+        assert window is not None
+        if fix_batches_to_gpus:
+            raise InvalidParameterError(f"fix_batches_to_gpus: expected False with --arrow-shuffle-window {window}")
+        frozen = self.frozen_batches
+        order = windowed_batch_order(len(frozen), self.seed, epoch, window)
+        ordered = [frozen[b] for b in order.tolist()]
+        dealt = iterators.ShardedIterator(ordered, self.num_shards, self.shard_id, fill_value=[])
+        stored = stored_copy(getattr(self.plans, "plan", None), getattr(self.dataset, "arrow", None))
+        if stored is None:
+            return list(dealt), None
+        starts = window_starts(len(frozen), self.seed, epoch, window)
+        return list(dealt), WindowReads(*stored, order, starts, self.num_shards)

@@ -6,6 +6,7 @@ annotations at run time, so this module must not use postponed annotations
 """
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fairseq.tasks.translation import TranslationConfig
 
@@ -43,6 +44,13 @@ class TranslationArrowConfig(TranslationConfig):
     arrow_prefetch: int = field(
         default=8,
         metadata={"help": "batches whose rows arrowmt reads ahead from disk while a batch is used (0: off)"},
+    )
+    arrow_shuffle_window: Optional[int] = field(  # noqa: UP045  # fairseq reads Optional[...], not int | None
+        default=None,
+        metadata={
+            "help": "shuffle each epoch's batches within windows of about N batches (arrowmt's shuffle_window: a "
+            "copy made by 'arrowmt order' is then read in long requests); default: fairseq's shuffle"
+        },
     )
     rebuild_batches: bool = field(
         default=False,

@@ -294,9 +294,9 @@ class ReadAheadEpochBatchIterator(iterators.EpochBatchIterator):
         frozen = self.frozen_batches
         order = windowed_batch_order(len(frozen), self.seed, epoch, window)
         ordered = [frozen[b] for b in order.tolist()]
-        dealt = iterators.ShardedIterator(ordered, self.num_shards, self.shard_id, fill_value=[])
+        batches = list(iterators.ShardedIterator(ordered, self.num_shards, self.shard_id, fill_value=[]))
         stored = stored_copy(getattr(self.plans, "plan", None), getattr(self.dataset, "arrow", None))
-        if stored is None:
-            return list(dealt), None
+        if stored is None or self.read_ahead is None:  # no copy read by its plan, or no read-ahead: nothing to locate
+            return batches, None
         starts = window_starts(len(frozen), self.seed, epoch, window)
-        return list(dealt), WindowReads(*stored, order, starts, self.num_shards)
+        return batches, WindowReads(*stored, order, starts, self.num_shards)

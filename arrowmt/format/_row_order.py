@@ -80,10 +80,12 @@ class Notes:
 
     def get(self, first: int) -> tuple[int, int] | None:
         """(start, rows) of the newest note of the batch whose first row is ``first``; None when not noted."""
-        hits = np.flatnonzero(self.first == first)
-        if not hits.size:
-            return None
-        newest = int(hits[np.argmax((hits - self.count) % self.first.shape[0])])
+        newest = (self.count - 1) % self.first.shape[0]  # a batch is most often read just after it is handed out
+        if self.first[newest] != first:
+            hits = np.flatnonzero(self.first == first)
+            if not hits.size:
+                return None
+            newest = int(hits[np.argmax((hits - self.count) % self.first.shape[0])])
         start, rows = self.spans[newest].tolist()
         return start, rows
 

@@ -34,7 +34,7 @@ from arrowmt._version import __version__
 
 if TYPE_CHECKING:
     from arrowmt._info import ColumnSummary, SplitSummary, summarize
-    from arrowmt._order import order_copy
+    from arrowmt._order import order_blocks, order_copy
     from arrowmt.converters import convert_fairseq, convert_table, convert_text, export_fairseq, export_parquet
     from arrowmt.format import (
         Dictionary,
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "arrowmt._info": ("ColumnSummary", "SplitSummary", "summarize"),
-    "arrowmt._order": ("order_copy",),
+    "arrowmt._order": ("order_blocks", "order_copy"),
     "arrowmt.converters": ("convert_fairseq", "convert_table", "convert_text", "export_fairseq", "export_parquet"),
     "arrowmt.format": (
         "Dictionary",
@@ -183,6 +183,7 @@ __all__ = [
     "open_split",
     "open_view",
     "open_view_dataset",
+    "order_blocks",
     "order_copy",
     "stage",
     "summarize",

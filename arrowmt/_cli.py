@@ -271,17 +271,41 @@ def _add_order(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--max-target-positions", type=int, default=None, help="rows longer than this are left out")
     cmd.add_argument("--seed", type=int, default=1, help="the training's seed (default 1)")
     cmd.add_argument("--skip-invalid-size-inputs", action="store_true", help="skip rows over the limits")
+    blocks = cmd.add_argument_group("LM blocks (a monolingual corpus: store its token blocks in plan order)")
+    blocks.add_argument("--tokens-per-sample", type=int, default=None, help="block size, as in fairseq")
+    blocks.add_argument("--sample-break-mode", help="none, complete or complete_doc (default none)")
+    blocks.add_argument("--document-sep-len", type=int, help="as fairseq's TokenBlockDataset (default 1)")
+    blocks.add_argument("--max-positions", type=int, default=None, help="blocks longer than this are left out")
     _common_output_flags(cmd)
     cmd.set_defaults(func=_cmd_order)
 
 
-def _cmd_order(args: argparse.Namespace) -> int:
-    from arrowmt._order import order_copy
+PAIR_ORDER_OPTIONS = ("max_source_positions", "max_target_positions")
+BLOCK_ORDER_OPTIONS = ("max_positions", "sample_break_mode", "document_sep_len")
 
-    options = ("split", "max_tokens", "max_sentences", "required_batch_size_multiple", "max_source_positions",
-               "max_target_positions", "seed", "skip_invalid_size_inputs", "overwrite")  # fmt: skip
-    manifest = order_copy(args.corpus, args.out, progress=not args.quiet, **{k: getattr(args, k) for k in options})
-    print(f"wrote {args.out}: split {args.split!r} in plan order ({manifest.files[args.split].rows} rows)")
+
+def _cmd_order(args: argparse.Namespace) -> int:
+    from arrowmt._order import order_blocks, order_copy
+
+    common = ("split", "max_tokens", "max_sentences", "required_batch_size_multiple", "seed",
+              "skip_invalid_size_inputs", "overwrite")  # fmt: skip
+    blocks = args.tokens_per_sample is not None
+    wrong = [k for k in (PAIR_ORDER_OPTIONS if blocks else BLOCK_ORDER_OPTIONS) if getattr(args, k) is not None]
+    if wrong:
+        kind = "LM blocks (--tokens-per-sample)" if blocks else "sentence pairs (no --tokens-per-sample)"
+        raise InvalidParameterError(f"--{wrong[0].replace('_', '-')}: not an option of a copy of {kind}")
+    options = {k: getattr(args, k) for k in common}
+    if blocks:
+        block_options = {"tokens_per_sample": args.tokens_per_sample, "break_mode": args.sample_break_mode or "none",
+                         "document_sep_len": 1 if args.document_sep_len is None else args.document_sep_len,
+                         "max_positions": args.max_positions}  # fmt: skip
+        manifest = order_blocks(args.corpus, args.out, progress=not args.quiet, **options, **block_options)
+        what = " LM blocks"
+    else:
+        options.update({k: getattr(args, k) for k in PAIR_ORDER_OPTIONS})
+        manifest = order_copy(args.corpus, args.out, progress=not args.quiet, **options)
+        what = ""
+    print(f"wrote {args.out}: split {args.split!r}{what} in plan order ({manifest.files[args.split].rows} rows)")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""``arrowmt order``: a copy of a corpus whose training split is stored in the order its batch plan reads it.
+"""``arrowmt order``: a copy of a corpus whose training split is stored in the order its batch plan reads it
+(sentence rows, or a monolingual split's LM blocks).
 
 Training reads each batch's rows from all over a split (fairseq's batches are rows of
 similar length, drawn across the corpus). When the corpus does not fit in memory, or sits
@@ -13,10 +14,31 @@ Other options still give the original's batches, with less locality.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from arrowmt.converters import write_reordered
-from arrowmt.format import Manifest, Split
-from arrowmt.plans import ORDERED_BY_KEY, PlanParams, load_plan, ordered_by, plan_fields, plan_order
+from arrowmt._errors import InvalidParameterError
+from arrowmt.converters import write_copy, write_reordered
+from arrowmt.format import BLOCK_ORDER_KEY, TOKENS, Manifest, Split, block_order_name, refuse_block_order
+from arrowmt.plans import (
+    ORDERED_BY_KEY,
+    BlockParams,
+    BlockRows,
+    PlanParams,
+    TokenStream,
+    block_spec,
+    cache_folder,
+    check_monolingual,
+    load_block_plan,
+    load_blocks,
+    load_plan,
+    ordered_by,
+    plan_fields,
+    plan_order,
+    table_source,
+    write_table,
+)
+
+CHUNK_TOKENS = 1 << 22  # tokens of blocks a block copy gathers at a time (16 MiB; ~170 MiB peak, temporaries too)
 
 
 def order_copy(
@@ -50,3 +72,53 @@ def order_copy(
     order = plan_order(plan.indices, len(data))
     provenance = {ORDERED_BY_KEY: ordered_by(split, plan.key, plan_fields(params))}
     return write_reordered(corpus, out, split, order, plan.offsets, provenance, overwrite=overwrite, progress=progress)
+
+
+def order_blocks(
+    corpus: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    split: str = "train",
+    tokens_per_sample: int | None = 1024,
+    break_mode: str = "none",
+    document_sep_len: int = 1,
+    max_tokens: int | None = 4096,
+    max_sentences: int | None = None,
+    required_batch_size_multiple: int = 1,
+    max_positions: int | None = None,
+    seed: int = 1,
+    skip_invalid_size_inputs: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Manifest:
+    """Copy the monolingual ``corpus`` to ``out`` with the LM blocks of ``split`` (``tokens_per_sample``,
+    ``break_mode``, ``document_sep_len`` as :func:`~arrowmt.open_blocks` takes them) stored in the order of the
+    plan a :class:`~arrowmt.BlockBatchSampler` with these options makes (same names, same defaults).
+
+    The copy gives the same blocks, batches and samples for those block options, and each of that plan's
+    batches is one contiguous read; its rows are pieces of blocks, so only the LM block readers open it."""
+    params = BlockParams(tokens_per_sample, break_mode, document_sep_len)
+    if params.break_mode == "eos":
+        raise InvalidParameterError(
+            "break_mode: expected 'none', 'complete' or 'complete_doc' (break mode 'eos' has no copy in plan order: "
+            "its blocks are the rows, read from the corpus as converted), got 'eos'"
+        )
+    data = Split(corpus, split)
+    refuse_block_order(data.manifest, data.path, "order")
+    check_monolingual(data)
+    stream = TokenStream(data)
+    table = load_blocks(stream, params, None)
+    spec = block_spec(max_tokens, max_sentences, required_batch_size_multiple, max_positions, seed,
+                      skip_invalid_size_inputs)  # fmt: skip
+    plan = load_block_plan(table, spec, cache_folder(data, None), f"{data.path} split {split!r}")
+    chunk = max(1, CHUNK_TOKENS // (tokens_per_sample or 1))
+    rows = BlockRows(stream, table, plan_order(plan.indices, len(table)), chunk)
+
+    def side(folder: Path) -> dict[str, object]:
+        name = block_order_name(split)
+        write_table(folder / name, table.key, len(rows), rows.tokens, rows.starts, rows.ends, rows.offsets)
+        entry = {"file": name, "table": table.key, "source": table_source(data), "blocks": params.key_fields(),
+                 "plan": spec.key_fields()}  # fmt: skip
+        return {BLOCK_ORDER_KEY: {split: entry}}
+
+    return write_copy(corpus, out, split, lambda _data: {TOKENS: rows}, side, overwrite=overwrite, progress=progress)

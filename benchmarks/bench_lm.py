@@ -137,7 +137,7 @@ class ArrowMT:
         from arrowmt.training._block_sampler import BlockBatchSampler
 
         started = time.perf_counter()
-        self.ds = open_blocks(data / "arrowmt", "train", args.tokens_per_sample, args.mode)
+        self.ds = open_blocks(data / args.folder, "train", args.tokens_per_sample, args.mode)
         opened = time.perf_counter()
         self.sampler = BlockBatchSampler(
             self.ds,
@@ -178,8 +178,8 @@ def import_system(system: str) -> None:
             import arrowmt.training._block_sampler  # noqa: F401
 
 
-def cache_files(data: Path) -> list[Path]:
-    folder = data / "arrowmt" / ".arrowmt-cache"
+def cache_files(data: Path, name: str = "arrowmt") -> list[Path]:
+    folder = data / name / ".arrowmt-cache"
     return sorted(p for p in folder.glob("*.bin")) if folder.is_dir() else []
 
 
@@ -200,7 +200,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     import_system(args.system)
     result["import_s"] = time.perf_counter() - t0
     if args.system == "arrowmt" and args.plan == "cold":
-        for path in cache_files(data):
+        for path in cache_files(data, args.folder):
             path.unlink()
     base = read_memory()
     t0 = time.perf_counter()
@@ -211,7 +211,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     if args.system == "arrowmt":
         table = pipe.ds.table
         result["plan_built"] = bool(pipe.sampler.plan.built) or bool(getattr(table, "built", False))
-        result["cache_files"] = {p.name: p.stat().st_size for p in cache_files(data)}
+        result["cache_files"] = {p.name: p.stat().st_size for p in cache_files(data, args.folder)}
+        result["folder"] = args.folder
         result.update(pipe.timings)
     result.update(num_batches=pipe.num_batches, num_blocks=len(pipe.ds))
     limit = args.max_batches or pipe.num_batches
@@ -292,12 +293,36 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- larger than memory
 
-COLD_ROWS = {  # name: (system, read-ahead depth, cold, slow: reads --slow-batches batches)
-    "arrowmt in cache": ("arrowmt", 8, False, False),
-    "arrowmt cold": ("arrowmt", 8, True, False),
-    "arrowmt cold, no read-ahead": ("arrowmt", 0, True, False),
-    "fairseq cold": ("fairseq", 0, True, True),
+ORDERED = "arrowmt-ordered"  # `bench_lm.py order`: the blocks stored in the plan order of ArrowMT's options
+COLD_ROWS = {  # name: (system, read-ahead depth, cold, slow: reads --slow-batches batches, folder)
+    "arrowmt in cache": ("arrowmt", 8, False, False, "arrowmt"),
+    "arrowmt cold": ("arrowmt", 8, True, False, "arrowmt"),
+    "arrowmt cold, no read-ahead": ("arrowmt", 0, True, False, "arrowmt"),
+    "arrowmt in cache, plan order": ("arrowmt", 8, False, False, ORDERED),
+    "arrowmt cold, plan order": ("arrowmt", 8, True, False, ORDERED),
+    "fairseq cold": ("fairseq", 0, True, True, "arrowmt"),
 }
+
+
+def order_corpus(data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``DATA/arrowmt-ordered``: the blocks stored in the plan order :class:`ArrowMT` reads (its options, epoch 1's
+    plan; every epoch's batches are the same blocks, shuffled)."""
+    from arrowmt import order_blocks
+
+    started = time.perf_counter()
+    order_blocks(
+        data / "arrowmt",
+        data / ORDERED,
+        tokens_per_sample=args.tokens_per_sample,
+        break_mode=args.mode,
+        max_tokens=args.max_tokens,
+        required_batch_size_multiple=8,
+        max_positions=args.tokens_per_sample,
+        seed=args.seed,
+        skip_invalid_size_inputs=True,
+        overwrite=True,
+    )
+    return {"order_s": time.perf_counter() - started}
 
 
 def run_cold(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -312,12 +337,15 @@ def run_cold(args: argparse.Namespace) -> list[dict[str, Any]]:
     budget = args.budget or corpus // 3 // 2**20
     base = [sys.executable, __file__, "one"]
     common = ["--data", str(args.data), "--mode", args.mode, "--cpu", "-1"]
-    subprocess.run([*base, "arrowmt", *common, "--max-batches", "1"], capture_output=True, check=True)  # the plan
+    for folder in sorted({COLD_ROWS[name][4] for name in args.rows}):  # the plans, built before any timing
+        warm = [*base, "arrowmt", *common, "--folder", folder, "--max-batches", "1"]
+        subprocess.run(warm, capture_output=True, check=True)
     runs = []
     for _ in range(args.repeat):
         for name in args.rows:
-            system, depth, cold, slow = COLD_ROWS[name]
-            command = [*base, system, *common, "--max-batches", str(args.slow_batches if slow else args.batches)]
+            system, depth, cold, slow, folder = COLD_ROWS[name]
+            command = [*base, system, *common, "--folder", folder]
+            command += ["--max-batches", str(args.slow_batches if slow else args.batches)]
             if cold:
                 command = ["bash", str(SMALL_RAM), str(budget), str(args.data), "--", *command]
             else:
@@ -431,8 +459,14 @@ def main(argv: list[str] | None = None) -> int:
     cold.add_argument("--rows", nargs="+", default=list(COLD_ROWS), choices=list(COLD_ROWS), metavar="ROW")
     cold.add_argument("--mode", choices=MODES, default="none")
     cold.add_argument("--json", type=Path, help="also write the runs here")
-    for sub in (make, one, every):
+    order = commands.add_parser("order", help=f"store DATA/arrowmt's blocks in plan order as DATA/{ORDERED}")
+    order.add_argument("--data", type=Path, required=True)
+    one.add_argument("--folder", default="arrowmt", help=f"the arrowmt folder in DATA (arrowmt or {ORDERED})")
+    for sub in (make, one, every, order):
         sub.add_argument("--seed", type=int, default=1)
+    order.add_argument("--mode", choices=MODES, default="none")
+    order.add_argument("--tokens-per-sample", type=int, default=512)
+    order.add_argument("--max-tokens", type=int, default=8192)
     for sub in (one, every):
         sub.add_argument("--mode", choices=MODES, default="none")
         sub.add_argument("--tokens-per-sample", type=int, default=512)
@@ -448,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(args), indent=1, sort_keys=True))
     elif args.command == "cold":
         run_cold(args)
+    elif args.command == "order":
+        print(json.dumps(order_corpus(args.data, args)))
     elif args.table_only:
         print(table(json.loads((RESULTS / f"lm-{args.tokens}.json").read_text())))
     else:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from arrowmt.converters._from_table import convert_table, read_table_file
     from arrowmt.converters._parallel_text import convert_text, convert_with_options, parse_byte_size, unknown_lines
     from arrowmt.converters._parquet_export import export_parquet
-    from arrowmt.converters._reorder import write_reordered
+    from arrowmt.converters._reorder import write_copy, write_reordered
     from arrowmt.converters._tasks import dask_executor
     from arrowmt.converters._text_inputs import TextConversion
 
@@ -29,7 +29,7 @@ _EXPORTS = {
     "arrowmt.converters._from_table": ("convert_table", "read_table_file"),
     "arrowmt.converters._parallel_text": ("convert_text", "convert_with_options", "parse_byte_size", "unknown_lines"),
     "arrowmt.converters._parquet_export": ("export_parquet",),
-    "arrowmt.converters._reorder": ("write_reordered",),
+    "arrowmt.converters._reorder": ("write_copy", "write_reordered"),
     "arrowmt.converters._tasks": ("dask_executor",),
     "arrowmt.converters._text_inputs": ("TextConversion",),
 }
@@ -56,5 +56,6 @@ __all__ = [
     "parse_byte_size",
     "read_table_file",
     "unknown_lines",
+    "write_copy",
     "write_reordered",
 ]

@@ -32,6 +32,7 @@ from arrowmt.format import (
     check_split_dictionaries,
     progress_bar,
     reading,
+    refuse_block_order,
     refuse_row_order,
 )
 
@@ -58,6 +59,7 @@ def export_parquet(
     with reading(folder):  # the manifest and every split from one publish
         manifest = Manifest.load(folder)
         refuse_row_order(manifest, folder, "export")
+        refuse_block_order(manifest, folder, "export")
         splits = [Split(folder, split, manifest, access="sequential") for split in manifest.splits()]
     with StagedOutput.begin(out, overwrite) as staged:
         names = _copy_dictionaries(folder, manifest, staged.path)

@@ -1,14 +1,16 @@
-"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.format._row_order``).
+"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.format._row_order``),
+or stored as pieces of its rows (LM blocks in plan order, see ``arrowmt.format._block_order``).
 
 The rows are gathered from the source in the new order block by block (never all in
 memory), written like any conversion (staging folder, manifest last), and the split's
-row order file keeps the original row numbers. The other splits are copied as they are.
+side file (the row order file keeping the original row numbers, or the blocks' table) is
+written beside them before the manifest. The other splits are copied as they are.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +25,10 @@ from arrowmt.format import (
     Dictionary,
     Manifest,
     Ragged,
+    RowSource,
     Split,
     order_name,
+    refuse_block_order,
     refuse_row_order,
     write_row_order,
 )
@@ -68,14 +72,40 @@ def write_reordered(
 ) -> Manifest:
     """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows),
     whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.format.write_row_order`)."""
+
+    def stored(data: Split) -> dict[str, RowSource]:
+        rows = len(data)
+        if order.shape[0] != rows or not np.all(np.bincount(order, minlength=rows) == 1):
+            raise InvalidParameterError(f"order: expected a permutation of the {rows} rows of {split!r}")
+        return {name: OrderedRows(data, name, order) for name in data.columns}
+
+    def side(folder: Path) -> dict[str, object]:
+        write_row_order(folder / order_name(split), order, plan_offsets)
+        return {**provenance, ROW_ORDER_KEY: {split: order_name(split)}}
+
+    return write_copy(corpus, out, split, stored, side, overwrite=overwrite, progress=progress)
+
+
+def write_copy(
+    corpus: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    split: str,
+    stored: Callable[[Split], dict[str, RowSource]],
+    side: Callable[[Path], dict[str, object]],
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Manifest:
+    """Copy the folder ``corpus`` to ``out`` with split ``split``'s columns stored as ``stored(split)`` gives
+    them (checked before anything is written); ``side(folder)`` writes the split's side file in the staging folder
+    and returns the provenance entries naming it (added to the source's)."""
     source_manifest = Manifest.load(corpus)
     refuse_row_order(source_manifest, Path(corpus), "order")
+    refuse_block_order(source_manifest, Path(corpus), "order")
     splits = {name: Split(corpus, name, source_manifest) for name in source_manifest.splits()}
     if split not in splits:
         raise InvalidParameterError(f"split: expected one of {sorted(splits)}, got {split!r}")
-    rows = len(splits[split])
-    if order.shape[0] != rows or not np.all(np.bincount(order, minlength=rows) == 1):
-        raise InvalidParameterError(f"order: expected a permutation of the {rows} rows of {split!r}")
+    rows = stored(splits[split])
     with OutputFolder.prepare(
         out, dict(source_manifest.languages), source_manifest.source_format, overwrite, progress
     ) as folder:
@@ -83,25 +113,18 @@ def write_reordered(
             source = Path(corpus) / name
             folder.add_dictionary(lang or None, Dictionary.load(source), source)
         for name, data in splits.items():
-            stored = order if name == split else np.arange(len(data), dtype=np.int64)
+            sources = rows if name == split else {c: OrderedRows(data, c, np.arange(len(data))) for c in data.columns}
             pieces = STRETCH_PIECE_ROWS if name == split else PIECE_ROWS  # read in stretches: small pieces
-            folder.write(name, _columns(data, stored, folder), data.special_ids, pieces)
-        write_row_order(folder.path / order_name(split), order, plan_offsets)
-        folder.manifest.provenance = {
-            **source_manifest.provenance,
-            **provenance,
-            ROW_ORDER_KEY: {split: order_name(split)},
-        }
+            folder.write(name, _columns(data, sources, folder), data.special_ids, pieces)
+        folder.manifest.provenance = {**source_manifest.provenance, **side(folder.path)}
         return folder.finish()
 
 
-def _columns(data: Split, rows: np.ndarray, folder: OutputFolder) -> dict:
+def _columns(data: Split, sources: dict[str, RowSource], folder: OutputFolder) -> dict:
     out = {}
     for name in data.columns:
         info = data.metadata.columns[name]
         dictionary = Dictionary.load(data.path / info.dictionary)
         origin = f"{data.path} split {data.split!r} column {name!r}"
-        out[name] = column(
-            OrderedRows(data, name, rows), info.lang, folder.dictionary_name(info.lang), dictionary, origin
-        )
+        out[name] = column(sources[name], info.lang, folder.dictionary_name(info.lang), dictionary, origin)
     return out

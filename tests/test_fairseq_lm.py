@@ -96,6 +96,28 @@ def test_fairseq_train_logs_the_native_updates(mode: str, corpus: tuple[Path, Pa
     assert updates(plugin) == expected
 
 
+def block_copy(corpus: tuple[Path, Path], folder: Path, mode: str) -> Path:
+    """The arrowmt corpus with its train blocks stored in the plan order ``fairseq-train`` asks for (TINY_LM:
+    epoch 1 is planned under ``--seed`` + 1)."""
+    import arrowmt
+
+    options = {"max_tokens": 1024, "max_positions": TOKENS_PER_SAMPLE, "required_batch_size_multiple": 8}
+    arrowmt.order_blocks(corpus[1], folder, tokens_per_sample=TOKENS_PER_SAMPLE, break_mode=mode, seed=4,
+                         skip_invalid_size_inputs=True, progress=False, **options)  # fmt: skip
+    return folder
+
+
+def test_fairseq_train_on_blocks_in_plan_order_logs_the_native_updates(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    copy = block_copy(corpus, tmp_path / "copy", "none")
+    native, plugin = run_both((corpus[0], copy), "none", tmp_path)
+    assert "planned by arrowmt" in plugin and "another plan" not in plugin  # the plan the copy is stored by
+    expected = updates(native)
+    assert [int(r["num_updates"]) for r in expected] == [1, 2, 3, 4]
+    assert updates(plugin) == expected
+
+
 # ---------------------------------------------------------------- the tasks in-process
 
 
@@ -175,6 +197,16 @@ def test_task_batches_equal_native(
     native = make_task(fairseq_tasks, corpus[0], True, sample_break_mode=mode, **options)
     plugin = make_task(fairseq_tasks, corpus[1], False, sample_break_mode=mode, **options)
     assert plugin.targets == native.targets
+    for split, epoch in (("train", 1), ("train", 2), ("valid", 1)):
+        assert_same_batches(epoch_batches(plugin, split, epoch), epoch_batches(native, split, epoch))
+
+
+@pytest.mark.parametrize("mode", ["none", "complete_doc"])
+def test_task_on_blocks_in_plan_order_equals_native(
+    mode: str, corpus: tuple[Path, Path], tmp_path: Path, fairseq_tasks: types.SimpleNamespace
+) -> None:
+    native = make_task(fairseq_tasks, corpus[0], True, sample_break_mode=mode)
+    plugin = make_task(fairseq_tasks, block_copy(corpus, tmp_path / "copy", mode), False, sample_break_mode=mode)
     for split, epoch in (("train", 1), ("train", 2), ("valid", 1)):
         assert_same_batches(epoch_batches(plugin, split, epoch), epoch_batches(native, split, epoch))
 

@@ -324,6 +324,11 @@ def test_lm_blocks_and_mixtures_by_url(s3: pafs.S3FileSystem, corpus: Path, tmp_
     local = arrowmt.open_blocks(mono, tokens_per_sample=64)
     assert len(remote) == len(local)
     assert all(flat(remote[i]) == flat(local[i]) for i in range(len(local)))
+    copy = arrowmt.order_blocks(mono, tmp_path / "copy", tokens_per_sample=64, max_tokens=512, progress=False)
+    assert copy.files["train"].rows > len(local.split)  # rows cut at block ends
+    copy_url = upload(s3, tmp_path / "copy", "copy")
+    stored = arrowmt.open_blocks(copy_url, tokens_per_sample=64, cache_dir=tmp_path / "s", cache_limit="16K")
+    assert all(flat(stored[i]) == flat(local[i]) for i in range(len(local)))
     url = upload(s3, corpus, "mix")
     mixed = arrowmt.open_mixture({"a": url, "b": corpus}, cache_dir=tmp_path / "m", cache_limit="32K")
     plain = arrowmt.open_mixture({"a": corpus, "b": corpus})

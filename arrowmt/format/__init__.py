@@ -24,11 +24,19 @@ if TYPE_CHECKING:
         write_bytes_atomic,
     )
     from arrowmt.format._block_index import index_name
+    from arrowmt.format._block_order import (
+        BlockOrder,
+        block_order_name,
+        block_orders,
+        read_block_order,
+        refuse_block_order,
+    )
     from arrowmt.format._chunks import CheckedArray
     from arrowmt.format._dictionaries import check_split_dictionaries, mismatch_error
     from arrowmt.format._indexing import write_block_indexes, write_folder_indexes
     from arrowmt.format._locks import reading
     from arrowmt.format._manifest import (
+        BLOCK_ORDER_KEY,
         DICTIONARY_SUFFIX,
         ROW_ORDER_KEY,
         FileEntry,
@@ -79,6 +87,7 @@ if TYPE_CHECKING:
     )
     from arrowmt.format._sidefile import (
         BLOCKS_FORMAT,
+        COPY_BLOCKS_FORMAT,
         HEADER_BYTES,
         PLAN_FORMAT,
         VIEW_FORMAT,
@@ -115,11 +124,19 @@ _EXPORTS = {
         "write_bytes_atomic",
     ),
     "arrowmt.format._block_index": ("index_name",),
+    "arrowmt.format._block_order": (
+        "BlockOrder",
+        "block_order_name",
+        "block_orders",
+        "read_block_order",
+        "refuse_block_order",
+    ),
     "arrowmt.format._chunks": ("CheckedArray",),
     "arrowmt.format._dictionaries": ("check_split_dictionaries", "mismatch_error"),
     "arrowmt.format._indexing": ("write_block_indexes", "write_folder_indexes"),
     "arrowmt.format._locks": ("reading",),
     "arrowmt.format._manifest": (
+        "BLOCK_ORDER_KEY",
         "DICTIONARY_SUFFIX",
         "ROW_ORDER_KEY",
         "FileEntry",
@@ -170,6 +187,7 @@ _EXPORTS = {
     ),
     "arrowmt.format._sidefile": (
         "BLOCKS_FORMAT",
+        "COPY_BLOCKS_FORMAT",
         "HEADER_BYTES",
         "PLAN_FORMAT",
         "SideFile",
@@ -207,8 +225,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BLOCKS_FORMAT",
+    "BLOCK_ORDER_KEY",
     "CACHE_DIR_NAME",
     "COMPLETED_NOTE",
+    "COPY_BLOCKS_FORMAT",
     "DEFAULT_ACCESS",
     "DEFAULT_ROWS_PER_BATCH",
     "DICTIONARY_SUFFIX",
@@ -229,6 +249,7 @@ __all__ = [
     "TOKEN_TYPE",
     "VIEW_FORMAT",
     "VIEW_SUFFIX",
+    "BlockOrder",
     "CacheOptions",
     "CheckedArray",
     "ColumnData",
@@ -253,6 +274,8 @@ __all__ = [
     "ViewReport",
     "WordRanges",
     "atomic_path",
+    "block_order_name",
+    "block_orders",
     "build_view",
     "check_batch_offsets",
     "check_indices",
@@ -287,8 +310,10 @@ __all__ = [
     "plan_use",
     "plan_uses",
     "progress_bar",
+    "read_block_order",
     "read_json",
     "reading",
+    "refuse_block_order",
     "refuse_row_order",
     "remove_unlisted",
     "resident_pages",

@@ -30,6 +30,7 @@ REQUIRED_KEYS = frozenset({"format", "format_version", "languages", "dictionarie
 OPTIONAL_KEYS = frozenset({"provenance"})
 PAIRS_KEY = "pairs"  # provenance key: the language pairs of a folder holding several (``["de-en", "fr-en"]``)
 ROW_ORDER_KEY = "row_order"  # provenance key: split -> row order file of a copy stored in plan order
+BLOCK_ORDER_KEY = "block_order"  # provenance key: split -> block table entry of LM blocks stored in plan order
 ENTRY_KEYS = ("file", "rows", "size", "sha256")
 SHOWN_CHARS = 80
 FILE_KINDS = (
@@ -116,13 +117,23 @@ class Manifest:
         )
 
     def file_names(self) -> set[str]:
-        """Every file this manifest lists (split files, dictionaries, row orders), the manifest itself excluded."""
+        """Every file this manifest lists (split files, dictionaries, row orders, block tables), the manifest itself
+        excluded."""
         return {entry.file for entry in self.files.values()} | set(self.dictionaries.values()) | self.row_order_files()
 
     def row_order_files(self) -> set[str]:
-        """The row order files of splits stored in plan order (:mod:`arrowmt.format._row_order`)."""
-        listed = self.provenance.get(ROW_ORDER_KEY)
-        return {str(name) for name in listed.values()} if isinstance(listed, dict) else set()
+        """The side files of splits stored in plan order: row orders (:mod:`arrowmt.format._row_order`) and block
+        tables (:mod:`arrowmt.format._block_order`)."""
+        rows = self.provenance.get(ROW_ORDER_KEY)
+        blocks = self.provenance.get(BLOCK_ORDER_KEY)
+        listed = list(rows.values()) if isinstance(rows, dict) else []
+        if isinstance(blocks, dict):
+            listed += [entry.get("file") for entry in blocks.values() if isinstance(entry, dict)]
+        for name in listed:
+            error = plain_name_error(name)
+            if error:
+                raise FormatError(f"manifest provenance: side file {name!r}: {error}")
+        return set(listed)
 
     def check_files(self, folder: Path, path: Path) -> None:
         """FormatError unless every listed file that exists is a regular file inside ``folder``."""

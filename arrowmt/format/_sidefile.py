@@ -151,6 +151,10 @@ PLAN_FORMAT = SideFormat("plan", b"ARROWMT-PLAN\x00\x00\x00\x00", 3, "I32sQQQQ",
 BLOCKS_FORMAT = SideFormat(
     "block table", b"ARROWMT-BLOCKS\x00\x00", 3, "I32sQQQ", "block tables of other versions are rebuilt"
 )
+COPY_BLOCKS_FORMAT = SideFormat(  # the same file as a block table, but the copy's own: never removed, never rebuilt
+    "block table", BLOCKS_FORMAT.magic, BLOCKS_FORMAT.version, BLOCKS_FORMAT.fields,
+    "make the copy again (`arrowmt order --tokens-per-sample`)", cache=False,
+)  # fmt: skip
 VIEW_FORMAT = SideFormat(
     "view", b"ARROWMT-VIEW\x00\x00\x00\x00", 3, "I32s32sQQQ", "rebuild it with `arrowmt filter`", (2,), cache=False
 )

@@ -29,6 +29,7 @@ import pyarrow.ipc as ipc
 from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError, FormatError
+from arrowmt.format._block_order import block_orders
 from arrowmt.format._dictionaries import column_place, mismatch_error
 from arrowmt.format._manifest import FileEntry, Manifest, file_sha256, split_path
 from arrowmt.format._metadata import ColumnInfo
@@ -37,7 +38,14 @@ from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._row_order import check_row_order, order_files
 from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME
-from arrowmt.format._sidefile import BLOCKS_FORMAT, PLAN_FORMAT, SideFormat, open_side_file, stored_version
+from arrowmt.format._sidefile import (
+    BLOCKS_FORMAT,
+    COPY_BLOCKS_FORMAT,
+    PLAN_FORMAT,
+    SideFormat,
+    open_side_file,
+    stored_version,
+)
 from arrowmt.format._view import VIEW_SUFFIX, View
 from arrowmt.format._vocab import Dictionary, id_outside, unterminated_row
 
@@ -92,7 +100,7 @@ def verify_dataset(
         for name, entry in sorted(manifest.files.items()):
             _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar)
         _verify_side_files(folder, report, bar)
-        _verify_row_orders(folder, manifest, report, bar)
+        _verify_plan_orders(folder, manifest, report, bar)
     return report
 
 
@@ -227,19 +235,44 @@ def _verify_side_files(folder: Path, report: VerifyReport, bar: tqdm) -> None:
         bar.update(1)
 
 
-def _verify_row_orders(folder: Path, manifest: Manifest, report: VerifyReport, bar: tqdm) -> None:
-    """The row order file of each split stored in plan order (a copy made by ``arrowmt order``), checked whole."""
+def _verify_plan_orders(folder: Path, manifest: Manifest, report: VerifyReport, bar: tqdm) -> None:
+    """The side files of splits stored in plan order (copies made by ``arrowmt order``), checked whole: row order
+    files, and the block tables of LM blocks (header, chunk table, every chunk; their ranges are checked as
+    training reads them)."""
     try:
-        listed = order_files(manifest)
+        rows, blocks = order_files(manifest), block_orders(manifest)
     except ArrowMTError as exc:
         report.problems.append(f"{folder / MANIFEST_NAME}: {exc}")
         return
-    bar.total += len(listed)
+    row_files = [(folder / name, _split_rows(manifest, split)) for split, name in sorted(rows.items())]
+    checks: list[Callable[[], object]] = [lambda path=path, n=n: check_row_order(path, n) for path, n in row_files]
+    tables = [(folder / str(e["file"]), str(e["table"]), _split_rows(manifest, s)) for s, e in sorted(blocks.items())]
+    checks += [lambda path=path, key=key, n=n: _check_copy_table(path, key, n) for path, key, n in tables]
+    bar.total += len(checks)
     bar.refresh()
-    for split, name in sorted(listed.items()):
-        rows = sum(manifest.files[shard].rows for shard in manifest.shards(split))
-        _count_or_report(report, lambda name=name, rows=rows: check_row_order(folder / name, rows), "")
+    for check in checks:
+        _count_or_report(report, check, "")
         bar.update(1)
+
+
+def _check_copy_table(path: Path, key: str, rows: int) -> SideFormat:
+    """A copy's block table: its header names the manifest's table key and the split's rows, every chunk sound."""
+    side = open_side_file(path, COPY_BLOCKS_FORMAT, None)
+    try:
+        _, digest, got_rows, _, _ = side.values
+        if (digest.hex(), got_rows) != (key, rows):
+            raise FormatError(
+                f"{path}: block table (key, rows): expected {(key, rows)} (the manifest's), found "
+                f"{(digest.hex(), got_rows)}; make the copy again"
+            )
+        side.check_all()
+    finally:
+        side.map.close()
+    return COPY_BLOCKS_FORMAT
+
+
+def _split_rows(manifest: Manifest, split: str) -> int:
+    return sum(manifest.files[shard].rows for shard in manifest.shards(split))
 
 
 def _count_or_report(report: VerifyReport, check: Callable[[], object], advice: str) -> None:
@@ -263,6 +296,11 @@ def _check_cache_file(path: Path, fmt: SideFormat) -> SideFormat | None:
     version = stored_version(path, fmt)
     if version is not None and version != fmt.version:
         return None
+    return _check_side_file(path, fmt)
+
+
+def _check_side_file(path: Path, fmt: SideFormat) -> SideFormat:
+    """``fmt`` once ``path`` is found sound (header, chunk table, every chunk); FormatError if bad."""
     side = open_side_file(path, fmt, None)
     try:
         side.check_all()

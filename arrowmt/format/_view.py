@@ -58,6 +58,7 @@ import numpy as np
 
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format._block_order import refuse_block_order
 from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import Manifest, plain_name_error
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
@@ -353,6 +354,7 @@ def build_view(
     filters = ViewFilters(max_len, min_len, max_len_ratio, bool(dedup))
     source = Split(corpus, split, access="sequential")
     refuse_row_order(source.manifest, source.path, "filter")
+    refuse_block_order(source.manifest, source.path, "filter")
     keep, dropped = select_rows(source, filters, rows)
     kept = np.flatnonzero(keep)
     del keep

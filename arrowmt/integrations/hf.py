@@ -68,6 +68,7 @@ from arrowmt.format import (
     atomic_path,
     ensure_offsets_checked,
     open_split,
+    refuse_block_order,
     refuse_row_order,
     remove_unlisted,
     split_path,
@@ -128,9 +129,7 @@ def load_split(
     ``ds.cache_files`` are the links. Nothing is written into the corpus folder.
     """
     hf = import_datasets()
-    dataset = open_split(path, split)
-    refuse_row_order(dataset.manifest, dataset.path, "load into datasets")
-    _check_offsets(dataset)
+    dataset = _checked_split(path, split, "load into datasets")
     links = _link_shards(dataset, _link_folder(hf, dataset, cache_dir))
     info = hf.DatasetInfo(features=token_features(dataset.columns), description=_description(path, split))
     named = hf.NamedSplit(split)
@@ -183,8 +182,7 @@ def export_for_load_from_disk(
     """
     if link not in LINK_MODES:
         raise InvalidParameterError(f"link: expected one of {list(LINK_MODES)}, got {link!r}")
-    dataset = open_split(path, split)
-    _check_offsets(dataset)
+    dataset = _checked_split(path, split, "export for datasets")
     sources = [split_path(dataset.path, name) for name in dataset.shard_names]
     names = [DATA_FILE_FORMAT.format(index=k, count=len(sources)) for k in range(len(sources))]
     with StagedOutput.begin(out_dir, overwrite) as staged:
@@ -205,6 +203,15 @@ def _earlier_data_files(out: Path) -> frozenset[str]:
     except (OSError, ValueError, TypeError, KeyError, RecursionError):
         return frozenset()
     return frozenset(n for n in listed if isinstance(n, str) and DATA_FILE_PATTERN.fullmatch(n))
+
+
+def _checked_split(path: str | os.PathLike[str], split: str, what: str) -> Split:
+    """Split ``split`` of ``path``, its rows as converted (not a copy in plan order), its offsets checked."""
+    dataset = open_split(path, split)
+    refuse_row_order(dataset.manifest, dataset.path, what)
+    refuse_block_order(dataset.manifest, dataset.path, what, split)
+    _check_offsets(dataset)
+    return dataset
 
 
 def _check_offsets(dataset: Split) -> None:

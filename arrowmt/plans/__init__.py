@@ -5,7 +5,16 @@ Imports the format layer only; never torch (the training layer's sampler walks t
 Other packages import from here, not from the private modules.
 """
 
-from arrowmt.plans._block_plan import BlockParams, BlockTable, cache_folder, load_block_plan, load_blocks
+from arrowmt.plans._block_copy import BlockRows, cut_lengths, stored_starts
+from arrowmt.plans._block_plan import (
+    BlockParams,
+    BlockTable,
+    cache_folder,
+    load_block_plan,
+    load_blocks,
+    table_source,
+    write_table,
+)
 from arrowmt.plans._blocks import HEADS, shifted_heads
 from arrowmt.plans._bucketing import (
     check_rank,
@@ -36,7 +45,7 @@ from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, a
 from arrowmt.plans._sources import check_row_ids, check_source
 from arrowmt.plans._spec import BatchSpec, block_spec
 from arrowmt.plans._stored_plan import ORDERED_BY_KEY, StoredPlan, ordered_by
-from arrowmt.plans._token_stream import TokenStream
+from arrowmt.plans._token_stream import TokenStream, check_monolingual
 
 __all__ = [
     "HEADS",
@@ -44,6 +53,7 @@ __all__ = [
     "BatchPlan",
     "BatchSpec",
     "BlockParams",
+    "BlockRows",
     "BlockTable",
     "EpochPlans",
     "FixedPlan",
@@ -58,6 +68,7 @@ __all__ = [
     "as_sizes",
     "block_spec",
     "cache_folder",
+    "check_monolingual",
     "check_rank",
     "check_row_ids",
     "check_seed",
@@ -65,6 +76,7 @@ __all__ = [
     "check_temperature",
     "check_weights",
     "corpus_of",
+    "cut_lengths",
     "epoch_batch_order",
     "load_block_plan",
     "load_blocks",
@@ -79,9 +91,12 @@ __all__ = [
     "shard_batches",
     "shard_length",
     "shifted_heads",
+    "stored_starts",
+    "table_source",
     "temperature_ratios",
     "window_batches",
     "window_chunk",
     "window_starts",
     "windowed_batch_order",
+    "write_table",
 ]

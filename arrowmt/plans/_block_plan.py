@@ -37,6 +37,7 @@ but the builder maps the file read-only (shared page cache, no private copy).
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,6 +51,7 @@ from arrowmt._heap import release_free_heap
 from arrowmt.format import (
     BLOCKS_FORMAT,
     CACHE_DIR_NAME,
+    COPY_BLOCKS_FORMAT,
     SideFile,
     Split,
     WordRanges,
@@ -59,6 +61,7 @@ from arrowmt.format import (
     open_side_file,
     write_side_file,
 )
+from arrowmt.plans._block_copy import stored_blocks, table_key
 from arrowmt.plans._blocks import (
     HEADS,
     check_break_mode,
@@ -76,8 +79,10 @@ from arrowmt.plans._bucketing import (
 )
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._spec import BLOCK_LIMIT, BatchSpec
+from arrowmt.plans._stored_plan import changed_fields
 from arrowmt.plans._token_stream import TokenStream
 
+logger = logging.getLogger(__name__)
 CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
 
 
@@ -149,9 +154,11 @@ class MappedBlocks:
     """Break modes ``none``/``complete``/``complete_doc``: the block table file, mapped read-only, checked as it is
     read; picklable by path."""
 
-    def __init__(self, path: Path, key: str, rows: int, total: int, built: bool = False) -> None:
+    def __init__(self, path: Path, key: str, rows: int, total: int, built: bool = False, in_order: bool = True) -> None:
         self.path, self.key, self.rows, self.total, self.built = path, key, rows, total, built
-        side = _open_table(path, key, rows, total)
+        self.in_order = in_order  # False: a copy's table, its blocks stored in plan order (not by number)
+        self.stored_plan: dict[str, object] | None = None  # a copy's: the batching options it is stored for
+        side = _open_table(path, key, rows, total, in_order)
         count = side.values[-1]
         self._side = side
         self._starts = side.array("<i8", count, 0)
@@ -178,7 +185,7 @@ class MappedBlocks:
 
     def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         arrays = (self._starts.raw, self._ends.raw, self._row_offsets.raw)
-        self._side.check_whole(lambda: _check_table(self.path, *arrays, self.total))
+        self._side.check_whole(lambda: _check_table(self.path, *arrays, self.total, self.in_order))
         return arrays
 
     def bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -196,11 +203,13 @@ class MappedBlocks:
     def offsets(self, ids: np.ndarray) -> np.ndarray:
         ids = _checked_ids(ids, len(self))
         offsets = self._row_offsets.take(ids)
-        bad = np.flatnonzero(offsets > HEADS)
+        starts = self._starts.take(ids)
+        bad = np.flatnonzero((offsets > HEADS) | (offsets > starts))
         if bad.size:
             k = int(bad[0])
             raise FormatError(
-                f"{self.path}: block {int(ids[k])}: row offset {int(offsets[k])}, expected <= {HEADS} (corrupt)"
+                f"{self.path}: block {int(ids[k])}: row offset {int(offsets[k])}, expected <= {HEADS} and <= its "
+                f"start {int(starts[k])} (corrupt)"
             )
         return offsets
 
@@ -220,8 +229,8 @@ class MappedBlocks:
         starts = np.concatenate([part.starts for part in parts])
         return [replace(parts[0], starts=starts, lengths=np.concatenate([part.lengths for part in parts]))]
 
-    def __reduce__(self) -> tuple[type[MappedBlocks], tuple[Path, str, int, int]]:
-        return (MappedBlocks, (self.path, self.key, self.rows, self.total))
+    def __reduce__(self) -> tuple[type[MappedBlocks], tuple[Path, str, int, int, bool, bool]]:
+        return (MappedBlocks, (self.path, self.key, self.rows, self.total, False, self.in_order))
 
 
 def _checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
@@ -234,9 +243,10 @@ def _checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
 # ---------------------------------------------------------------- the block table file
 
 
-def _open_table(path: Path, key: str, rows: int, total: int) -> SideFile:
+def _open_table(path: Path, key: str, rows: int, total: int, cached: bool = True) -> SideFile:
     """Map ``path`` read-only after checking its header against ``key``, ``rows``, ``total``, its size and the
-    header's CRC-32 (its contents are checked as they are read)."""
+    header's CRC-32 (its contents are checked as they are read; a ``cached`` table found corrupt is removed, to be
+    rebuilt; a copy's is the copy's own)."""
 
     def check(side: SideFile) -> None:
         _, digest, got_rows, got_total, _ = side.values
@@ -246,7 +256,8 @@ def _open_table(path: Path, key: str, rows: int, total: int) -> SideFile:
                 f"found {(digest.hex(), got_rows, got_total)} (stale)"
             )
 
-    return open_side_file(path, BLOCKS_FORMAT, lambda _path, values: body_size(values[-1]), check, discard_corrupt=True)
+    fmt = BLOCKS_FORMAT if cached else COPY_BLOCKS_FORMAT
+    return open_side_file(path, fmt, lambda _path, values: body_size(values[-1]), check, discard_corrupt=cached)
 
 
 def body_size(count: int) -> int:
@@ -254,19 +265,23 @@ def body_size(count: int) -> int:
     return 16 * count + -(-count // 8) * 8
 
 
-def _check_table(path: Path, starts: np.ndarray, ends: np.ndarray, offsets: np.ndarray, total: int) -> None:
-    """Blocks are non-empty, in order, non-overlapping, inside ``[0, total]``, offsets <= 2; FormatError naming
-    the first bad one."""
+def _check_table(
+    path: Path, starts: np.ndarray, ends: np.ndarray, offsets: np.ndarray, total: int, in_order: bool = True
+) -> None:
+    """Blocks are non-empty, inside ``[0, total]``, offsets <= 2, and (``in_order``) in order, non-overlapping;
+    FormatError naming the first bad one."""
     previous_end = 0
     for a in range(0, starts.shape[0], CHECK_CHUNK):
         s, e = starts[a : a + CHECK_CHUNK], ends[a : a + CHECK_CHUNK]
-        prior = np.concatenate(([previous_end], e[:-1]))
-        bad = (s < prior) | (e <= s) | (e > total) | (offsets[a : a + CHECK_CHUNK] > HEADS)
+        prior = np.concatenate(([previous_end], e[:-1])) if in_order else np.zeros(s.shape[0], dtype=np.int64)
+        o = offsets[a : a + CHECK_CHUNK]
+        bad = (s < prior) | (e <= s) | (e > total) | (o > HEADS) | (o > s)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             raise FormatError(
                 f"{path}: block {a + k}: range {int(s[k])}..{int(e[k])} (row offset {int(offsets[a + k])}) is not "
-                f"a non-empty range after {int(prior[k])} within {total} tokens, row offset <= {HEADS} (corrupt)"
+                f"a non-empty range after {int(prior[k])} within {total} tokens, row offset <= {HEADS} and <= its "
+                "start (corrupt)"
             )
         previous_end = int(e[-1])
 
@@ -293,11 +308,20 @@ def cache_folder(split: Split, cache_dir: str | os.PathLike[str] | None) -> Path
     return Path(cache_dir) if cache_dir is not None else Path(split.path) / CACHE_DIR_NAME
 
 
+def table_source(split: Split) -> dict[str, object]:
+    """What names a split's block table besides the block options: its fingerprint, the table version, its rows."""
+    return {"blocks": split.fingerprint(), "blocks_version": BLOCKS_FORMAT.version, "rows": len(split)}
+
+
 def load_blocks(stream: TokenStream, params: BlockParams, cache_dir: str | os.PathLike[str] | None) -> BlockTable:
     """The blocks of ``stream``'s split for ``params``: arithmetic, rows, or the cached table (built once)."""
     split = stream.split
-    fields = {"blocks": split.fingerprint(), "blocks_version": BLOCKS_FORMAT.version, "rows": len(split)}
-    key = plan_key({**fields, **params.key_fields()})
+    stored = stored_blocks(split, params.key_fields())
+    if stored is not None:  # a copy in plan order: its own table, by the original's key
+        copy = MappedBlocks(stored.path, stored.table, len(split), stream.total, in_order=False)
+        copy.stored_plan = stored.plan
+        return copy
+    key = table_key(table_source(split), params.key_fields())
     if params.break_mode == "eos":
         return RowBlocks(key, stream)
     path = cache_folder(split, cache_dir) / f"blocks-{key[:32]}.bin"
@@ -346,6 +370,15 @@ def build_block_plan(table: BlockTable, params: BatchSpec) -> PlanArrays:
 def load_block_plan(table: BlockTable, params: BatchSpec, folder: str | os.PathLike[str], where: str) -> BatchPlan:
     """The batch plan over ``table``'s blocks for ``params`` (its limit ``max_positions``): mapped from
     ``folder``, else built once."""
+    stored = getattr(table, "stored_plan", None)
+    if stored is not None and stored != params.key_fields():
+        _, pairs = changed_fields(stored, params.key_fields())
+        logger.warning(
+            "%s: stores LM blocks in the order of another plan (%s): the same batches, read as blocks spread over "
+            "the copy; make the copy with these options (`arrowmt order --help`)",
+            where,
+            pairs,
+        )
     key = plan_key({"block_table": table.key, "block_count": len(table), **params.key_fields()})
     plan = load_or_build_plan(folder, key, len(table), lambda: build_block_plan(table, params))
     if plan.built:

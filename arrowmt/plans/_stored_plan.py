@@ -131,11 +131,15 @@ def stored_plan(dataset: Split, fields: Mapping[str, object], key: str) -> Store
 
 def other_plan(dataset: Split, stored: object, fields: Mapping[str, object]) -> str:
     """Why the plan asked for is built instead of read from the copy: the fields that differ, stored vs asked."""
-    stored = stored if isinstance(stored, dict) else {}
-    differ = sorted(k for k in {*stored, *fields} if stored.get(k) != fields.get(k))
-    pairs = ", ".join(f"{k}={stored.get(k)!r} (asked {fields.get(k)!r})" for k in differ)
+    _, pairs = changed_fields(stored if isinstance(stored, dict) else {}, fields)
     return (
         f"{dataset.path}: split {dataset.split!r} is stored in the order of another plan ({pairs}): its batches are "
         "planned anew and read as rows spread over the copy; make the copy with these options "
         "(`arrowmt order --help`)"
     )
+
+
+def changed_fields(stored: Mapping[str, object], asked: Mapping[str, object]) -> tuple[list[str], str]:
+    """The fields whose stored and asked values differ, and them as ``name=stored (asked value)``, comma-separated."""
+    differ = sorted(k for k in {*stored, *asked} if stored.get(k) != asked.get(k))
+    return differ, ", ".join(f"{k}={stored.get(k)!r} (asked {asked.get(k)!r})" for k in differ)

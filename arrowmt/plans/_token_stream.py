@@ -32,6 +32,15 @@ class Segments:
         return stream.base[self.piece] + (self.start - stream.flat_start[self.piece])
 
 
+def check_monolingual(split: Split) -> None:
+    """InvalidParameterError unless ``split`` has the one column ``tokens`` (what LM blocks are made of)."""
+    if tuple(split.columns) != (TOKENS,):
+        raise InvalidParameterError(
+            f"split: expected a monolingual split with the one column {TOKENS!r}, "
+            f"got {list(split.columns)} in {split.path} split {split.split!r}"
+        )
+
+
 class TokenStream:
     """The ``tokens`` column of a monolingual :class:`Split` as one flat token sequence."""
 

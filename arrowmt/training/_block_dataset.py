@@ -22,9 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt._errors import InvalidParameterError
 from arrowmt.format import DEFAULT_ACCESS, TOKENS, Spans, SpecialIds, Split, WordRanges
-from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, load_blocks, shifted_heads
+from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, check_monolingual, load_blocks, shifted_heads
 from arrowmt.storage import is_url
 
 BlockSample = dict[str, "torch.Tensor | int"]
@@ -94,11 +93,7 @@ class BlockDataset(Dataset):
         document_sep_len: int = 1,
         cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if tuple(split.columns) != (TOKENS,):
-            raise InvalidParameterError(
-                f"split: expected a monolingual split with the one column {TOKENS!r}, "
-                f"got {list(split.columns)} in {split.path} split {split.split!r}"
-            )
+        check_monolingual(split)
         self.split = split
         self.params = BlockParams(tokens_per_sample, break_mode, document_sep_len)
         self.cache_dir = cache_dir

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt.format import DEFAULT_ACCESS, Split
+from arrowmt.format import DEFAULT_ACCESS, Split, refuse_block_order
 from arrowmt.training._batch import GatheredBatch
 
 
@@ -17,8 +18,12 @@ class ArrowMTDataset(Split, Dataset):
 
     ``ds[i]`` gives ``{"id": i, <column>: int32 tensor}`` whose tensors view the
     memory-mapped file. Pickling keeps only the path: DataLoader workers reopen
-    the map themselves.
+    the map themselves. A split storing LM blocks in plan order (rows that are pieces of blocks) is refused.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        refuse_block_order(self.manifest, self.path, "open_dataset", self.split)
 
     def row(self, column: str, index: int) -> torch.Tensor:
         """Row ``index`` of ``column`` as an int32 tensor viewing the map (no copy)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,6 +179,21 @@ def test_the_copy_verifies_and_lists_its_table(copies: dict[str, Path]) -> None:
     assert (entry["plan"]["max_tokens"], entry["plan"]["seed"]) == (512, 3)
 
 
+def damaged(copy: Path, folder: Path, flip_table: bool = False, **entry: object) -> Path:
+    """A copy of ``copy`` at ``folder``: its manifest entry's fields set to ``entry``, a byte of its table flipped."""
+    shutil.copytree(copy, folder)
+    if entry:
+        manifest = json.loads((folder / MANIFEST_NAME).read_text())
+        manifest["provenance"]["block_order"]["train"].update(entry)
+        (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+    if flip_table:
+        table = folder / block_order_name("train")
+        data = bytearray(table.read_bytes())
+        data[-20] ^= 0xFF
+        table.write_bytes(bytes(data))
+    return folder
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -190,48 +206,20 @@ def test_the_copy_verifies_and_lists_its_table(copies: dict[str, Path]) -> None:
 def test_a_bad_manifest_entry_is_refused_naming_it(
     copies: dict[str, Path], tmp_path: Path, field: str, value: object, message: str
 ) -> None:
-    import shutil
-
-    bad = tmp_path / "bad"
-    shutil.copytree(copies["none"], bad)
-    manifest = json.loads((bad / MANIFEST_NAME).read_text())
-    manifest["provenance"]["block_order"]["train"][field] = value
-    (bad / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(FormatError, match=message):
-        blocks(bad)
-
-
-def test_verify_reports_a_damaged_table(copies: dict[str, Path], tmp_path: Path) -> None:
-    import shutil
-
-    bad = tmp_path / "bad"
-    shutil.copytree(copies["none"], bad)
-    table = bad / block_order_name("train")
-    data = bytearray(table.read_bytes())
-    data[-20] ^= 0xFF
-    table.write_bytes(bytes(data))
-    report = verify_dataset(bad, progress=False)
-    assert not report.ok and any("train.lm-blocks" in p for p in report.problems), report.problems
+        blocks(damaged(copies["none"], tmp_path / "bad", **{field: value}))
 
 
 def test_edited_block_options_or_key_are_refused(copies: dict[str, Path], tmp_path: Path) -> None:
-    import shutil
-
-    for field, value in (("table", "0" * 64), ("blocks", {"break_mode": "none", "tokens_per_sample": 64})):
-        bad = tmp_path / field
-        shutil.copytree(copies["none"], bad)
-        manifest = json.loads((bad / MANIFEST_NAME).read_text())
-        manifest["provenance"]["block_order"]["train"][field] = value
-        (bad / MANIFEST_NAME).write_text(json.dumps(manifest))
+    options = {"break_mode": "none", "tokens_per_sample": 64}
+    for field, value, size in (("table", "0" * 64, TOKENS_PER_SAMPLE), ("blocks", options, 64)):
+        bad = damaged(copies["none"], tmp_path / field, **{field: value})
         with pytest.raises(FormatError, match=r"do not hash to its table key .*\(edited\?\); make the copy again"):
-            blocks(bad, tokens_per_sample=value["tokens_per_sample"] if field == "blocks" else TOKENS_PER_SAMPLE)
+            blocks(bad, tokens_per_sample=size)
 
 
 def test_another_copys_table_is_refused_naming_the_file(copies: dict[str, Path], tmp_path: Path) -> None:
-    import shutil
-
-    bad = tmp_path / "bad"
-    shutil.copytree(copies["none"], bad)
+    bad = damaged(copies["none"], tmp_path / "bad")
     shutil.copyfile(copies["complete"] / block_order_name("train"), bad / block_order_name("train"))
     with pytest.raises(FormatError, match=r"train\.lm-blocks: block table \(key, rows, tokens\)"):
         blocks(bad)
@@ -240,17 +228,12 @@ def test_another_copys_table_is_refused_naming_the_file(copies: dict[str, Path],
 
 
 def test_a_corrupt_table_is_reported_and_kept(copies: dict[str, Path], tmp_path: Path) -> None:
-    import shutil
-
-    bad = tmp_path / "bad"
-    shutil.copytree(copies["none"], bad)
-    table = bad / block_order_name("train")
-    data = bytearray(table.read_bytes())
-    data[-20] ^= 0xFF
-    table.write_bytes(bytes(data))
+    bad = damaged(copies["none"], tmp_path / "bad", flip_table=True)
+    report = verify_dataset(bad, progress=False)
+    assert not report.ok and any("train.lm-blocks" in p for p in report.problems), report.problems
     with pytest.raises(FormatError, match=r"train\.lm-blocks.*make the copy again"):
         blocks(bad).sizes()
-    assert table.is_file()  # the copy's own table: never removed as a cache file would be
+    assert (bad / block_order_name("train")).is_file()  # the copy's own table: never removed like a cache file
 
 
 def collate_ids(batch: Any) -> list[int]:

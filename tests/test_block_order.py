@@ -8,6 +8,7 @@ in ``test_fairseq_lm.py``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import pickle
@@ -24,7 +25,7 @@ from torch.utils.data import DataLoader
 import arrowmt
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import MANIFEST_NAME, block_order_name, verify_dataset
-from arrowmt.plans import cut_lengths, stored_starts
+from arrowmt.plans import cut_lengths, stored_starts, window_starts, windowed_batch_order
 from arrowmt.training._block_collate import PlainBlockCollater
 from tests.builders import multi30k_dataset
 from tests.lm_data import fairseq_mono
@@ -234,6 +235,31 @@ def test_a_corrupt_table_is_reported_and_kept(copies: dict[str, Path], tmp_path:
     with pytest.raises(FormatError, match=r"train\.lm-blocks.*make the copy again"):
         blocks(bad).sizes()
     assert (bad / block_order_name("train")).is_file()  # the copy's own table: never removed like a cache file
+
+
+def test_a_shuffle_window_reads_the_copy_window_by_window(corpus: Path, copies: dict[str, Path]) -> None:
+    copy = blocks(copies["none"])
+    stored = arrowmt.BlockBatchSampler(copy, num_replicas=1, rank=0, **PLAN).plan
+    plan = [stored.batch(b).tolist() for b in range(len(stored))]  # the plan's batches in plan order
+    order = windowed_batch_order(len(plan), PLAN["seed"], 2, 256)  # windows of 16 runs of 16 batches
+
+    def windowed() -> arrowmt.BlockBatchSampler:
+        made = arrowmt.BlockBatchSampler(copy, num_replicas=1, rank=0, shuffle_window=256, **PLAN)
+        made.set_epoch(2)
+        return made
+
+    full = check_resume(windowed, consume=9)
+    assert [list(b) for b in full] == [plan[b] for b in order.tolist()]
+    edges = [0, *window_starts(len(plan), PLAN["seed"], 2, 256).tolist(), len(full)]
+    assert len(edges) > 3
+    for a, b in itertools.pairwise(edges):  # a window reads 16 stretches of the copy (runs of batches)
+        ids = np.concatenate([np.array(batch) for batch in full[a:b]])
+        starts, ends = copy.bounds(ids)
+        heads = copy.table.offsets(ids).astype(np.int64)
+        order = np.argsort(starts)
+        assert int(np.count_nonzero((starts - heads)[order][1:] != ends[order][:-1])) + 1 <= 16
+    with pytest.raises(InvalidParameterError, match="shuffle_window: expected None with shuffle=False"):
+        arrowmt.BlockBatchSampler(copy, shuffle=False, shuffle_window=16)
 
 
 def collate_ids(batch: Any) -> list[int]:

@@ -17,6 +17,7 @@ from arrowmt._errors import FormatError, InvalidParameterError, VocabularyError
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._split import Split
 from arrowmt.format._view import build_view
+from arrowmt.plans._bucketing import windowed_batch_order
 from arrowmt.plans._mixing import resample, resample_counts, temperature_ratios
 from arrowmt.plans._mixture_plan import plan_folder
 from arrowmt.training._collate import FairseqCollater, PlainCollater
@@ -293,6 +294,22 @@ def test_sampler_resumes_mid_epoch(corpora: dict[str, Path], tmp_path: Path, whe
     length = len(make_sampler(corpora, tmp_path, 4))
     full = check_resume(lambda: make_sampler(corpora, tmp_path, 4), where % (length + 1))
     assert len(full) == length > 8
+
+
+def test_a_shuffle_window_orders_each_epochs_draw_and_resumes(corpora: dict[str, Path], tmp_path: Path) -> None:
+    def windowed(epoch: int) -> MixtureBatchSampler:
+        sampler = sampler_for(open_mixture(corpora), tmp_path, temperature=2.0, shuffle_window=16)
+        sampler.set_epoch(epoch)
+        return sampler
+
+    for epoch in (1, 4):
+        sampler, plain = windowed(epoch), make_sampler(corpora, tmp_path, epoch)
+        plan = [plain.plan.batch(b).tolist() for b in range(len(plain.plan))]
+        order = windowed_batch_order(len(plan), 3, epoch, 16)
+        assert [list(b) for b in sampler] == [plan[b] for b in order.tolist()]
+    check_resume(lambda: windowed(4), 7)
+    with pytest.raises(InvalidParameterError, match="shuffle_window: expected None with shuffle=False"):
+        sampler_for(open_mixture(corpora), tmp_path, shuffle=False, shuffle_window=16)
 
 
 def test_a_state_saved_at_the_end_of_an_epoch_keeps_that_epoch_finished(

@@ -7,7 +7,7 @@ import os
 from arrowmt.plans import block_spec, cache_folder, check_source, load_block_plan
 from arrowmt.training._block_dataset import BlockDataset
 from arrowmt.training._prefetch import DEFAULT_DEPTH
-from arrowmt.training._sampler import PlanSampler, sampler_world
+from arrowmt.training._sampler import PlanSampler, check_window, sampler_world
 
 BLOCK_SOURCE = "a BlockDataset (arrowmt.open_blocks(folder, split, tokens_per_sample, break_mode))"
 
@@ -19,7 +19,8 @@ class BlockBatchSampler(PlanSampler):
     permutation; blocks longer than ``max_positions`` or ``max_tokens`` dropped, or an
     error unless ``skip_invalid_size_inputs``; ``batch_by_size``) is computed once per
     (blocks, parameters) and shared as a memory-mapped file in ``cache_dir`` (default:
-    the dataset's). Epochs, ranks, ``state_dict`` and elastic resume are
+    the dataset's). Epochs, ranks, ``state_dict``, elastic resume and ``shuffle_window`` (for a copy
+    in plan order, ``arrowmt order --tokens-per-sample``: windows of it read in long stretches) are
     :class:`~arrowmt.training._sampler.PlanSampler`'s, as for ``TokenBatchSampler``.
     """
 
@@ -37,8 +38,10 @@ class BlockBatchSampler(PlanSampler):
         cache_dir: str | os.PathLike[str] | None = None,
         skip_invalid_size_inputs: bool = False,
         prefetch: int = DEFAULT_DEPTH,
+        shuffle_window: int | None = None,
     ) -> None:
         check_source("dataset", dataset, BLOCK_SOURCE, ("split", "table", "cache_dir"))
+        check_window(shuffle_window, shuffle)
         num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
         params = block_spec(
             max_tokens,
@@ -51,4 +54,4 @@ class BlockBatchSampler(PlanSampler):
         split = dataset.split
         folder = cache_folder(split, cache_dir if cache_dir is not None else dataset.cache_dir)
         plan = load_block_plan(dataset.table, params, folder, f"{split.path} split {split.split!r}")
-        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch)
+        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch, shuffle_window)

@@ -50,7 +50,7 @@ from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
 from arrowmt.training._prefetch import DEFAULT_DEPTH
-from arrowmt.training._sampler import PlanSampler, sampler_world
+from arrowmt.training._sampler import PlanSampler, check_window, sampler_world
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset
 
@@ -302,7 +302,7 @@ class MixtureBatchSampler(PlanSampler):
     replacement) or more (up-sampled, with replacement). The draw is a pure function
     of (``resample_seed``, default ``seed``; epoch), the same in every process.
 
-    Batches, ranks, epochs and resume are :class:`~arrowmt.training._sampler.PlanSampler`'s;
+    Batches, ranks, epochs, resume and ``shuffle_window`` are :class:`~arrowmt.training._sampler.PlanSampler`'s;
     the state also records the epoch's ratios, so a resumed epoch draws the same rows
     even if the schedule changed since. :meth:`epoch_counts` reports how many rows each
     corpus contributes to the current epoch.
@@ -329,7 +329,9 @@ class MixtureBatchSampler(PlanSampler):
         resample_seed: int | None = None,
         keep_plans: int = 2,
         prefetch: int = DEFAULT_DEPTH,
+        shuffle_window: int | None = None,
     ) -> None:
+        check_window(shuffle_window, shuffle)
         num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
         if weights is not None and temperature is not None:
             raise InvalidParameterError(f"temperature: expected None when weights are given, got {temperature!r}")
@@ -356,7 +358,7 @@ class MixtureBatchSampler(PlanSampler):
             self.set_temperature(temperature)
         else:
             self.set_weights(weights)
-        super().__init__(self._epoch_plans, seed, shuffle, num_replicas, rank, mixture, prefetch)
+        super().__init__(self._epoch_plans, seed, shuffle, num_replicas, rank, mixture, prefetch, shuffle_window)
 
     def __repr__(self) -> str:
         """Without loading a plan (each epoch's is drawn when first needed)."""

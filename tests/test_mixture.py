@@ -9,11 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from arrowmt.converters import convert_text
 from builders import lengths_dataset, multi30k_dataset
+from conftest import MULTI30K
 from state_helpers import check_resume, check_resume_in_fresh_process, torch_roundtrip
 from test_view import random_pairs, write_rows
 
 from arrowmt._errors import FormatError, InvalidParameterError, VocabularyError
+from arrowmt._order import order_copy
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._split import Split
 from arrowmt.format._view import build_view
@@ -438,6 +441,24 @@ def test_one_gather_equals_each_corpus_reader(tmp_path: Path) -> None:
         slow = mixture._column_spans(column, corpus, local)
         for k in range(ids.shape[0]):
             assert np.array_equal(fast.columns[column].row(k), slow.row(k)), (column, k)
+
+
+def test_one_gather_reads_copies_in_plan_order_as_their_originals(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"  # real text, converted (dictionaries included), and two copies in plan order
+    convert_text(str(MULTI30K / "val"), corpus, src_lang="de", tgt_lang="en", progress=False)
+    for seed in (2, 5):
+        order_copy(corpus, tmp_path / f"ordered-{seed}", max_tokens=256, seed=seed, progress=False)
+
+    def mixture(a: Path, b: Path) -> Mixture:
+        return open_mixture({"a": a, "plain": corpus, "b": b})
+
+    ordered, original = mixture(tmp_path / "ordered-2", tmp_path / "ordered-5"), mixture(corpus, corpus)
+    ids = np.random.default_rng(1).integers(0, len(ordered), 400).tolist()
+    fast, expected = ordered.__getitems__(ids), original.__getitems__(ids)
+    assert ordered._gather  # the one-gather path served the copies
+    for column in (SOURCE, TARGET):
+        for k in range(len(ids)):
+            assert np.array_equal(fast.columns[column].row(k), expected.columns[column].row(k)), (column, k)
 
 
 def test_corrupt_offsets_raise_through_the_readers(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ opened) and its tokens lie between offsets checked against that record batch's v
 count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them, and each
 record batch's offsets checksum is checked on first use, as there. A view's row list is
 read only after the CRC-32 of each chunk holding the batch's rows was checked
-(:meth:`View.check_chunks`, on first use), and its rows must lie inside their split. The
+(:meth:`View.check_chunks`, on first use), and its rows must lie inside their split; the
+rows of a copy in plan order (``arrowmt order``) are placed through its ``where`` map the
+same way (each chunk checked on first use, every position inside its split). The
 rows' tokens are then copied into one compact array, so no window of a later padding step
 ever reads outside a row's own file. Anything unexpected (a corpus of another kind,
 offsets that fail the check, a view row outside its split) falls back to the corpora's
@@ -67,8 +69,8 @@ class MixtureGather:
             raise TypeError("every corpus must be a split or a view of one")
         if any(shard.remote is not None for s in splits for shard in s.shards):
             raise TypeError("remote corpora are gathered by their own readers (fetched first)")
-        if any(s.row_order is not None for s in splits):
-            raise TypeError("corpora stored in plan order are gathered by their own readers (row numbers translated)")
+        self.row_orders = [s.row_order for s in splits]  # a copy in plan order's maps (None: rows as converted)
+        self.ordered = np.array([order is not None for order in self.row_orders])
         self.offsets = offsets
         self.columns = columns
         self.view_of = [c if isinstance(c, View) else None for c in corpora]
@@ -113,6 +115,8 @@ class MixtureGather:
         rows = ids - self.offsets[corpus]
         if self.is_view.any() and not self._through_views(corpus, rows):
             return None  # the view's reader names the row outside its split
+        if self.ordered.any() and not self._stored(corpus, rows):
+            return None  # the split's reader names the row order file
         key = self.key_base[corpus] + rows
         shard = np.searchsorted(self.shard_start, key, side="right") - 1
         local = key - self.shard_start[shard]
@@ -139,6 +143,15 @@ class MixtureGather:
             begin = int(row_starts[0]) if n else 0
             out[column] = Spans(words[begin : begin + int(lengths[k].sum())], row_starts - begin, lengths[k])
         return out
+
+    def _stored(self, corpus: np.ndarray, rows: np.ndarray) -> bool:
+        """Replace the rows of corpora stored in plan order by their stored positions (in place; each ``where``
+        chunk checked on first use); False if one lies outside its split (a corrupt ``where``)."""
+        ordered = self.ordered[corpus]
+        for k in np.unique(corpus[ordered]).tolist():
+            sel = corpus == k
+            rows[sel] = self.row_orders[k].where.take(rows[sel])
+        return not (rows[ordered] >= self.split_rows[corpus[ordered]]).any()
 
     def _through_views(self, corpus: np.ndarray, rows: np.ndarray) -> bool:
         """Replace view rows by the split rows they stand for (in place), each view's chunks checked on first use;

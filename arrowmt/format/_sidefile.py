@@ -155,6 +155,18 @@ COPY_BLOCKS_FORMAT = SideFormat(  # the same file as a block table, but the copy
     "block table", BLOCKS_FORMAT.magic, BLOCKS_FORMAT.version, BLOCKS_FORMAT.fields,
     "make the copy again (`arrowmt order --tokens-per-sample`)", cache=False,
 )  # fmt: skip
+
+
+def check_blocks_header(path: Path, values: tuple, expected: dict[str, object], advice: str) -> None:
+    """FormatError naming ``path`` unless a block table's header fields ``values`` hold ``expected`` (some of
+    ``key``, ``rows``, ``tokens``, in that order), ``advice`` ending the message."""
+    _, digest, rows, tokens, _ = values
+    header = {"key": digest.hex(), "rows": rows, "tokens": tokens}
+    found, wanted = tuple(header[name] for name in expected), tuple(expected.values())
+    if found != wanted:
+        raise FormatError(f"{path}: block table ({', '.join(expected)}): expected {wanted}, found {found} ({advice})")
+
+
 VIEW_FORMAT = SideFormat(
     "view", b"ARROWMT-VIEW\x00\x00\x00\x00", 3, "I32s32sQQQ", "rebuild it with `arrowmt filter`", (2,), cache=False
 )

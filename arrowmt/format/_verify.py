@@ -42,7 +42,9 @@ from arrowmt.format._sidefile import (
     BLOCKS_FORMAT,
     COPY_BLOCKS_FORMAT,
     PLAN_FORMAT,
+    SideFile,
     SideFormat,
+    check_blocks_header,
     open_side_file,
     stored_version,
 )
@@ -257,18 +259,11 @@ def _verify_plan_orders(folder: Path, manifest: Manifest, report: VerifyReport, 
 
 def _check_copy_table(path: Path, key: str, rows: int) -> SideFormat:
     """A copy's block table: its header names the manifest's table key and the split's rows, every chunk sound."""
-    side = open_side_file(path, COPY_BLOCKS_FORMAT, None)
-    try:
-        _, digest, got_rows, _, _ = side.values
-        if (digest.hex(), got_rows) != (key, rows):
-            raise FormatError(
-                f"{path}: block table (key, rows): expected {(key, rows)} (the manifest's), found "
-                f"{(digest.hex(), got_rows)}; make the copy again"
-            )
-        side.check_all()
-    finally:
-        side.map.close()
-    return COPY_BLOCKS_FORMAT
+
+    def check(side: SideFile) -> None:
+        check_blocks_header(path, side.values, {"key": key, "rows": rows}, "the manifest's; make the copy again")
+
+    return _check_side_file(path, COPY_BLOCKS_FORMAT, check)
 
 
 def _split_rows(manifest: Manifest, split: str) -> int:
@@ -299,9 +294,10 @@ def _check_cache_file(path: Path, fmt: SideFormat) -> SideFormat | None:
     return _check_side_file(path, fmt)
 
 
-def _check_side_file(path: Path, fmt: SideFormat) -> SideFormat:
-    """``fmt`` once ``path`` is found sound (header, chunk table, every chunk); FormatError if bad."""
-    side = open_side_file(path, fmt, None)
+def _check_side_file(path: Path, fmt: SideFormat, check: Callable[[SideFile], None] | None = None) -> SideFormat:
+    """``fmt`` once ``path`` is found sound (header, ``check`` of its fields, chunk table, every chunk); FormatError
+    if bad."""
+    side = open_side_file(path, fmt, None, check)
     try:
         side.check_all()
     finally:

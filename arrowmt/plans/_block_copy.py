@@ -3,47 +3,27 @@
 ``arrowmt order --tokens-per-sample`` stores the blocks of a monolingual split one after
 another in the order a block batch plan reads them (the plan's blocks first, then those it
 leaves out, by number). A block ``[start, end)`` of the original flat token sequence is
-stored with the ``h = min(row offset, HEADS)`` tokens of its row before it (what its shifted
-source and past target read) as the pieces of the original rows that ``[start - h, end)``
+stored with the ``h`` tokens of its row before it (its row offset, at most ``HEADS``: what its
+shifted source and past target read) as the pieces of the original rows that ``[start - h, end)``
 covers: cut at every row start strictly inside (empty rows there are not stored: they start
 no other place). So in the copy each block has the same tokens, the same tokens before it in
 its row and the same row starts inside it, and the copy's block table (indexed by the
 original block numbers, see :mod:`arrowmt.format._block_order`) gives the same batches, ids
 and samples. :class:`BlockRows` streams the copy's rows a chunk of blocks at a time (memory in
 proportion to the blocks, not the rows); its arithmetic is pure numpy (:func:`cut_lengths`,
-:func:`stored_starts`). :func:`stored_blocks` opens a copy's table for the block options it
-was made for.
+:func:`stored_starts`). :func:`arrowmt.plans._block_plan.load_blocks` opens a copy's table for
+the block options it was made for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Protocol
+from collections.abc import Iterator
 
 import numpy as np
 
-from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import (
-    BLOCK_ORDER_KEY,
-    MANIFEST_NAME,
-    BlockOrder,
-    Ragged,
-    Split,
-    exclusive_cumsum,
-    read_block_order,
-)
-from arrowmt.plans._blocks import HEADS
-from arrowmt.plans._plan_cache import plan_key
-from arrowmt.plans._stored_plan import changed_fields
+from arrowmt.format import Ragged, exclusive_cumsum
+from arrowmt.plans._block_plan import BlockTable
 from arrowmt.plans._token_stream import TokenStream
-
-
-class BlockTable(Protocol):
-    """What a copy's layout reads of the original's block table."""
-
-    def bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def offsets(self, ids: np.ndarray) -> np.ndarray: ...
 
 
 def cut_lengths(lengths: np.ndarray, cut_range: np.ndarray, cut_at: np.ndarray) -> np.ndarray:
@@ -57,31 +37,6 @@ def cut_lengths(lengths: np.ndarray, cut_range: np.ndarray, cut_at: np.ndarray) 
 def stored_starts(starts: np.ndarray, ends: np.ndarray, heads: np.ndarray, before: int) -> np.ndarray:
     """Where blocks ``[starts, ends)`` start in the copy, stored in this order with their ``heads`` from ``before``."""
     return before + exclusive_cumsum(ends - starts + heads) + heads
-
-
-def stored_blocks(split: Split, fields: dict[str, object]) -> BlockOrder | None:
-    """The block table ``split`` stores (a copy made by ``arrowmt order --tokens-per-sample``), or None; an
-    InvalidParameterError when it was made for block options other than ``fields``."""
-    stored = read_block_order(split.path, split.manifest, split.split)
-    if stored is None:
-        return None
-    if stored.blocks != fields:
-        names, pairs = changed_fields(stored.blocks, fields)
-        raise InvalidParameterError(
-            f"{', '.join(names)}: {split.path} split {split.split!r} stores LM blocks in plan order for {pairs}; "
-            "open it with those block options, or read the original corpus"
-        )
-    if table_key(stored.source, fields) != stored.table:
-        raise FormatError(
-            f"{split.path / MANIFEST_NAME}: provenance {BLOCK_ORDER_KEY!r}[{split.split!r}]: its block options and "
-            f"source do not hash to its table key {stored.table[:16]}... (edited?); make the copy again"
-        )
-    return stored
-
-
-def table_key(source: Mapping[str, object], fields: Mapping[str, object]) -> str:
-    """The key naming a block table: the split's identity (``source``) and the block options (``fields``)."""
-    return plan_key({**source, **fields})
 
 
 class BlockRows:
@@ -115,7 +70,7 @@ class BlockRows:
     def _ranges(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first stored token, end, heads) of blocks ``part`` in the original's flat tokens."""
         starts, ends = self.table.bounds(part)
-        heads = np.minimum(self.table.offsets(part).astype(np.int64), HEADS)
+        heads = self.table.offsets(part).astype(np.int64)  # at most HEADS: the table refuses more
         return starts - heads, ends, heads
 
     def _cut(self, begin: np.ndarray, ends: np.ndarray) -> np.ndarray:

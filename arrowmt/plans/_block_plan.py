@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -46,22 +47,26 @@ from typing import Protocol
 import numpy as np
 
 from arrowmt._checks import check_integer
-from arrowmt._errors import FormatError
+from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
 from arrowmt.format import (
+    BLOCK_ORDER_KEY,
     BLOCKS_FORMAT,
     CACHE_DIR_NAME,
     COPY_BLOCKS_FORMAT,
+    MANIFEST_NAME,
+    BlockOrder,
     SideFile,
     Split,
     WordRanges,
+    check_blocks_header,
     check_indices,
     indices_within,
     load_or_build,
     open_side_file,
+    read_block_order,
     write_side_file,
 )
-from arrowmt.plans._block_copy import stored_blocks, table_key
 from arrowmt.plans._blocks import (
     HEADS,
     check_break_mode,
@@ -115,6 +120,7 @@ class BlockTable(Protocol):
     """Where every block lies in the split's flat token sequence."""
 
     key: str
+    stored_plan: dict[str, object] | None  # a copy in plan order's: the batching options it is stored by
 
     def __len__(self) -> int: ...
 
@@ -129,6 +135,8 @@ class BlockTable(Protocol):
 
 class RowBlocks:
     """Break mode ``eos``: block ``i`` is row ``i``; nothing stored."""
+
+    stored_plan = None
 
     def __init__(self, key: str, stream: TokenStream) -> None:
         self.key, self.stream = key, stream
@@ -154,11 +162,18 @@ class MappedBlocks:
     """Break modes ``none``/``complete``/``complete_doc``: the block table file, mapped read-only, checked as it is
     read; picklable by path."""
 
-    def __init__(self, path: Path, key: str, rows: int, total: int, built: bool = False, in_order: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        key: str,
+        rows: int,
+        total: int,
+        built: bool = False,
+        stored_plan: dict[str, object] | None = None,
+    ) -> None:
         self.path, self.key, self.rows, self.total, self.built = path, key, rows, total, built
-        self.in_order = in_order  # False: a copy's table, its blocks stored in plan order (not by number)
-        self.stored_plan: dict[str, object] | None = None  # a copy's: the batching options it is stored for
-        side = _open_table(path, key, rows, total, in_order)
+        self.stored_plan = stored_plan  # a copy in plan order's table (None: a cached table of the split)
+        side = _open_table(path, key, rows, total, self.in_order)
         count = side.values[-1]
         self._side = side
         self._starts = side.array("<i8", count, 0)
@@ -167,6 +182,11 @@ class MappedBlocks:
 
     def __len__(self) -> int:
         return len(self._starts)
+
+    @property
+    def in_order(self) -> bool:
+        """Blocks stored by number, in the split's order (a copy's are in plan order)."""
+        return self.stored_plan is None
 
     @property
     def starts(self) -> np.ndarray:
@@ -229,8 +249,8 @@ class MappedBlocks:
         starts = np.concatenate([part.starts for part in parts])
         return [replace(parts[0], starts=starts, lengths=np.concatenate([part.lengths for part in parts]))]
 
-    def __reduce__(self) -> tuple[type[MappedBlocks], tuple[Path, str, int, int, bool, bool]]:
-        return (MappedBlocks, (self.path, self.key, self.rows, self.total, False, self.in_order))
+    def __reduce__(self) -> tuple[type[MappedBlocks], tuple[Path, str, int, int, bool, dict[str, object] | None]]:
+        return (MappedBlocks, (self.path, self.key, self.rows, self.total, False, self.stored_plan))
 
 
 def _checked_ids(ids: np.ndarray, n: int) -> np.ndarray:
@@ -249,12 +269,7 @@ def _open_table(path: Path, key: str, rows: int, total: int, cached: bool = True
     rebuilt; a copy's is the copy's own)."""
 
     def check(side: SideFile) -> None:
-        _, digest, got_rows, got_total, _ = side.values
-        if (digest.hex(), got_rows, got_total) != (key, rows, total):
-            raise FormatError(
-                f"{path}: block table (key, rows, tokens): expected {(key, rows, total)}, "
-                f"found {(digest.hex(), got_rows, got_total)} (stale)"
-            )
+        check_blocks_header(path, side.values, {"key": key, "rows": rows, "tokens": total}, "stale")
 
     fmt = BLOCKS_FORMAT if cached else COPY_BLOCKS_FORMAT
     return open_side_file(path, fmt, lambda _path, values: body_size(values[-1]), check, discard_corrupt=cached)
@@ -313,14 +328,37 @@ def table_source(split: Split) -> dict[str, object]:
     return {"blocks": split.fingerprint(), "blocks_version": BLOCKS_FORMAT.version, "rows": len(split)}
 
 
+def stored_blocks(split: Split, fields: dict[str, object]) -> BlockOrder | None:
+    """The block table ``split`` stores (a copy made by ``arrowmt order --tokens-per-sample``), or None; an
+    InvalidParameterError when it was made for block options other than ``fields``."""
+    stored = read_block_order(split.path, split.manifest, split.split)
+    if stored is None:
+        return None
+    if stored.blocks != fields:
+        names, pairs = changed_fields(stored.blocks, fields)
+        raise InvalidParameterError(
+            f"{', '.join(names)}: {split.path} split {split.split!r} stores LM blocks in plan order for {pairs}; "
+            "open it with those block options, or read the original corpus"
+        )
+    if table_key(stored.source, fields) != stored.table:
+        raise FormatError(
+            f"{split.path / MANIFEST_NAME}: provenance {BLOCK_ORDER_KEY!r}[{split.split!r}]: its block options and "
+            f"source do not hash to its table key {stored.table[:16]}... (edited?); make the copy again"
+        )
+    return stored
+
+
+def table_key(source: Mapping[str, object], fields: Mapping[str, object]) -> str:
+    """The key naming a block table: the split's identity (``source``) and the block options (``fields``)."""
+    return plan_key({**source, **fields})
+
+
 def load_blocks(stream: TokenStream, params: BlockParams, cache_dir: str | os.PathLike[str] | None) -> BlockTable:
     """The blocks of ``stream``'s split for ``params``: arithmetic, rows, or the cached table (built once)."""
     split = stream.split
     stored = stored_blocks(split, params.key_fields())
     if stored is not None:  # a copy in plan order: its own table, by the original's key
-        copy = MappedBlocks(stored.path, stored.table, len(split), stream.total, in_order=False)
-        copy.stored_plan = stored.plan
-        return copy
+        return MappedBlocks(stored.path, stored.table, len(split), stream.total, stored_plan=stored.plan)
     key = table_key(table_source(split), params.key_fields())
     if params.break_mode == "eos":
         return RowBlocks(key, stream)
@@ -370,7 +408,7 @@ def build_block_plan(table: BlockTable, params: BatchSpec) -> PlanArrays:
 def load_block_plan(table: BlockTable, params: BatchSpec, folder: str | os.PathLike[str], where: str) -> BatchPlan:
     """The batch plan over ``table``'s blocks for ``params`` (its limit ``max_positions``): mapped from
     ``folder``, else built once."""
-    stored = getattr(table, "stored_plan", None)
+    stored = table.stored_plan
     if stored is not None and stored != params.key_fields():
         _, pairs = changed_fields(stored, params.key_fields())
         logger.warning(

@@ -3,8 +3,8 @@
 Every system reads the first ``--batches`` batches of one rank of ``--world`` (``max_tokens``
 4096) from a fresh process (``run_one.py``), with the corpus evicted from the page cache first
 and the process limited to ``--budget`` MiB of memory *including page cache*
-(``../shared/tools/small_ram.sh``, a cgroup v1 memory controller; default: a third of the
-corpus). ``--throttle BPS,IOPS`` also limits reads from the disk (blkio controller), a model
+(``benchmarks/memory_budget.py``: a cgroup v2 or v1 memory group, or a systemd scope; default: a third of
+the corpus). ``--throttle BPS,IOPS`` also limits reads from the disk (blkio controller), a model
 of a network file system. Rows:
 
 * ``arrowmt in cache``: no budget, corpus in the page cache (the reference speed);
@@ -38,7 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SMALL_RAM = ROOT.parent / "shared" / "tools" / "small_ram.sh"
+BUDGET = HERE / "memory_budget.py"  # runs a command under a memory budget that includes the page cache
 BLKIO = Path("/sys/fs/cgroup/blkio")
 
 ORDERED = "arrowmt-ordered"  # `arrowmt order DATA/arrowmt DATA/arrowmt-ordered --max-tokens 4096 --seed 1`
@@ -93,6 +93,12 @@ def read_into_cache(data: Path) -> None:
                     pass
 
 
+def budgeted(command: list[str], budget_mib: int, evict: Path) -> list[str]:
+    """``command`` run under a memory budget of ``budget_mib`` MiB, page cache included, after ``evict`` is dropped
+    from the page cache (``memory_budget.py``: exit 3 where no budget can be made)."""
+    return [sys.executable, str(BUDGET), str(budget_mib), "--evict", str(evict), "--", *command]
+
+
 def run_to_limit(
     command: list[str], timeout: float, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess | None:
@@ -121,7 +127,7 @@ def run_row(name: str, args: argparse.Namespace, budget_mib: int) -> dict:
     group = None
     if cold:
         command, group = throttled(command, args.throttle)
-        command = ["bash", str(SMALL_RAM), str(budget_mib), str(args.data), "--", *command]
+        command = budgeted(command, budget_mib, args.data)
     started = time.perf_counter()
     try:
         done = run_to_limit(command, args.timeout)
@@ -180,8 +186,6 @@ def main() -> int:
     p.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="ROW")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args()
-    if not SMALL_RAM.exists():
-        raise SystemExit(f"{SMALL_RAM}: missing (this benchmark needs a writable memory cgroup)")
     budget = args.budget or corpus_bytes(args.data) // 3 // 2**20
     subprocess.run(  # build (or find) the plan once, in cache, so that every arrowmt row reads a cached plan
         [sys.executable, str(HERE / "run_one.py"), "arrowmt", "--data", str(args.data), "--max-batches", "1"],

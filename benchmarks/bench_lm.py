@@ -329,12 +329,10 @@ def order_corpus(data: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def run_cold(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each row of :data:`COLD_ROWS`, ``--repeat`` times interleaved, each in a fresh process: cold rows with the
-    page cache evicted and the process limited to ``--budget`` MiB including page cache (``small_ram.sh``), the
+    page cache evicted and the process limited to ``--budget`` MiB including page cache (``memory_budget.py``), the
     in-cache row after reading the corpus into the page cache."""
-    from bench_cold import SMALL_RAM, read_into_cache, run_to_limit
+    from bench_cold import budgeted, read_into_cache, run_to_limit
 
-    if not SMALL_RAM.exists():
-        raise SystemExit(f"{SMALL_RAM}: missing (this benchmark needs a writable memory cgroup)")
     corpus = sum(path.stat().st_size for path in (args.data / "arrowmt").glob("*.arrow"))
     budget = args.budget or corpus // 3 // 2**20
     base = [sys.executable, __file__, "one"]
@@ -349,7 +347,7 @@ def run_cold(args: argparse.Namespace) -> list[dict[str, Any]]:
             command = [*base, system, *common, "--folder", folder]
             command += ["--max-batches", str(args.slow_batches if slow else args.batches)]
             if cold:
-                command = ["bash", str(SMALL_RAM), str(budget), str(args.data), "--", *command]
+                command = budgeted(command, budget, args.data)
             else:
                 read_into_cache(args.data)
             started = time.perf_counter()

@@ -5,10 +5,10 @@ fairseq data-bin, converts each pair to a folder of its own (``sep/``) and copie
 ``arrowmt order`` (``ord/``, the sampler's options); ``run KIND WINDOW BATCHES`` reads ``BATCHES``
 batches of ``MixtureBatchSampler`` (temperature 5, as ``bench_mixture.py``) over ``sep`` or ``ord``,
 with ``shuffle_window=WINDOW`` (0: fairseq's shuffle), and prints tokens/s, CPU per second and bytes
-read from storage per byte used. Cold runs go under ``../shared/tools/small_ram.sh`` by hand:
+read from storage per byte used. Cold runs go under ``benchmarks/memory_budget.py`` by hand:
 
     python benchmarks/mixture_copies.py prepare
-    bash ../shared/tools/small_ram.sh 926 bench-data/mixsep-100x12600000 -- \
+    python benchmarks/memory_budget.py 926 --evict bench-data/mixsep-100x12600000 -- \
         python benchmarks/mixture_copies.py run ord 256 3000
 """
 

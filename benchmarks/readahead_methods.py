@@ -11,7 +11,7 @@ of batches ``0..depth`` at the start) are asked for with:
 
 Run it cold under a memory budget, one method per process, e.g.::
 
-    ../shared/tools/small_ram.sh 1024 bench-data/synth-12600000 -- \\
+    python benchmarks/memory_budget.py 1024 --evict bench-data/synth-12600000 -- \\
         python benchmarks/readahead_methods.py madvise --data bench-data/synth-12600000
 
 It prints one JSON line: batches/s, bytes read from storage, the method.
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from arrowmt.format._readahead import PAGE, WordRanges, will_need, word_page_runs
+from arrowmt.io._advice import PAGE, WordRanges, will_need, word_page_runs
 from benchmarks.run_one import read_bytes
 
 METHODS = ("none", "madvise", "fadvise", "preadv")

@@ -1,14 +1,15 @@
 """arrowmt: memory-mapped Apache Arrow corpora for machine-translation training.
 
 The public API is what this module exports (``__all__``); everything else is internal.
-The package has six layers, each importing only those below it (docs/layers.md):
+The package has seven layers, each importing only those below it (docs/layers.md):
 
 1. :mod:`arrowmt.storage`: remote folders and the node-local block cache (never imports torch);
-2. :mod:`arrowmt.format`: the on-disk format (never imports torch);
-3. :mod:`arrowmt.converters`: conversion from fairseq data-bins and raw text, export;
-4. :mod:`arrowmt.plans`: the batching spec, fairseq's bucketing arithmetic, batch plans (never imports torch);
-5. :mod:`arrowmt.training`: the sampler over any plan, the torch dataset, collaters;
-6. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and ``transformers``, the fairseq plugin.
+2. :mod:`arrowmt.io`: access advice, read-ahead, integrity checks on first use (never imports torch);
+3. :mod:`arrowmt.format`: the on-disk format (never imports torch);
+4. :mod:`arrowmt.converters`: conversion from fairseq data-bins and raw text, export;
+5. :mod:`arrowmt.plans`: the batching spec, fairseq's bucketing arithmetic, batch plans (never imports torch);
+6. :mod:`arrowmt.training`: the sampler over any plan, the torch dataset, collaters, the read-ahead loader;
+7. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and ``transformers``, the fairseq plugin.
 
 Exports load their module on first use, so ``import arrowmt`` (and the CLI) never
 imports torch unless a training class is used.
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         MixtureBatchSampler,
         PlainBlockCollater,
         PlainCollater,
+        ReadAheadLoader,
         TagCollater,
         Tags,
         TokenBatchSampler,
@@ -110,6 +112,7 @@ _EXPORTS = {
         "MixtureBatchSampler",
         "PlainBlockCollater",
         "PlainCollater",
+        "ReadAheadLoader",
         "TagCollater",
         "Tags",
         "TokenBatchSampler",
@@ -155,6 +158,7 @@ __all__ = [
     "OutputWriteError",
     "PlainBlockCollater",
     "PlainCollater",
+    "ReadAheadLoader",
     "SpecialIds",
     "Split",
     "SplitSummary",

@@ -10,6 +10,8 @@ its own, caches the batch plan once, then measures, each repeat in a fresh proce
 * ``open``: ``open_split`` alone, and the part of it that parses the batches' checksums;
 * ``first_batches``: ``ds.__getitems__`` of the plan's first ``--batches`` batches, with the
   lazy checks and with them switched off (their cost while training starts);
+* ``check_every_piece``: every piece of every column checked (what one process pays, once, for all the
+  offsets it may ever read: the "already checked" bitmap is per process);
 * ``check_one_batch``: one record batch's check (65,536 rows of one column, in the page cache);
 * cold runs of ``setup``, ``setup_crc_at_open`` and ``first_batches`` (checked and not)
   after evicting the split file from the page cache (``posix_fadvise(DONTNEED)`` on that
@@ -79,9 +81,11 @@ def measure(mode: str, corpus: str, batches: int) -> dict[str, float]:
         took = time.perf_counter() - started
         shard = split.shards[0]
         reader = ipc.open_stream(pa.BufferReader(pa.py_buffer(shard._map)))
-        custom = [m for _, m in reader.iter_batches_with_custom_metadata()]
+        read = list(reader.iter_batches_with_custom_metadata())
+        custom, rows = [m for _, m in read], [b.num_rows for b, _ in read]
+        at = [shard.layouts[c].offsets_pos for c in shard.columns]
         parse_started = time.perf_counter()
-        _offsets_crc.OffsetChecks.of(shard.path, shard.columns, custom, shard.stored_offsets)
+        _offsets_crc.OffsetChecks.of(shard.path, shard.columns, custom, rows, shard.words, at)
         return {"open_s": took, "parse_checksums_s": time.perf_counter() - parse_started, "batches": len(custom)}
     if mode in ("setup", "setup_crc_at_open"):
         ds = open_dataset(corpus)
@@ -90,13 +94,20 @@ def measure(mode: str, corpus: str, batches: int) -> dict[str, float]:
         return {"seconds": time.perf_counter() - started, "read_bytes": read_bytes() - before, "crc_bytes": covered}
     if mode in ("first_batches", "first_batches_unchecked"):
         if mode == "first_batches_unchecked":
-            _offsets_crc.OffsetChecks.ensure = lambda self, column, batches: None  # type: ignore[method-assign]
+            _offsets_crc.OffsetChecks.ensure = lambda self, column, batches, local: None  # type: ignore[method-assign]
         ds = open_dataset(corpus)
         sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=SEED, prefetch=0)
         before, started = read_bytes(), time.perf_counter()
         for _, ids in zip(range(batches), sampler, strict=False):
             ds.__getitems__(ids)
         return {"seconds": time.perf_counter() - started, "read_bytes": read_bytes() - before}
+    if mode == "check_every_piece":  # what one process pays to check all it may ever read (the bitmap is per process)
+        shard = open_split(corpus).shards[0]
+        started = time.perf_counter()
+        for checks in shard.offset_checks.pieces.values():
+            checks.ensure_all()
+        pieces = sum(len(c) for c in shard.offset_checks.pieces.values())
+        return {"seconds": time.perf_counter() - started, "pieces": pieces}
     if mode == "check_one_batch":
         shard = open_split(corpus).shards[0]
         column = shard.columns[0]
@@ -159,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.processor() or platform.platform()}",
         "python": platform.python_version(),
     }
-    for mode in ("open", "setup", "setup_crc_at_open", "check_one_batch", "first_batches", "first_batches_unchecked"):
+    modes = ("open", "setup", "setup_crc_at_open", "check_every_piece", "check_one_batch", "first_batches")
+    for mode in (*modes, "first_batches_unchecked"):
         runs = [run(mode, args.out, args.batches) for _ in range(args.repeats)]
         results[mode] = {key: summary([r[key] for r in runs]) for key in runs[0]}
     for mode in ("setup", "setup_crc_at_open", "first_batches", "first_batches_unchecked"):

@@ -1,4 +1,4 @@
-"""Layer 2, conversion (installed as ``arrowmt.converters``): fairseq data-bin and raw text in, fairseq out.
+"""Layer 4, conversion (installed as ``arrowmt.converters``): fairseq data-bin and raw text in, fairseq out.
 
 Imports the format layer only; never torch.
 Other packages import from here, not from the private modules. Each name loads its module on first use

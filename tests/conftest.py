@@ -57,6 +57,15 @@ def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> pytest.TempPathFact
     return tmp_path_factory
 
 
+@pytest.fixture(autouse=True)
+def fresh_residency() -> Iterator[None]:
+    """Every test starts with read-ahead's residency gate knowing nothing (it is per process, and samples)."""
+    from arrowmt.io import RESIDENCY
+
+    RESIDENCY.reset()
+    yield
+
+
 @pytest.fixture(scope="module")
 def native_data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A private copy of the real fairseq-preprocess mmap output (de-en), shared by a module's tests."""

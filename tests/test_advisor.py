@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt.format import _advisor, _readahead
-from arrowmt.format._advisor import Advisor, probe_vector_madvise
-from arrowmt.format._readahead import PAGE, WordRanges, sample_pages, spread, will_need
+from arrowmt.io import _advice, _advisor
+from arrowmt.io._advice import PAGE, WordRanges, sample_pages, spread, will_need
+from arrowmt.io._advisor import Advisor, probe_vector_madvise
 
 
 class RecordingVector:
@@ -57,8 +57,8 @@ def test_a_full_backlog_drops_the_request(monkeypatch: pytest.MonkeyPatch) -> No
 def test_will_need_later_hands_the_merged_runs_to_the_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     handed: list[tuple[list[int], list[int]]] = []
     hand = lambda a, n, advice: handed.append((a.tolist(), n.tolist())) or True  # noqa: E731
-    monkeypatch.setattr(_readahead, "advise_later", hand)
-    monkeypatch.setattr(_readahead, "_libc_madvise", lambda: lambda *call: pytest.fail("advised in this thread"))
+    monkeypatch.setattr(_advice, "advise_later", hand)
+    monkeypatch.setattr(_advice, "_libc_madvise", lambda: lambda *call: pytest.fail("advised in this thread"))
     part = WordRanges(mmap.mmap(-1, 20 * PAGE), 4 * PAGE, np.array([0, PAGE // 4, 5 * PAGE // 4]), np.array([1, 1, 2]))
     assert will_need([part], later=True) == 3
     assert handed == [([4 * PAGE, 9 * PAGE], [2 * PAGE, PAGE])]  # pages 4-5 (two ranges merged) and 9
@@ -66,15 +66,15 @@ def test_will_need_later_hands_the_merged_runs_to_the_thread(monkeypatch: pytest
 
 def test_will_need_later_advises_in_this_thread_where_there_is_no_advisor(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[int, int, int]] = []
-    monkeypatch.setattr(_readahead, "advise_later", lambda *args: None)  # no process_madvise here
-    monkeypatch.setattr(_readahead, "_libc_madvise", lambda: lambda *call: calls.append(call) or 0)
+    monkeypatch.setattr(_advice, "advise_later", lambda *args: None)  # no process_madvise here
+    monkeypatch.setattr(_advice, "_libc_madvise", lambda: lambda *call: calls.append(call) or 0)
     part = WordRanges(mmap.mmap(-1, 20 * PAGE), 4 * PAGE, np.array([0, 5 * PAGE // 4]), np.array([1, 2]))
     assert will_need([part], later=True) == 2
     assert [call[:2] for call in calls] == [(4 * PAGE, PAGE), (9 * PAGE, PAGE)]
 
 
 def test_a_dropped_request_counts_no_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_readahead, "advise_later", lambda *args: False)
+    monkeypatch.setattr(_advice, "advise_later", lambda *args: False)
     part = WordRanges(mmap.mmap(-1, 4 * PAGE), 0, np.array([0]), np.array([1]))
     assert will_need([part], later=True) == 0
 

@@ -166,11 +166,3 @@ def test_an_empty_body_has_no_chunk(tmp_path: Path) -> None:
     side = open_side_file(path, TEST_FORMAT, None)
     assert path.stat().st_size == HEADER_BYTES + 16 and side.chunks.all_checked and side.body(0, 0) == b""
     side.check_all()
-
-
-def test_chunks_checked_in_a_row_are_read_ahead_in_windows() -> None:
-    from arrowmt.format._chunks import _windows
-
-    assert _windows(np.array([3, 4, 5, 9, 10, 20]), 2) == [(3, 4), (5, 5), (9, 10), (20, 20)]
-    assert _windows(np.array([7]), 256) == [(7, 7)]
-    assert _windows(np.arange(600), 256) == [(0, 255), (256, 511), (512, 599)]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format import _chunks
 from arrowmt.format._chunks import CHUNK_BYTES, table_bytes
 from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.format._sidefile import HEADER_BYTES
@@ -280,7 +281,13 @@ def big_plan(rows: int = 1_000_000, size: int = 1000) -> PlanArrays:
     return PlanArrays(indices, np.arange(0, 600_001, size))
 
 
-def test_a_corrupt_chunk_fails_only_the_batches_in_it(tmp_path: Path) -> None:
+@pytest.fixture()
+def cold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans not found in the page cache when opened: their chunks are checked one by one as batches are read."""
+    monkeypatch.setattr(_chunks, "body_resident", lambda checks: False)
+
+
+def test_a_corrupt_chunk_fails_only_the_batches_in_it(tmp_path: Path, cold: None) -> None:
     """Batches whose bytes lie in other chunks are served; those touching the corrupt chunk never are."""
     plan_arrays, rows = big_plan(), 1_000_000
     path = plan_path(tmp_path, KEY)
@@ -306,6 +313,32 @@ def test_a_corrupt_chunk_fails_only_the_batches_in_it(tmp_path: Path) -> None:
     assert not plan._side.chunks.checked[256]
     rebuilt = load_or_build_plan(tmp_path, KEY, rows, big_plan)
     assert rebuilt.built and rebuilt.batch(262).tolist() == plan_arrays.indices[262_000:263_000].tolist()
+
+
+def test_a_resident_plan_is_checked_whole_at_its_first_batch_and_still_refuses_a_corrupt_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the page cache, the first read of the plan checks every chunk at once (nothing left to check per batch
+    after); a corrupt chunk is left unchecked, so only the batches in it are refused, when read."""
+    monkeypatch.setattr(_chunks, "body_resident", lambda checks: True)
+    monkeypatch.setattr(_chunks, "SWEEP_CHUNKS", 500)  # this plan's 588 chunks are swept (a 12.6M-pair plan's 12k)
+    plan_arrays, rows = big_plan(), 1_000_000
+    path = plan_path(tmp_path, KEY)
+    write_plan(path, KEY, rows, plan_arrays)
+    sound = read_plan(path, KEY, rows)
+    assert sound.batch(10).tolist() == plan_arrays.indices[10_000:11_000].tolist()
+    assert sound._side.chunks.all_checked  # every chunk, at the first batch
+    flip = body_start(path.read_bytes()) + 256 * CHUNK_BYTES + 1000  # chunk 256: batches 262 and 263
+    raw = bytearray(path.read_bytes())
+    raw[flip] ^= 1
+    path.write_bytes(bytes(raw))
+    plan = read_plan(path, KEY, rows)
+    assert plan.batch(10).tolist() == plan_arrays.indices[10_000:11_000].tolist() and path.exists()
+    assert np.flatnonzero(~plan._side.chunks.checked).tolist() == [256]
+    with pytest.raises(FormatError, match=r"plan checksum: chunk 256 of 588"):
+        plan.batch(263)
+    assert not path.exists()  # removed when a batch in it was read: rebuilt next time
+    assert plan.batch(261).tolist() == plan_arrays.indices[261_000:262_000].tolist()
 
 
 def test_opening_reads_only_the_header_and_chunk_table(tmp_path: Path) -> None:

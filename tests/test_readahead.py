@@ -15,13 +15,12 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import _readahead
-from arrowmt.format._readahead import PAGE, WordRanges, check_access, page_runs, will_need
 from arrowmt.format._split import Split
-from arrowmt.training import _prefetch
+from arrowmt.io import _advice, _prefetch, _residency
+from arrowmt.io._advice import PAGE, WordRanges, check_access, page_runs, will_need
+from arrowmt.io._prefetch import Prefetcher
 from arrowmt.training._collate import PlainCollater
 from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._prefetch import Prefetcher
 from arrowmt.training._sampler import TokenBatchSampler
 
 
@@ -82,7 +81,7 @@ def test_a_refused_read_ahead_is_only_a_lost_hint() -> None:
 
 def test_ranges_of_several_maps_are_merged_as_page_runs_of_the_address_space(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[int, int, int]] = []
-    monkeypatch.setattr(_readahead, "_libc_madvise", lambda: lambda *call: calls.append(call) or 0)
+    monkeypatch.setattr(_advice, "_libc_madvise", lambda: lambda *call: calls.append(call) or 0)
     words = PAGE // 4
     first = WordRanges(FakeMap(4 * PAGE), 10 * PAGE, np.array([0, 3 * words]), np.array([2, 1]))  # type: ignore[arg-type]
     second = WordRanges(FakeMap(4 * PAGE), 14 * PAGE, np.array([0, 3 * words]), np.array([1, 5 * words]))  # type: ignore[arg-type]
@@ -93,17 +92,17 @@ def test_ranges_of_several_maps_are_merged_as_page_runs_of_the_address_space(mon
 
 
 def test_a_refused_run_of_several_maps_ends_the_hint(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_readahead, "_libc_madvise", lambda: lambda *call: -1)
+    monkeypatch.setattr(_advice, "_libc_madvise", lambda: lambda *call: -1)
     parts = [WordRanges(FakeMap(PAGE), k * PAGE, np.array([0]), np.array([1])) for k in (1, 5)]  # type: ignore[arg-type]
     assert will_need(parts) == 0
 
 
 def test_residency_of_a_batch_over_many_corpora_is_sampled_in_some(monkeypatch: pytest.MonkeyPatch) -> None:
     sampled: list[int] = []
-    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: sampled.append(part.address) or len(pages))
+    monkeypatch.setattr(_residency, "resident_pages", lambda part, pages: sampled.append(part.address) or len(pages))
     parts = [WordRanges(FakeMap(PAGE), k * PAGE, np.array([0]), np.array([1])) for k in range(100)]  # type: ignore[arg-type]
-    assert Prefetcher(parts[0], 8, lambda q: None)._resident(parts)  # type: ignore[arg-type]
-    assert len(sampled) == _prefetch.SAMPLE_PAGES and sampled[0] == 0 and sampled[-1] == 99 * PAGE
+    assert _residency.Residency().resident(parts)
+    assert len(sampled) == _residency.SAMPLE_PAGES and sampled[0] == 0 and sampled[-1] == 99 * PAGE
 
 
 # ---------------------------------------------------------------- advice
@@ -124,7 +123,7 @@ def test_maps_are_random_access_by_default_and_sequential_when_asked(
     valid_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     advised: list[str] = []
-    real = _readahead.advise
+    real = _advice.advise
     monkeypatch.setattr("arrowmt.format._reader.advise", lambda m, a: (advised.append(a), real(m, a)))
     split = Split(valid_folder, "valid")
     assert (split.access, advised) == ("random", ["random"])
@@ -196,7 +195,7 @@ def test_schedule_reads_tokens_of_the_next_depth_batches_and_offsets_of_the_dept
 ) -> None:
     """Batches are located and asked for GROUP at a time (here 3): the tokens of a group once the position comes
     within ``depth`` (2) batches of it, its offsets once within twice that."""
-    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)  # nothing in the page cache
+    monkeypatch.setattr(_residency, "resident_pages", lambda part, pages: 0)  # nothing in the page cache
     monkeypatch.setattr(_prefetch, "GROUP", 3)
     source = RecordingSource()
     ahead = Prefetcher(source, 2, batches(8))
@@ -325,7 +324,7 @@ def test_planning_threads_are_stopped_at_exit(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
+    monkeypatch.setattr(_residency, "resident_pages", lambda part, pages: 0)
     monkeypatch.setattr(_prefetch, "GROUP", 2)
     source = RecordingSource()
     Prefetcher(source, 1, batches(10), start=7).step(7)
@@ -335,7 +334,7 @@ def test_schedule_starts_at_a_resumed_position(monkeypatch: pytest.MonkeyPatch) 
 def test_schedule_backs_off_while_the_pages_are_resident(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first group is found resident: from then on one batch is sampled at a time, with skips of 4, 8, 16, ...
     up to MAX_SKIP, and no page is asked for; at the first miss every batch is asked for again, a group at a time."""
-    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: len(pages))  # all in the page cache
+    monkeypatch.setattr(_residency, "resident_pages", lambda part, pages: len(pages))  # all in the page cache
     monkeypatch.setattr(_prefetch, "GROUP", 4)
     source = RecordingSource()
     ahead = Prefetcher(source, 1, batches(1000))
@@ -344,7 +343,7 @@ def test_schedule_backs_off_while_the_pages_are_resident(monkeypatch: pytest.Mon
         ahead.step(position)
     assert [q for kind, q in source.asked if kind == "values"] == [[0, 1, 2, 3], 4, 9, 18, 35, 68, 133, 198, 263]
     assert ahead.pages == 0 and all(kind == "values" for kind, _ in source.asked)
-    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)  # evicted: ask for every batch again
+    monkeypatch.setattr(_residency, "resident_pages", lambda part, pages: 0)  # evicted: ask for every batch again
     source.asked.clear()
     for position in range(300, 340):
         ahead.step(position)
@@ -371,7 +370,7 @@ def cold(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
         asked.extend(p.starts for p in parts)
         return real(parts, *hints, later=later)
 
-    monkeypatch.setattr(_prefetch, "resident_pages", lambda part, pages: 0)
+    monkeypatch.setattr(_residency, "resident_pages", lambda part, pages: 0)
     monkeypatch.setattr(_prefetch, "will_need", record)
     return asked
 
@@ -541,31 +540,25 @@ def test_mixture_read_ahead_names_each_corpus_rows(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- offsets checksums
 
 
-def test_offsets_checks_read_their_record_batches_ahead_together() -> None:
+def test_offsets_checks_read_their_pieces_ahead_together() -> None:
+    """Pieces about to be checked for the first time are asked for together (their bytes, one request), file by file;
+    a piece already checked, or a single one left, asks for nothing."""
     from arrowmt.format._offsets_crc import ManyOffsetChecks, OffsetChecks, offsets_crc
 
-    stored = {("a", b): np.arange(b, b + 5, dtype=np.int32) for b in range(6)}
-    expected = np.array([[offsets_crc(stored["a", b])] for b in range(6)], dtype=np.uint32)
-    asked: list[tuple[str, list[int]]] = []
+    words = np.concatenate([np.arange(b, b + 5, dtype=np.int32) for b in range(6)])  # 6 batches of 4 rows
+    expected = np.array([[offsets_crc(words[5 * b : 5 * b + 5])] for b in range(6)], dtype=np.uint32)
+    asked: list[list[int]] = []
 
     def checks() -> OffsetChecks:
-        pieces, first = np.full(6, 4), np.arange(7)  # 4 rows a batch, one piece each
-        return OffsetChecks(
-            Path("f"),
-            ("a",),
-            pieces,
-            first,
-            4 * first,
-            expected,
-            lambda c, b: stored[c, b],
-            lambda c, b, f, r: asked.append((c, b.tolist())),
-        )
+        rows = np.full(6, 4)  # one piece each
+        ahead = lambda first, end: asked.append((first // 20).tolist())  # noqa: E731  (the batch of each byte range)
+        return OffsetChecks(Path("f"), ("a",), rows, rows, expected, words, [5 * np.arange(6)], ahead)
 
     one = checks()
     one.ensure("a", np.array([4, 1, 4, 2]), np.array([0, 3, 1, 2]))
-    one.ensure("a", np.array([2, 5]), np.array([0, 0]))  # 2 is checked: one batch left, nothing to read together
-    assert asked == [("a", [1, 2, 4])]
+    one.ensure("a", np.array([2, 5]), np.array([0, 0]))  # 2 is checked: one piece left, nothing to read together
+    assert asked == [[1, 2, 4]] and one.pieces["a"].checked.tolist() == [False, True, True, False, True, True]
     asked.clear()
     many = ManyOffsetChecks([checks(), checks()])
-    many.ensure(np.array([7, 0, 3, 9, 11, 3]))  # file 0: batches 0 and 3; file 1: batches 1, 3 and 5
-    assert asked == [("a", [0, 3]), ("a", [1, 3, 5])]
+    many.ensure(np.array([7, 0, 3, 9, 11, 3]))  # file 0: pieces 0 and 3; file 1: pieces 1, 3 and 5
+    assert asked == [[0, 3], [1, 3, 5]] and many.checked.tolist() == [k in (0, 3, 7, 9, 11) for k in range(12)]

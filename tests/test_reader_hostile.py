@@ -34,7 +34,13 @@ from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt._errors import FormatError
 from arrowmt.format import _reader as reader_module
 from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._offsets_crc import OFFSETS_CRC_KEY, OFFSETS_PIECES_KEY, PIECE_ROWS, offsets_crc
+from arrowmt.format._offsets_crc import (
+    OFFSETS_CRC_KEY,
+    OFFSETS_PIECES_BINARY_KEY,
+    OFFSETS_PIECES_KEY,
+    PIECE_ROWS,
+    offsets_crc,
+)
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile, ensure_offsets_checked
 from arrowmt.format._schema import MANIFEST_NAME, METADATA_KEY
@@ -430,7 +436,7 @@ METADATA_CASES: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
     "json list": (lambda m: b"[1, 2]", "metadata is malformed"),
     "json null": (lambda m: b"null", "metadata is malformed"),
     "nested too deeply": (lambda m: b"[" * 100_000, "metadata is nested too deeply"),
-    "wrong version": (_set("format_version", 2), "'format_version': expected 1, got 2"),
+    "wrong version": (_set("format_version", 3), "'format_version': expected one of [1, 2], got 3"),
     "wrong format": (_set("format", "other"), "'format': expected 'arrowmt', got 'other'"),
     "missing key": (lambda m: m.pop("split"), "metadata is malformed"),
     "unknown key": (_set("colour", "blue"), "metadata is malformed"),
@@ -799,10 +805,11 @@ def test_malformed_offsets_piece_checksums_are_named_on_open(split_file: Path, v
 
 
 def test_a_malformed_whole_checksum_is_refused_beside_pieces(split_file: Path) -> None:
-    """Readers check the pieces, and still refuse a file whose whole-batch entry is not a CRC-32 per column."""
+    """Readers check the pieces, and still refuse a file whose whole-batch entry (version 1) is not a CRC-32 per
+    column."""
     with ipc.open_stream(str(split_file)) as reader:
         written = [dict(custom) for _, custom in reader.iter_batches_with_custom_metadata()]
-    assert all(OFFSETS_PIECES_KEY in m and OFFSETS_CRC_KEY in m for m in written)
+    assert all(list(m) == [OFFSETS_PIECES_BINARY_KEY] for m in written)
     broken = [{**m, OFFSETS_CRC_KEY: b'{"source":1}'} for m in written]
     expect_format_error(rewrite(split_file, broken), "offsets checksum: expected a CRC-32 per column")
 
@@ -815,8 +822,8 @@ def test_a_row_used_cold_checks_only_its_piece_of_offsets(tmp_path: Path) -> Non
     pieces = -(-3000 // PIECE_ROWS)
     assert split.offset_checks.first.tolist() == [0, pieces] and split.offset_checks.piece_rows.tolist() == [PIECE_ROWS]
     split.spans("source", np.array([1500]))
-    assert split.offset_checks._unchecked["source"].tolist() == [k != 1500 // PIECE_ROWS for k in range(pieces)]
-    assert split.offset_checks._unchecked["target"].all()
+    assert split.offset_checks.pieces["source"].checked.tolist() == [k == 1500 // PIECE_ROWS for k in range(pieces)]
+    assert not split.offset_checks.pieces["target"].checked.any()
     shift_offset(path, "source", 0, 2500, lambda old, previous, following: old + 1)
     split = SplitFile(path)
     assert split.lengths("source", np.array([5, 1500])).tolist() == [2, 2]

@@ -13,8 +13,8 @@ import pytest
 import arrowmt
 from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import Manifest
+from arrowmt.io import _prefetch
 from arrowmt.plans import StoredPlan, windowed_batch_order
-from arrowmt.training import _prefetch
 from tests.conftest import PLUGIN_DIR, import_fairseq, quiet
 from tests.s3_server import s3, upload
 from tests.test_fairseq_native import EPOCH_UPDATES, MAX_TOKENS, Side, assert_same_training, train

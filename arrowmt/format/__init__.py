@@ -1,4 +1,4 @@
-"""Layer 1, the on-disk format: schema, metadata, manifest, reader, writer, vocabulary, verify, atomic files.
+"""Layer 3, the on-disk format: schema, metadata, manifest, reader, writer, vocabulary, verify, atomic files.
 
 Imports nothing from the layers above it (conversion, training, integrations) and never imports torch.
 Other packages import from here, not from the private modules. Each name loads its module on first use
@@ -54,17 +54,6 @@ if TYPE_CHECKING:
     from arrowmt.format._progress import progress_bar
     from arrowmt.format._ragged import Ragged
     from arrowmt.format._ratio import length_ratio
-    from arrowmt.format._readahead import (
-        DEFAULT_ACCESS,
-        WordRanges,
-        plan_range_uses,
-        plan_use,
-        plan_uses,
-        resident_pages,
-        sample_pages,
-        spread,
-        will_need,
-    )
     from arrowmt.format._reader import (
         IPC_FILE_MAGIC,
         FileIdentity,
@@ -155,17 +144,6 @@ _EXPORTS = {
     "arrowmt.format._progress": ("progress_bar",),
     "arrowmt.format._ragged": ("Ragged",),
     "arrowmt.format._ratio": ("length_ratio",),
-    "arrowmt.format._readahead": (
-        "DEFAULT_ACCESS",
-        "WordRanges",
-        "plan_use",
-        "plan_range_uses",
-        "plan_uses",
-        "resident_pages",
-        "sample_pages",
-        "spread",
-        "will_need",
-    ),
     "arrowmt.format._reader": (
         "FileIdentity",
         "IPC_FILE_MAGIC",
@@ -231,7 +209,6 @@ __all__ = [
     "CACHE_DIR_NAME",
     "COMPLETED_NOTE",
     "COPY_BLOCKS_FORMAT",
-    "DEFAULT_ACCESS",
     "DEFAULT_ROWS_PER_BATCH",
     "DICTIONARY_SUFFIX",
     "HEADER_BYTES",
@@ -274,7 +251,6 @@ __all__ = [
     "VerifyReport",
     "View",
     "ViewReport",
-    "WordRanges",
     "atomic_path",
     "block_order_name",
     "block_orders",
@@ -309,9 +285,6 @@ __all__ = [
     "open_view",
     "order_name",
     "plain_name_error",
-    "plan_range_uses",
-    "plan_use",
-    "plan_uses",
     "progress_bar",
     "read_block_order",
     "read_json",
@@ -319,17 +292,13 @@ __all__ = [
     "refuse_block_order",
     "refuse_row_order",
     "remove_unlisted",
-    "resident_pages",
-    "sample_pages",
     "split_path",
-    "spread",
     "stage",
     "symbols_sha256",
     "take_flat",
     "temp_prefix",
     "unterminated_row",
     "verify_dataset",
-    "will_need",
     "write_block_indexes",
     "write_bytes_atomic",
     "write_folder_indexes",

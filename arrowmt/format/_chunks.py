@@ -21,15 +21,16 @@ import mmap
 import struct
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.format._readahead import WORD, WordRanges, will_need
+from arrowmt.io import WORD, CrcPieces, WordRanges, byte_crcs, pages_resident, read_ahead, spread
 
+SAMPLE_PAGES = 16  # pages of a side file's body sampled for residency at its first check
+SWEEP_CHUNKS = 1024  # a body of fewer chunks (4 MiB) is checked a chunk at a time even when resident: a sweep would
+# save at most that many small checks (a few ms a process)
 CHUNK_BYTES = 4096  # the chunk size arrowmt writes: one page, what a first use reads and checks (4 bytes of CRC)
-AHEAD_BYTES = 1 << 20  # chunks checked in a row are read ahead in windows of this size
 MIN_CHUNK_BYTES = 8
 MAX_CHUNK_BYTES = 1 << 30
 TABLE_PREFIX = struct.Struct("<QII")  # body bytes, chunk bytes, zero
@@ -84,103 +85,124 @@ def parse_table_prefix(where: str, raw: bytes) -> tuple[int, int]:
     return body, chunk
 
 
-@dataclass(eq=False)
-class ChunkChecks:
+class ChunkChecks(CrcPieces):
     """Which chunks of one open side file's body were found sound; the others are checked on first use.
 
     ``mapped`` is the whole file, read-only; the body starts at byte ``body_offset``;
     ``expected`` holds each chunk's CRC-32 from the chunk table (none: nothing left to
     check). A mismatch raises FormatError naming ``where`` (path and kind), the chunk and
     its file bytes, then what ``advice()`` returns (what the user should do, after doing
-    what it can). Concurrent checks of one chunk from several threads only repeat work:
-    a chunk is marked sound only after its check passed.
+    what it can). The checks are :class:`~arrowmt.io.CrcPieces`' (a bitmap, each chunk once);
+    the map is viewed only while a check runs, so that it can be closed.
     """
 
-    where: str
-    mapped: mmap.mmap
-    body_offset: int
-    expected: np.ndarray
-    chunk_bytes: int
-    advice: Callable[[], str]
-    checked: np.ndarray = field(init=False)  # one flag per chunk
-    all_checked: bool = field(init=False)
+    def __init__(
+        self,
+        where: str,
+        mapped: mmap.mmap,
+        body_offset: int,
+        expected: np.ndarray,
+        chunk_bytes: int,
+        advice: Callable[[], str],
+    ) -> None:
+        self.where = where
+        self.mapped = mapped
+        self.body_offset = body_offset
+        self.chunk_bytes = chunk_bytes
+        self.advice = advice
+        self.address = _address(mapped)
+        self.swept = False  # the first check of the file happened (a resident body is then checked whole)
+        super().__init__(None, expected, self._file_bytes, self._failure, self._read_ahead)
 
-    def __post_init__(self) -> None:
-        self.checked = np.zeros(self.expected.shape[0], dtype=bool)
-        self.all_checked = not self.expected.shape[0]
+    def check(self, pieces: np.ndarray) -> None:
+        if self.sweep_if_resident():
+            pieces = pieces[~self.checked[pieces]]  # left: the chunks the sweep found changed
+            if not pieces.size:
+                return
+        super().check(pieces)
 
-    def ensure_range(self, start: int, stop: int) -> None:
+    def check_one(self, k: int) -> None:
+        if not self.sweep_if_resident() or not self.checked[k]:
+            super().check_one(k)
+
+    def sweep_if_resident(self) -> bool:
+        """At the first check of this open file: when its body (of :data:`SWEEP_CHUNKS` chunks or more) is found in
+        the page cache, check every chunk now, in one pass (~30 ms per 50 MB; a rank reading batches from all over
+        a plan would otherwise check a chunk for nearly every batch), so that no read after needs a check. A chunk
+        found changed stays unchecked: the reads that reach it fail, as they would have, and the others are served.
+        Cold, or smaller, chunks are checked as reads reach them. Whether this call swept."""
+        if self.swept:
+            return False
+        self.swept = True
+        if len(self) < SWEEP_CHUNKS or not body_resident(self):
+            return False
+        self.sweep()
+        return True
+
+    def ensure_range(self, start: int, stop: int) -> None:  # type: ignore[override]
         """Check the chunks holding body bytes ``start..stop-1`` that were not checked yet."""
-        if self.all_checked or stop <= start:
-            return
-        first, last = start // self.chunk_bytes, (stop - 1) // self.chunk_bytes
-        todo = np.flatnonzero(~self.checked[first : last + 1])
-        if todo.size:
-            self._check(todo + first)
+        if not self.all_checked and stop > start:
+            super().ensure_range(start // self.chunk_bytes, (stop - 1) // self.chunk_bytes)
 
     def ensure_positions(self, positions: np.ndarray) -> None:
         """Check the chunks holding the body bytes at ``positions`` (int64 inside the body, any order, repeats
         allowed) that were not checked yet."""
-        if self.all_checked or not positions.size:
-            return
-        chunks = positions // self.chunk_bytes
-        todo = chunks[~self.checked[chunks]]
-        if todo.size:
-            self._check(np.unique(todo))
+        if not self.all_checked and positions.size:
+            self.ensure(positions // self.chunk_bytes)
 
-    def ensure_all(self) -> None:
-        """Check every chunk not checked yet (a pass over the rest of the body)."""
-        if not self.all_checked:
-            self._check(np.flatnonzero(~self.checked))
+    def crcs(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        with memoryview(self.mapped) as view:
+            return byte_crcs(view, starts, ends)
 
-    def _check(self, chunks: np.ndarray) -> None:
-        """Check ``chunks`` (increasing), asking the kernel for the pages of each window of up to
-        :data:`AHEAD_BYTES` of consecutive chunks a window ahead of its checks."""
-        windows = _windows(chunks, max(1, AHEAD_BYTES // self.chunk_bytes))
-        self._read_ahead(*windows[0])
-        for i, (first, last) in enumerate(windows):
-            if i + 1 < len(windows):
-                self._read_ahead(*windows[i + 1])
-            for k in range(first, last + 1):
-                self._check_one(k)
-        self.all_checked = bool(self.checked.all())
-
-    def _check_one(self, k: int) -> None:
-        start, stop = self.file_bytes(k)
-        with memoryview(self.mapped) as view, view[start:stop] as data:
-            found = zlib.crc32(data)
-        want = int(self.expected[k])
-        if found != want:
-            advice = self.advice()
-            raise FormatError(
-                f"{self.where} checksum: chunk {k} of {self.expected.shape[0]} (file bytes {start}..{stop - 1}): "
-                f"expected CRC-32 {want:08x} (chunk table), found {found:08x} (contents changed on disk)"
-                + (f"; {advice}" if advice else "")
-            )
-        self.checked[k] = True
+    def crc(self, start: int, end: int) -> int:
+        with memoryview(self.mapped) as view, view[start:end] as data:
+            return zlib.crc32(data)
 
     def file_bytes(self, k: int) -> tuple[int, int]:
         """(first byte, end byte) of chunk ``k`` in the file."""
         start = self.body_offset + k * self.chunk_bytes
         return start, min(start + self.chunk_bytes, len(self.mapped))
 
-    def _read_ahead(self, first: int, last: int) -> None:
-        """Ask for the pages of chunks ``first..last`` (a hint): on a map advised random, a fault reads one page. One
-        window at a time: a single request for many MiB of such a map was measured 15x slower (0.7 s for 49 MiB)."""
-        start, stop = self.file_bytes(first)[0], self.file_bytes(last)[1]
-        will_need([WordRanges(self.mapped, 0, np.array([start // WORD]), np.array([-(-(stop - start) // WORD)]))])
+    piece_bytes = file_bytes
+
+    def _file_bytes(self, chunks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        start = self.body_offset + chunks * self.chunk_bytes
+        return start, np.minimum(start + self.chunk_bytes, len(self.mapped))
+
+    def _failure(self, k: int, want: int, found: int) -> FormatError:
+        start, stop = self.file_bytes(k)
+        advice = self.advice()
+        return FormatError(
+            f"{self.where} checksum: chunk {k} of {self.expected.shape[0]} (file bytes {start}..{stop - 1}): "
+            f"expected CRC-32 {want:08x} (chunk table), found {found:08x} (contents changed on disk)"
+            + (f"; {advice}" if advice else "")
+        )
+
+    def _read_ahead(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Ask for the pages of chunks about to be checked (a hint, through the residency gate): on a map advised
+        random, a fault reads one page."""
+        read_ahead([WordRanges(self.mapped, self.address, starts // WORD, -(-(ends - starts) // WORD))])
 
 
-def _windows(chunks: np.ndarray, most: int) -> list[tuple[int, int]]:
-    """``chunks`` (increasing) as (first, last) runs of consecutive chunks, each of at most ``most`` chunks."""
-    if chunks.shape[0] == 1:  # the common case of a batch's first use: no array work
-        return [(int(chunks[0]), int(chunks[0]))]
-    breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
-    out = []
-    for run in np.split(chunks, breaks):
-        for a in range(0, run.shape[0], most):
-            out.append((int(run[a]), int(run[min(a + most, run.shape[0]) - 1])))
-    return out
+def body_resident(checks: ChunkChecks) -> bool:
+    """Whether a sample of the pages of a side file's body (:data:`SAMPLE_PAGES`, spread over it) is in the page
+    cache (reads nothing)."""
+    first, end = checks.body_offset // WORD, len(checks.mapped) // WORD
+    if end <= first:
+        return False
+    words = first + spread(end - first, SAMPLE_PAGES)
+    return pages_resident([WordRanges(checks.mapped, checks.address, words, np.ones_like(words))])
+
+
+def _address(mapped: mmap.mmap) -> int:
+    """Where ``mapped`` starts in this process's memory (for residency samples; no reference to it is kept, so the
+    map can still be closed)."""
+    if not len(mapped):
+        return 0
+    probe = np.frombuffer(mapped, dtype=np.uint8, count=1)
+    address = int(probe.ctypes.data)
+    del probe
+    return address
 
 
 class CheckedArray:

@@ -11,9 +11,9 @@ import numpy as np
 from arrowmt.format._block_index import BLOCK_SIZE, INDEX_FORMAT, index_name, pinned_at
 from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest
-from arrowmt.format._readahead import WORD
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._sidefile import write_side_file
+from arrowmt.io import WORD
 
 READ_BYTES = 8 << 20
 

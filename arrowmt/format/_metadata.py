@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from arrowmt._errors import FormatError
-from arrowmt.format._schema import FORMAT_NAME, FORMAT_VERSION
+from arrowmt.format._schema import FORMAT_NAME, READABLE_SPLIT_VERSIONS, SPLIT_FORMAT_VERSION
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class SplitMetadata:
     special_ids: SpecialIds = field(default_factory=SpecialIds)
     source_format: str = "unknown"
     format: str = FORMAT_NAME
-    format_version: int = FORMAT_VERSION
+    format_version: int = SPLIT_FORMAT_VERSION
 
     @property
     def languages(self) -> dict[str, str | None]:
@@ -73,8 +73,8 @@ def _check_format(data: dict, where: str) -> None:
     if data.get("format") != FORMAT_NAME:
         raise FormatError(f"{where}: metadata 'format': expected {FORMAT_NAME!r}, got {data.get('format')!r}")
     version = data.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version not in READABLE_SPLIT_VERSIONS:
         raise FormatError(
-            f"{where}: metadata 'format_version': expected {FORMAT_VERSION}, got {version!r} "
-            "(written by a different arrowmt version)"
+            f"{where}: metadata 'format_version': expected one of {list(READABLE_SPLIT_VERSIONS)}, got {version!r} "
+            "(written by another arrowmt version)"
         )

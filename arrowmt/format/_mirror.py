@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,7 +28,10 @@ from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._sidefile import exclusive_lock
 from arrowmt.format._spans import take_flat
-from arrowmt.storage import STATE_DIR, BlockFile, BlockStore, CachedFile, RemoteFolder, is_url
+from arrowmt.storage import STATE_DIR, is_url
+
+if TYPE_CHECKING:  # loaded where a URL or a cache folder is read: a local reader never loads the block cache
+    from arrowmt.storage import BlockFile, BlockStore, RemoteFolder
 
 CACHE_DIR_ENV = "ARROWMT_CACHE_DIR"
 CACHE_LIMIT_ENV = "ARROWMT_CACHE_LIMIT"
@@ -84,6 +88,8 @@ def local_folder(
 
 def mirror(url: str, options: CacheOptions) -> Path:
     """The local folder caching the corpus at ``url`` (made on first use; shared by every process of the node)."""
+    from arrowmt.storage import RemoteFolder
+
     remote = RemoteFolder(url)
     raw = remote.read(MANIFEST_NAME)
     manifest = _parse_manifest(raw, remote.url_of(MANIFEST_NAME))
@@ -173,6 +179,8 @@ def _open_store(folder: Path) -> BlockStore | None:
     sizes = {index.block_size for index in indexes}
     if len(sizes) != 1:
         raise FormatError(f"{folder}: block indexes of several block sizes {sorted(sizes)}; write them again")
+    from arrowmt.storage import BlockStore, CachedFile, RemoteFolder
+
     files = [CachedFile(e.file, e.size, i.crcs, i.pinned_blocks()) for e, i in zip(entries, indexes, strict=True)]
     return BlockStore(RemoteFolder(config["url"]), folder, files, sizes.pop(), config["cache_limit"])
 

@@ -2,50 +2,58 @@
 
 A list offset moved between its neighbours (still in order) shifts two rows'
 boundaries and passes every range check. So the writer records, for every record
-batch and column, CRC-32s (zlib) of the batch's int32 offsets buffer (little-endian) in
-the batch's IPC message custom metadata, as canonical JSON:
+batch, a CRC-32 (zlib) per *piece* of its int32 offsets (little-endian) per column, in the
+batch's IPC message custom metadata. A piece of ``rows`` rows is their offsets: the rows'
+starts and the end of the last row, ``rows + 1`` values (4 KiB for :data:`PIECE_ROWS`), so a
+row used cold costs the check of a page or two of offsets, not of its whole record batch.
+Splits read in stretches (a copy in plan order) are written with :data:`STRETCH_PIECE_ROWS`:
+a batch's stretch then checks about its own offsets, not a 4 KiB piece.
 
-* :data:`OFFSETS_PIECES_KEY`: ``{"rows": 1024, "crcs": {"source": [crc, ...], "target": [...]}}``, one
-  CRC-32 per *piece* of ``rows`` rows (the piece's offsets: its rows' starts and the end of
-  its last row, ``rows + 1`` values, 4 KiB for :data:`PIECE_ROWS`), so a row used cold costs
-  the check of a page or two of offsets, not of its whole record batch. Splits read in
-  stretches (a copy in plan order) are written with :data:`STRETCH_PIECE_ROWS`: a batch's
-  stretch then checks about its own offsets, not a 4 KiB piece;
-* :data:`OFFSETS_CRC_KEY`: ``{"source": 123, "target": 456}``, one CRC-32 of the whole
-  buffer (row count + 1 values): what files written before the pieces carry, and what
-  readers of that time check. Readers check the pieces when a batch records them.
+Split format version 2 (this writer) stores them as binary, decoded with one ``numpy`` call per record batch:
 
-Other Arrow readers ignore both, so the file format (version 1) is unchanged. Readers
-check a piece the first time any of its rows is used (after the range checks, whose
-messages name the row), and remember it per open file: a CRC of all offsets at open
-would read 4 bytes per row and column (100 MB for 12.6M pairs), against arrowmt's
-promise of a setup that reads O(record batches) bytes. A record batch without either
-key (rewritten by another Arrow tool) is read with the range checks only; a value that
-is not a CRC-32 per column (and piece) is refused when the file is opened.
+* :data:`OFFSETS_PIECES_BINARY_KEY`: little-endian ``u32 rows per piece, u32 columns, u32 CRC-32 [piece][column]``
+  (columns in the schema's order).
+
+Version 1 files (written before) carry canonical JSON, still read:
+
+* :data:`OFFSETS_PIECES_KEY`: ``{"rows": 1024, "crcs": {"source": [crc, ...], "target": [...]}}``;
+* :data:`OFFSETS_CRC_KEY`: ``{"source": 123, "target": 456}``, one CRC-32 of the whole buffer
+  (the oldest files carry only this one: a batch is then one piece).
+
+Other Arrow readers ignore these keys. Every key present is decoded and checked when the file is
+opened (a value that is not a CRC-32 per column and piece is refused); the finest recorded pieces are
+what reads check. Readers check a piece the first time any of its rows is used (after the range
+checks, whose messages name the row) and remember it per open file (:class:`~arrowmt.io.CrcPieces`): a
+CRC of all offsets at open would read 4 bytes per row and column (100 MB for 12.6M pairs), against
+arrowmt's promise of a setup that reads O(record batches) bytes. A record batch without any key
+(rewritten by another Arrow tool) is read with the range checks only.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from arrowmt._arrays import sorted_unique
 from arrowmt._errors import FormatError
+from arrowmt.io import WORD, CrcPieces
 
-OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # key in a record batch's custom metadata: one CRC per column
-OFFSETS_PIECES_KEY = b"arrowmt.offsets_crc32_pieces"  # key: one CRC per column and piece of PIECE_ROWS rows
+OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # version 1: one CRC per column (JSON)
+OFFSETS_PIECES_KEY = b"arrowmt.offsets_crc32_pieces"  # version 1: one CRC per column and piece (JSON)
+OFFSETS_PIECES_BINARY_KEY = b"arrowmt.offsets_crc32_pieces.v2"  # version 2: the same, binary
 PIECE_ROWS = 1024  # rows per checked piece of offsets: 1025 int32 values; a first pass over random rows checks
 # one piece per row, and smaller pieces measured slower there (more checks: benchmarks/bench_piece_rows.py)
 STRETCH_PIECE_ROWS = 256  # the same for a split whose batches are stretches of ~300 rows (`arrowmt order`)
+BINARY_PREFIX = struct.Struct("<II")  # rows per piece, columns
 SHOWN_BYTES = 80
-OffsetsOf = Callable[[str, int], np.ndarray]
-"""``offsets(column, batch)``: a record batch's offsets (a view of the map)."""
-ReadAhead = Callable[[str, np.ndarray, np.ndarray, np.ndarray], None]
-"""``read_ahead(column, batches, first_rows, rows)``: start reading those rows' offsets in those record batches
-(a hint)."""
+Ahead = Callable[[np.ndarray, np.ndarray], None]
+"""``ahead(first bytes, end bytes)``: a hint that those bytes of the file are read next (offsets about to be
+checked)."""
 
 
 def offsets_crc(offsets: np.ndarray) -> int:
@@ -67,17 +75,23 @@ def piece_crcs(offsets: np.ndarray, piece_rows: int) -> list[int]:
 
 
 def encode_offsets_crcs(offsets: Mapping[str, np.ndarray], piece_rows: int = PIECE_ROWS) -> dict[bytes, bytes]:
-    """A record batch's custom metadata recording each column's offsets CRC-32s (whole, and per piece of
-    ``piece_rows`` rows)."""
+    """A record batch's custom metadata recording each column's offsets CRC-32 per piece of ``piece_rows`` rows
+    (version 2, binary; columns in ``offsets``' order, the schema's)."""
+    crcs = np.array([piece_crcs(o, piece_rows) for o in offsets.values()], dtype="<u4").T
+    return {OFFSETS_PIECES_BINARY_KEY: BINARY_PREFIX.pack(piece_rows, len(offsets)) + crcs.tobytes()}
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def encode_legacy_offsets_crcs(offsets: Mapping[str, np.ndarray], piece_rows: int = PIECE_ROWS) -> dict[bytes, bytes]:
+    """What a version 1 writer recorded (JSON): for tests of the files written before version 2."""
     pieces = {"rows": piece_rows, "crcs": {c: piece_crcs(o, piece_rows) for c, o in offsets.items()}}
     return {
         OFFSETS_CRC_KEY: _json({c: offsets_crc(o) for c, o in offsets.items()}),
         OFFSETS_PIECES_KEY: _json(pieces),
     }
-
-
-def _json(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
 
 
 def _is_crc(value: object) -> bool:
@@ -104,8 +118,8 @@ def decode_offsets_crcs(raw: bytes, columns: tuple[str, ...], where: str) -> lis
 
 
 def decode_piece_crcs(raw: bytes, columns: tuple[str, ...], rows: int, where: str) -> tuple[int, np.ndarray]:
-    """(rows per piece, CRC-32s [piece, column]) in a record batch's ``raw`` piece checksums; FormatError naming
-    ``where`` unless every column has one CRC-32 per piece of the batch's ``rows`` rows."""
+    """(rows per piece, CRC-32s [piece, column]) in a record batch's ``raw`` piece checksums (JSON); FormatError
+    naming ``where`` unless every column has one CRC-32 per piece of the batch's ``rows`` rows."""
     found = _decoded(raw, where)
     per = found.get("rows") if isinstance(found, dict) else None
     crcs = found.get("crcs") if isinstance(found, dict) else None
@@ -122,14 +136,46 @@ def decode_piece_crcs(raw: bytes, columns: tuple[str, ...], rows: int, where: st
     return per, np.array([crcs[c] for c in columns], dtype=np.uint32).T.reshape(count, len(columns))
 
 
+def decode_binary_pieces(raw: bytes, columns: tuple[str, ...], rows: int, where: str) -> tuple[int, np.ndarray]:
+    """(rows per piece, CRC-32s [piece, column]) in a record batch's binary piece checksums (version 2);
+    FormatError naming ``where`` unless they hold one CRC-32 per column and piece of the batch's ``rows`` rows."""
+    per, count_columns = BINARY_PREFIX.unpack_from(raw) if len(raw) >= BINARY_PREFIX.size else (0, 0)
+    pieces = -(-rows // per) if per else 0
+    if not per or count_columns != len(columns) or len(raw) != BINARY_PREFIX.size + 4 * pieces * len(columns):
+        raise FormatError(
+            f"{where}: offsets piece checksums: expected rows per piece, {len(columns)} columns and a CRC-32 per "
+            f"column and piece of its {rows} rows ({BINARY_PREFIX.size + 4 * pieces * len(columns)} bytes for the "
+            f"rows per piece found), got {len(raw)} bytes starting {raw[: SHOWN_BYTES // 4]!r} (corrupt)"
+        )
+    crcs = np.frombuffer(raw, dtype="<u4", offset=BINARY_PREFIX.size).reshape(pieces, len(columns))
+    return per, crcs.astype(np.uint32)
+
+
+def recorded_pieces(
+    found: Mapping[bytes, bytes] | None, columns: tuple[str, ...], rows: int, where: str
+) -> tuple[int, np.ndarray] | None:
+    """(rows per piece, CRC-32s [piece, column]) a record batch of ``rows`` rows records (None: nothing), every
+    key present decoded and checked; the finest pieces recorded are the ones read."""
+    if not found:
+        return None
+    binary, pieces, whole = (found.get(k) for k in (OFFSETS_PIECES_BINARY_KEY, OFFSETS_PIECES_KEY, OFFSETS_CRC_KEY))
+    decoded = [] if whole is None else [(max(rows, 1), np.array([decode_offsets_crcs(whole, columns, where)]))]
+    if pieces is not None:
+        decoded.append(decode_piece_crcs(pieces, columns, rows, where))
+    if binary is not None:
+        decoded.append(decode_binary_pieces(binary, columns, rows, where))
+    return min(decoded, key=lambda d: d[0], default=None)
+
+
 class OffsetChecks:
-    """Which pieces of one split file's record batches have had their offsets checksum checked, per column.
+    """Which pieces of one split file's offsets have had their checksum checked, per column.
 
     Record batch ``b`` has pieces ``first[b]..first[b + 1] - 1`` of ``piece_rows[b]`` rows each
-    (the last one shorter; a batch recording one CRC is one piece; a batch recording none has
-    no piece and is never checked); ``expected[p, c]`` is piece ``p``'s CRC-32 for column ``c``;
-    ``offsets(column, b)`` returns the batch's offsets as stored; ``first_row[b]``, the file row
-    batch ``b`` starts at (for messages).
+    (the last one shorter; a batch recording one CRC is one piece; a batch recording none,
+    ``present[b]`` false, is one piece marked checked from the start); ``expected[p, c]`` is piece
+    ``p``'s CRC-32 for column ``c``; ``first_row[b]``, the file row batch ``b`` starts at (for
+    messages). ``pieces[column]`` checks them (:class:`~arrowmt.io.CrcPieces`) in ``words`` (the
+    file's int32 map), batch ``b``'s offsets of column ``c`` starting at word ``offsets_at[c][b]``.
     """
 
     def __init__(
@@ -137,23 +183,35 @@ class OffsetChecks:
         path: Path,
         columns: tuple[str, ...],
         piece_rows: np.ndarray,
-        first: np.ndarray,
-        first_row: np.ndarray,
+        batch_rows: np.ndarray,
         expected: np.ndarray,
-        offsets: OffsetsOf,
-        read_ahead: ReadAhead | None = None,
+        words: np.ndarray,
+        offsets_at: Sequence[np.ndarray],
+        ahead: Ahead | None = None,
     ) -> None:
         self.path = path
         self.columns = columns
         self.piece_rows = piece_rows
-        self.first = first
-        self.expected = expected
         self.present = piece_rows > 0
-        self._offsets = offsets
-        self._read_ahead = read_ahead
-        self._unchecked = {column: np.ones(expected.shape[0], dtype=bool) for column in columns}
-        self._pending = dict.fromkeys(columns, bool(expected.shape[0]))  # False once every piece is checked
-        self.first_row = first_row
+        self.batch_rows = batch_rows
+        self.per = np.where(self.present, piece_rows, np.maximum(batch_rows, 1))  # rows per piece, as read
+        counts = np.where(self.present, -(-batch_rows // self.per), 1)
+        self.first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.first_row = np.concatenate([[0], np.cumsum(batch_rows)]).astype(np.int64)
+        self.expected = expected
+        self.offsets_at = offsets_at
+        unrecorded = np.repeat(~self.present, counts)
+        self.pieces = {
+            column: CrcPieces(
+                words.view(np.uint8),
+                expected[:, c],
+                self._bounds(c),
+                self._failure(column),
+                ahead,
+                unrecorded.copy(),
+            )
+            for c, column in enumerate(columns)
+        }
 
     @classmethod
     def of(
@@ -162,124 +220,111 @@ class OffsetChecks:
         columns: tuple[str, ...],
         batch_metadata: Sequence[Mapping[bytes, bytes] | None],
         batch_rows: Sequence[int],
-        offsets: OffsetsOf,
-        read_ahead: ReadAhead | None = None,
+        words: np.ndarray,
+        offsets_at: Sequence[np.ndarray],
+        ahead: Ahead | None = None,
     ) -> OffsetChecks:
         """The checks of a file of ``columns`` whose record batches of ``batch_rows`` rows carry ``batch_metadata``
         (FormatError if bad)."""
-        piece_rows = np.zeros(len(batch_metadata), dtype=np.int64)
-        counts = np.zeros(len(batch_metadata), dtype=np.int64)
+        rows = np.asarray(batch_rows, dtype=np.int64)
+        piece_rows = np.zeros(rows.shape[0], dtype=np.int64)
         expected = []
         for b, found in enumerate(batch_metadata):
-            where = f"{path}: record batch {b}"
-            pieces = None if found is None else found.get(OFFSETS_PIECES_KEY)
-            whole = None if found is None else found.get(OFFSETS_CRC_KEY)
-            whole_crcs = None if whole is None else decode_offsets_crcs(whole, columns, where)  # checked alike
-            if pieces is not None:
-                piece_rows[b], crcs = decode_piece_crcs(pieces, columns, int(batch_rows[b]), where)
-                expected.append(crcs)
-            elif whole_crcs is not None:
-                piece_rows[b] = max(int(batch_rows[b]), 1)
-                expected.append(np.array([whole_crcs], dtype=np.uint32))
-            counts[b] = expected[-1].shape[0] if piece_rows[b] else 0
+            recorded = recorded_pieces(found, columns, int(rows[b]), f"{path}: record batch {b}")
+            if recorded is None:
+                expected.append(np.zeros((1, len(columns)), dtype=np.uint32))
+            else:
+                piece_rows[b], crcs = recorded
+                expected.append(np.asarray(crcs, dtype=np.uint32))
         table = np.concatenate(expected) if expected else np.zeros((0, len(columns)), dtype=np.uint32)
-        first = np.concatenate([[0], np.cumsum(counts)])
-        first_row = np.concatenate([[0], np.cumsum(np.asarray(batch_rows, dtype=np.int64))])
-        return cls(path, columns, piece_rows, first, first_row, table, offsets, read_ahead)
+        return cls(path, columns, piece_rows, rows, table, words, offsets_at, ahead)
+
+    def piece_of(self, batches: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """The piece holding row ``local`` of record batch ``batches[i]``, for each ``i``."""
+        return self.first[batches] + local // self.per[batches]
 
     def ensure(self, column: str, batches: np.ndarray, local: np.ndarray) -> None:
         """Check the pieces holding rows ``local`` of record batches ``batches`` (any order, repeats allowed) of
         ``column`` not checked yet."""
-        if not self._pending[column]:
-            return
-        recorded = self.present[batches]
-        per = self.piece_rows[batches[recorded]]
-        pieces = self.first[batches[recorded]] + local[recorded] // per
-        todo = np.unique(pieces[self._unchecked[column][pieces]])
-        if todo.size > 1:
-            self._ask(column, todo)
-        for p in todo.tolist():
-            self._check(column, p)
-        if todo.size:
-            self._recount(column)
+        checks = self.pieces[column]
+        if not checks.all_checked:
+            checks.ensure(self.piece_of(batches, local))
 
     def ensure_one(self, column: str, b: int) -> None:
         """Check every piece of record batch ``b`` of ``column`` not checked yet; FormatError naming it on a
         mismatch."""
-        for p in range(int(self.first[b]), int(self.first[b + 1])):
-            if self._unchecked[column][p]:
-                self._check(column, p)
-        self._recount(column)
+        self.pieces[column].ensure_range(int(self.first[b]), int(self.first[b + 1]) - 1)
 
-    def _recount(self, column: str) -> None:
-        """Whether any piece of ``column`` is left to check, from the flags themselves: threads that check the same
-        piece at once (read-ahead plans a remote pass from one) cannot make it stop early, and no lock is held."""
-        self._pending[column] = bool(self._unchecked[column].any())
+    @property
+    def all_checked(self) -> bool:
+        """Whether every piece of every column has been checked."""
+        return all(checks.all_checked for checks in self.pieces.values())
 
-    def read_ahead(self, column: str, batches: np.ndarray) -> None:
-        """Ask for the offsets of several whole record batches at once before checking them (a hint)."""
-        if self._read_ahead is not None and batches.shape[0] > 1:
-            rows = (self.first[batches + 1] - self.first[batches]) * self.piece_rows[batches]
-            self._read_ahead(column, batches, np.zeros_like(batches), rows)
+    def _batch_of(self, pieces: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.first, pieces, side="right") - 1
 
-    def _ask(self, column: str, pieces: np.ndarray) -> None:
-        """Ask for the offsets of ``pieces`` before checking them one by one: with random-access advice each
-        would otherwise be read a page per fault (a hint; nothing if none given)."""
-        if self._read_ahead is not None:
-            batches = np.searchsorted(self.first, pieces, side="right") - 1
-            per = self.piece_rows[batches]
-            self._read_ahead(column, batches, (pieces - self.first[batches]) * per, per)
+    def _bounds(self, c: int) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Where column ``c``'s pieces lie in the file's bytes: their rows' offsets and the end of their last row."""
 
-    def _check(self, column: str, p: int) -> None:
-        b = int(np.searchsorted(self.first, p, side="right")) - 1
-        stored = self._offsets(column, b)
-        start, stop = piece_bounds(p - int(self.first[b]), int(self.piece_rows[b]), stored.shape[0] - 1)
-        want = int(self.expected[p, self.columns.index(column)])
-        found = offsets_crc(stored[start : stop + 1])
-        if found != want:
+        def bounds(pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            b = self._batch_of(pieces)
+            first_row = (pieces - self.first[b]) * self.per[b]
+            end_row = np.minimum(first_row + self.per[b], self.batch_rows[b])
+            start = self.offsets_at[c][b] + first_row
+            return start * WORD, (start + end_row - first_row + 1) * WORD
+
+        return bounds
+
+    def _failure(self, column: str) -> Callable[[int, int, int], FormatError]:
+        def failure(p: int, want: int, found: int) -> FormatError:
+            b = int(self._batch_of(np.array([p]))[0])
+            start, stop = piece_bounds(p - int(self.first[b]), int(self.per[b]), int(self.batch_rows[b]))
             row = int(self.first_row[b])
-            raise FormatError(
+            return FormatError(
                 f"{self.path}: record batch {b} ({column}): offsets checksum of rows {row + start}..{row + stop - 1}: "
-                "expected "
-                f"CRC-32 {want:08x} (written at conversion), found {found:08x}: their boundaries changed on disk; "
-                "the file is corrupt"
+                f"expected CRC-32 {want:08x} (written at conversion), found {found:08x}: their boundaries changed on "
+                "disk; the file is corrupt"
             )
-        self._unchecked[column][p] = False
+
+        return failure
 
 
 class ManyOffsetChecks:
-    """The offsets checks of several files' record batches, numbered in one sequence (file after file).
+    """The offsets checks of several files, their pieces numbered in one sequence (file after file).
 
-    For readers that locate rows of many files at once (a mixture's gather): ``ensure(numbers)``
-    checks the record batches behind those numbers, every column, each once.
+    For readers that locate rows of many files at once (a mixture's gather): :meth:`piece_base` and :attr:`per`
+    give each record batch's first piece number and rows per piece in that sequence, and ``ensure(numbers)``
+    checks the pieces behind those numbers, every column, each once: a numpy test per batch while every piece
+    it needs was checked before.
     """
 
     def __init__(self, checks: Sequence[OffsetChecks]) -> None:
         self.checks = list(checks)
-        counts = np.array([c.present.shape[0] for c in self.checks], dtype=np.int64)
-        self.first = np.concatenate(([0], np.cumsum(counts)))
-        self._unchecked = np.concatenate([c.present for c in self.checks] or [np.zeros(0, dtype=bool)])
-        self._pending = bool(self._unchecked.any())
+        counts = np.array([c.first[-1] for c in self.checks], dtype=np.int64)
+        self.first = np.concatenate(([0], np.cumsum(counts)))  # file k's pieces start at number first[k]
+        self.piece_base = np.concatenate([c.first[:-1] + self.first[k] for k, c in enumerate(self.checks)] or [[]])
+        self.per = np.concatenate([c.per for c in self.checks] or [[]]).astype(np.int64)
+        self.piece_base = self.piece_base.astype(np.int64)
+        self.checked = np.concatenate([_checked_everywhere(c) for c in self.checks] or [np.zeros(0, dtype=bool)])
+        self.all_checked = bool(self.checked.all())
 
     def ensure(self, numbers: np.ndarray) -> None:
-        if not self._pending:
+        """Check the pieces ``numbers`` (any order, repeats allowed) of every column, those not checked yet."""
+        if self.all_checked:
             return
-        todo = numbers[self._unchecked[numbers]]
+        todo = numbers[~self.checked[numbers]]
         if not todo.size:
             return
-        todo = np.unique(todo)
-        self._read_ahead(todo)
-        for number in todo.tolist():
-            k = int(np.searchsorted(self.first, number, side="right")) - 1
-            for column in self.checks[k].columns:
-                self.checks[k].ensure_one(column, number - int(self.first[k]))
-            self._unchecked[number] = False
-        self._pending = bool(self._unchecked.any())
+        todo = sorted_unique(todo)
+        files = np.searchsorted(self.first, todo, side="right") - 1
+        for k in sorted_unique(files).tolist():
+            local = todo[files == k] - self.first[k]
+            for checks in self.checks[k].pieces.values():
+                checks.ensure(local)
+        self.checked[todo] = True
+        self.all_checked = bool(self.checked.all())
 
-    def _read_ahead(self, numbers: np.ndarray) -> None:
-        """:meth:`OffsetChecks.read_ahead` of the record batches behind ``numbers`` (sorted), file by file."""
-        files = np.searchsorted(self.first, numbers, side="right") - 1
-        for k in np.unique(files).tolist():
-            batches = numbers[files == k] - self.first[k]
-            for column in self.checks[k].columns:
-                self.checks[k].read_ahead(column, batches)
+
+def _checked_everywhere(checks: OffsetChecks) -> np.ndarray:
+    """Which pieces of a file are checked in every column."""
+    return np.logical_and.reduce([c.checked for c in checks.pieces.values()])

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +35,9 @@ from arrowmt.format._manifest import DICTIONARY_SUFFIX, plain_name_error
 from arrowmt.format._metadata import ColumnInfo, SplitMetadata
 from arrowmt.format._mirror import attached_file, guarded_copy
 from arrowmt.format._offsets_crc import OffsetChecks
-from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, advise, check_access, will_need
 from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
 from arrowmt.format._spans import flat_positions, take_flat
+from arrowmt.io import DEFAULT_ACCESS, WORD, WordRanges, advise, check_access, read_ahead, will_need
 
 IPC_FILE_MAGIC = b"ARROW1"
 
@@ -106,7 +108,7 @@ class FileStamp:
 class SplitFile:
     """One split file, memory-mapped and validated; picklable by path.
 
-    ``access`` is the map's access advice (:mod:`arrowmt.format._readahead`): ``"random"``
+    ``access`` is the map's access advice (:mod:`arrowmt.io._advice`): ``"random"``
     (the default: a page fault reads just its page), ``"sequential"`` for whole-file passes,
     or ``"normal"`` (the kernel's read-around).
     """
@@ -134,22 +136,15 @@ class SplitFile:
             for k, name in enumerate(self.columns)
         }
         batch_rows = [b.num_rows for b in batches]
+        offsets_at = [self.layouts[c].offsets_pos for c in self.columns]
         self.offset_checks = OffsetChecks.of(
-            self.path, self.columns, batch_metadata, batch_rows, self.stored_offsets, self.will_need_rows_offsets
+            self.path, self.columns, batch_metadata, batch_rows, self.words, offsets_at, self._offsets_ahead
         )
 
-    def __getstate__(self) -> dict:
-        return {"path": self.path, "stamp": self.stamp, "access": self.access}
-
-    def __setstate__(self, state: dict) -> None:
-        self.path = state["path"]
-        self.access = state.get("access", DEFAULT_ACCESS)
-        self._open()
-        if self.stamp != state["stamp"]:
-            raise FormatError(
-                f"{self.path}: file changed since it was first opened "
-                f"({state['stamp'].change_to(self.stamp)}); reopen the dataset"
-            )
+    def __reduce__(self) -> tuple[object, tuple[Path, str, FileStamp]]:
+        """Pickled by path: the copy is this process's shared open file (:func:`open_split_file`), refused if the
+        file changed since."""
+        return (_reopened, (self.path, self.access, self.stamp))
 
     def __len__(self) -> int:
         return self.metadata.rows
@@ -181,7 +176,7 @@ class SplitFile:
             starts, lengths = self.spans(column, rows)
         else:
             rows = np.asarray(rows, dtype=np.int64)
-            check_indices(rows, len(self), str(self.path))
+            check_indices(rows, len(self), self.path)
             batch, local = np.divmod(rows, self.rows_per_batch)
             starts = self.layouts[column].offsets_pos[batch] + local
             lengths = np.full(starts.shape, 2, dtype=np.int64)
@@ -229,7 +224,7 @@ class SplitFile:
     def spans(self, column: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start positions (in ``words``) and lengths of ``rows`` of ``column``, bounds-checked."""
         rows = np.asarray(rows, dtype=np.int64)
-        check_indices(rows, len(self), str(self.path))
+        check_indices(rows, len(self), self.path)
         layout = self.layouts[column]
         batch, local = np.divmod(rows, self.rows_per_batch)
         at = layout.offsets_pos[batch] + local
@@ -303,6 +298,10 @@ class SplitFile:
         rows = np.minimum(rows, np.maximum(len(self) - batches * self.rows_per_batch - first, 0))
         will_need([self.ranges(self.layouts[column].offsets_pos[batches] + first, rows + 1)])
 
+    def _offsets_ahead(self, first: np.ndarray, end: np.ndarray) -> None:
+        """Ask for the offsets bytes ``[first[i], end[i])`` about to be checked (a hint, through the residency gate)."""
+        read_ahead([self.ranges(first // WORD, -(-(end - first) // WORD))])
+
     def stored_offsets(self, column: str, b: int) -> np.ndarray:
         """Record batch ``b``'s offsets of ``column`` as stored (an unchecked view of the map)."""
         pos = int(self.layouts[column].offsets_pos[b])
@@ -345,6 +344,43 @@ class SplitFile:
 
 _OFFSETS_CHECKED: set[FileIdentity] = set()
 RACY_NS = 2_000_000_000  # files changed this recently are checked every time (timestamp granularity)
+_OPEN: weakref.WeakValueDictionary[tuple[Path, FileIdentity, str], SplitFile] = weakref.WeakValueDictionary()
+_OPEN_LOCK = threading.Lock()
+
+
+def open_split_file(path: str | os.PathLike[str], access: str = DEFAULT_ACCESS) -> SplitFile:
+    """The split file at ``path``, opened once per process while it is unchanged: every reader of the file (datasets,
+    views, mixtures, block datasets, copies, unpickled copies in DataLoader workers) shares one :class:`SplitFile`,
+    so one map, one validation and one set of offsets checks (what a piece was found to hold is checked once for
+    them all).
+
+    Shared by path, :class:`FileIdentity` and access advice; a file that changes in any way has another identity
+    and is opened anew. A file changed less than :data:`RACY_NS` ago is not shared (its timestamps could hide a
+    second change within the same tick): each open then maps and validates it, as an open always did. Nothing is
+    kept once no reader holds the file.
+    """
+    path, access = Path(path), check_access(access)
+    started = time.time_ns()
+    key = (path, FileIdentity.of(path), access)
+    with _OPEN_LOCK:
+        shared = _OPEN.get(key)
+    if shared is not None:
+        return shared
+    opened = SplitFile(path, access)
+    if opened.identity == key[1] and opened.identity.ctime_ns < started - RACY_NS:
+        with _OPEN_LOCK:
+            opened = _OPEN.setdefault(key, opened)
+    return opened
+
+
+def _reopened(path: Path, access: str, stamp: FileStamp) -> SplitFile:
+    """A pickled :class:`SplitFile`: this process's open file at ``path``, refused if it changed since ``stamp``."""
+    opened = open_split_file(path, access)
+    if opened.stamp != stamp:
+        raise FormatError(
+            f"{path}: file changed since it was first opened ({stamp.change_to(opened.stamp)}); reopen the dataset"
+        )
+    return opened
 
 
 def ensure_offsets_checked(split: SplitFile) -> None:
@@ -577,8 +613,9 @@ def indices_within(indices: np.ndarray, n: int) -> np.ndarray:
     return indices[(indices >= 0) & (indices < n)]
 
 
-def check_indices(indices: np.ndarray, n: int, where: str) -> None:
-    """IndexError naming ``where`` and the first index outside ``0 <= i < n`` (int64 ``indices``).
+def check_indices(indices: np.ndarray, n: int, where: object) -> None:
+    """IndexError naming ``where`` (its ``str``, made only then) and the first index outside ``0 <= i < n`` (int64
+    ``indices``).
 
     One reduction on the fast path: viewed as uint64, negative indices wrap past any ``n``.
     """

@@ -33,9 +33,9 @@ import numpy as np
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest, plain_name_error
-from arrowmt.format._readahead import advise
 from arrowmt.format._reader import FileIdentity
 from arrowmt.format._sidefile import SideFormat, check_batch_offsets, open_side_file, write_side_file
+from arrowmt.io import advise
 
 ORDER_SUFFIX = ".rows"
 CHECK_ROWS = 1 << 20  # rows of the maps compared at a time by check_row_order

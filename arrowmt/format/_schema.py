@@ -5,7 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 FORMAT_NAME = "arrowmt"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the folder's manifest (arrowmt.json)
+SPLIT_FORMAT_VERSION = 2  # of a split file: 2 records its offsets checksums as binary (1: as JSON)
+READABLE_SPLIT_VERSIONS = (1, 2)
 METADATA_KEY = b"arrowmt"
 SPLIT_SUFFIX = ".arrow"
 MANIFEST_NAME = "arrowmt.json"

@@ -75,7 +75,7 @@ from arrowmt.format._chunks import (
     table_bytes,
 )
 from arrowmt.format._manifest import not_regular_error
-from arrowmt.format._readahead import advise
+from arrowmt.io import advise
 
 logger = logging.getLogger(__name__)
 
@@ -236,6 +236,7 @@ class SideFile:
     body_offset: int
     chunks: ChunkChecks
     contents_checked: bool = False
+    whole_tried: bool = False  # trusted_whole decided
 
     def array(self, dtype: str | np.dtype, count: int, offset: int) -> CheckedArray:
         """``count`` items of ``dtype`` at body byte ``offset``, read through the chunk checks."""
@@ -257,6 +258,22 @@ class SideFile:
             self.check_all()
             contents()
             self.contents_checked = True
+
+    def trusted_whole(self, contents: Callable[[], None]) -> bool:
+        """Whether the whole body is checked, ``contents()`` included, so that reads need no checks of their own.
+
+        Decided at the first call: a large body found in the page cache is checked whole then (every chunk in one
+        pass, :meth:`~arrowmt.format._chunks.ChunkChecks.sweep_if_resident`, then its contents); a body read cold,
+        or one with a chunk or a value found wrong, is left to each read's own checks, which name what is wrong
+        where it is read (the sound parts stay readable)."""
+        if not self.whole_tried:
+            self.whole_tried = True
+            self.chunks.sweep_if_resident()  # at most once per open file, whichever read comes first
+            if self.chunks.all_checked:
+                with suppress(FormatError):
+                    contents()
+                    self.contents_checked = True
+        return self.contents_checked
 
     def check_header(self) -> None:
         """FormatError unless the header's CRC-32 matches its fields and the chunk table (legacy: the body)."""

@@ -16,11 +16,11 @@ from arrowmt.format._locks import reading
 from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._mirror import local_folder
-from arrowmt.format._readahead import DEFAULT_ACCESS, WordRanges, check_access
-from arrowmt.format._reader import FileStamp, SplitFile, check_indices, row_numbers
+from arrowmt.format._reader import FileStamp, SplitFile, check_indices, open_split_file, row_numbers
 from arrowmt.format._row_order import read_row_order
 from arrowmt.format._schema import TOKENS
 from arrowmt.format._spans import Spans, exclusive_cumsum
+from arrowmt.io import DEFAULT_ACCESS, WordRanges, check_access
 
 if TYPE_CHECKING:
     from arrowmt.format._vocab import Dictionary
@@ -45,7 +45,7 @@ class Split:
     ) -> None:
         """``manifest``: the folder's manifest when already loaded (opening many splits of one folder).
 
-        ``access``: the maps' access advice (:mod:`arrowmt.format._readahead`): ``"random"``
+        ``access``: the maps' access advice (:mod:`arrowmt.io._advice`): ``"random"``
         (default; training reads rows all over the files), ``"sequential"``, ``"normal"``.
         ``path`` may be a URL (``s3://bucket/prefix``): the corpus is then read through a
         node-local cache in ``cache_dir`` holding at most ``cache_limit`` bytes (see
@@ -53,6 +53,7 @@ class Split:
         """
         self.path = local_folder(path, cache_dir, cache_limit)
         self.split = split
+        self._where = f"{self.path} split {split!r}"  # how errors name it
         self.access = check_access(access)
         with reading(self.path):  # no publish into the folder while its files are opened and checked
             self.manifest = Manifest.load(self.path) if manifest is None else manifest
@@ -115,9 +116,8 @@ class Split:
 
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shard number and row-within-shard of each global index."""
-        where = f"{self.path} split {self.split!r}"
-        indices = row_numbers(indices, where)
-        check_indices(indices, len(self), where)
+        indices = row_numbers(indices, self._where)
+        check_indices(indices, len(self), self._where)
         if self.row_order is not None:  # a copy in plan order
             indices = self.row_order.stored(indices)
         if len(self.shards) == 1:
@@ -196,10 +196,10 @@ class Split:
         return grouped.select(np.argsort(order, kind="stable"))
 
     def advise(self, access: str) -> None:
-        """Change every shard map's access advice (see :meth:`SplitFile.advise`)."""
+        """Read every shard with another access advice from now on (see :meth:`SplitFile.advise`): the shard files
+        opened with that advice, which this process's other readers of the files keep theirs."""
         self.access = check_access(access)
-        for shard in self.shards:
-            shard.advise(access)
+        self.shards = [_advised(shard, self.access) for shard in self.shards]
 
     def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
         """Where rows ``indices`` lie in the shard maps, every column (see :meth:`SplitFile.word_ranges`)."""
@@ -242,7 +242,7 @@ class Split:
 def open_shard(folder: Path, manifest: Manifest, name: str, access: str = DEFAULT_ACCESS) -> SplitFile:
     """The split file ``name`` listed in ``manifest``, refused unless its size and rows are the manifest's."""
     entry = manifest.files[name]
-    shard = SplitFile(split_path(folder, name), access)
+    shard = open_split_file(split_path(folder, name), access)
     if shard.stamp.size != entry.size or len(shard) != entry.rows:
         raise FormatError(
             f"{shard.path}: expected {entry.size} bytes and {entry.rows} rows as recorded in the "
@@ -250,6 +250,16 @@ def open_shard(folder: Path, manifest: Manifest, name: str, access: str = DEFAUL
             "(file changed after conversion)"
         )
     return shard
+
+
+def _advised(shard: SplitFile, access: str) -> SplitFile:
+    """The shard file opened with ``access`` advice (the same file: FormatError if it changed since ``shard``)."""
+    if shard.access == access:
+        return shard
+    advised = open_split_file(shard.path, access)
+    if advised.identity != shard.identity:
+        raise FormatError(f"{shard.path}: file changed since it was opened; reopen the dataset")
+    return advised
 
 
 def _shard_spans(shard: SplitFile, column: str, rows: np.ndarray) -> Spans:

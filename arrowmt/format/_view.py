@@ -63,13 +63,13 @@ from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import Manifest, plain_name_error
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._ratio import length_ratio
-from arrowmt.format._readahead import WordRanges
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
 from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._sidefile import VIEW_FORMAT, SideFile, open_side_file, write_side_file
 from arrowmt.format._spans import Spans, take_flat
 from arrowmt.format._split import Split
+from arrowmt.io import WordRanges
 
 VIEW_SUFFIX = ".view"
 MAX_DESCRIPTION_BYTES = 1 << 20

@@ -25,12 +25,15 @@ import ctypes
 import mmap
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._advisor import advise_later
-from arrowmt.storage import BlockFile, BlockStore
+from arrowmt.io._advisor import advise_later
+
+if TYPE_CHECKING:
+    from arrowmt.storage import BlockFile, BlockStore
 
 PAGE = mmap.PAGESIZE
 WORD = 4  # bytes of an int32 token or offset
@@ -127,7 +130,7 @@ def will_need(
     """Start reading the pages of every range (``MADV_WILLNEED``), without waiting; returns the pages asked for.
 
     ``later``: the pages are for batches still to come; the calls are made on this process's
-    read-ahead thread (:mod:`arrowmt.format._advisor`) instead of this one.
+    read-ahead thread (:mod:`arrowmt.io._advisor`) instead of this one.
 
     Ranges of a remote file's cache are fetched in the background instead (``ahead``: in how
     many batches they are needed; the cache keeps blocks needed sooner in preference to those

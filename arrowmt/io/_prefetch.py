@@ -2,7 +2,7 @@
 
 A sampler knows every batch of the epoch before it is used. :class:`Prefetcher` turns that
 into I/O: at each position ``p`` it asks the kernel (``MADV_WILLNEED``, see
-:mod:`arrowmt.format._readahead`) for the exact pages of
+:mod:`arrowmt.io._advice`) for the exact pages of
 
 - the tokens of batches ``p .. p + depth`` (reading their offsets, as a gather does),
 - the offsets of batches ``p + depth + 1 .. p + 2 * depth`` (found without reading; for
@@ -15,15 +15,17 @@ are located, and the tokens when the collater gathers them. Batches are located 
 for :data:`GROUP` at a time (each stage runs up to ``GROUP - 1`` batches further ahead):
 the many small numpy calls of locating rows cost per call, not per row. A request returns
 at once: the calls to the kernel are made on a read-ahead thread
-(:mod:`arrowmt.format._advisor`) where the system allows, the rows arrive while the earlier
+(:mod:`arrowmt.io._advisor`) where the system allows, the rows arrive while the earlier
 batches are used, and the disk serves many rows of a batch at once instead of one page
 fault after another.
 
-When the corpus is in the page cache the requests are wasted work, so the prefetcher
-samples whether a batch's pages are already resident (``mincore``, a few pages): after
-two resident batches in a row it skips 4, then 8, ... up to :data:`MAX_SKIP` batches
-between samples, and goes back to asking for every batch at the first miss. Read-ahead is
-only a hint: it never changes a batch, and a read error surfaces at the read itself.
+When the corpus is in the page cache the requests are wasted work, so the prefetcher asks
+the process's residency gate (:mod:`arrowmt.io._residency`) before it locates anything:
+while recent samples found the pages resident it does nothing for the batch (no row is
+located), and otherwise it locates one batch and samples whether its pages are resident
+(``mincore``, a few pages); at the first page found missing it goes back to asking for
+every batch. Read-ahead is only a hint: it never changes a batch, and a read error surfaces
+at the read itself.
 
 Torch-free; the samplers own one each (``prefetch=`` the depth, 0 to turn it off).
 """
@@ -41,16 +43,8 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._heap import release_free_heap
-from arrowmt.format import (
-    WordRanges,
-    plan_range_uses,
-    plan_use,
-    plan_uses,
-    resident_pages,
-    sample_pages,
-    spread,
-    will_need,
-)
+from arrowmt.io._advice import WordRanges, plan_range_uses, plan_use, plan_uses, will_need
+from arrowmt.io._residency import RESIDENCY
 
 if TYPE_CHECKING:
     from arrowmt.storage import BlockStore
@@ -60,9 +54,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_DEPTH = 8
 REMOTE_DEPTH = 64  # the least depth for a remote corpus: a range request takes tens of milliseconds
 MAX_DEPTH = 1024
-MAX_SKIP = 64
 PASS_CHUNK = 16  # batches of a pass planned in one computation (arrays small enough to be reused, not kept)
-SAMPLE_PAGES = 16
 GROUP = 8  # local batches located and asked for at once (per-call costs shared; a remote batch goes alone)
 TRIM_EVERY = 4096  # a remote pass hands the freed heap back every this many batches (glibc keeps fragments)
 
@@ -141,10 +133,10 @@ class Prefetcher:
         self.group_ends = group_ends
         self.values_done = start - 1  # the last position whose tokens were asked for (or skipped)
         self.offsets_done = start - 1  # the last position whose offsets were asked for (or skipped)
-        self.streak = 0  # batches found resident in a row
+        self.streak = 0  # batches of this pass found resident in a row
         self.pages = 0  # pages asked for so far
-        self.sampled = 0  # batches whose residency was sampled
         self.position = start  # the batch handed out now
+        self.skipped = False  # batches were skipped since the last request (the pages were found resident lately)
         self.closed = False
         self.planner: threading.Thread | None = None  # plans the rest of a remote pass
         self.remote = False  # every range is read through a remote cache (set by _plan_pass)
@@ -223,12 +215,25 @@ class Prefetcher:
             if self.clocks and position % TRIM_EVERY == 0:
                 release_free_heap()  # the fetch and read threads' freed buffers, left in pieces over the heap
         self.position = position
-        if self.remote and self._ask_stretches(position):
+        if self.remote:
+            if not self._ask_stretches(position):
+                self._ask_values(position)  # a remote cache keeps the offsets from the open on
             return
-        if not self._ask_values(position) or self.remote or self.streak:  # a remote cache keeps the offsets from the
-            return  # open on; while the pages are found resident, so are the offsets' (the next miss asks again)
-        self._ask_offsets(position)
-        self._ask_plans(position)
+        if not RESIDENCY.due():  # found resident lately: nothing located, nothing asked for this batch
+            self.skipped = True
+            return
+        if self.skipped:  # the batches skipped meanwhile count as asked for: the next sample is the next batch due
+            self.skipped = False
+            self._skip_to(position + self.depth - 1)
+        if self._ask_values(position) and not self.streak:  # while the pages are found resident, so are the offsets'
+            self._ask_offsets(position)
+            self._ask_plans(position)
+
+    def _skip_to(self, last: int) -> None:
+        """Take the batches up to ``last`` as asked for (their pages were found resident lately)."""
+        self.values_done = max(self.values_done, last)
+        self.offsets_done = max(self.offsets_done, last + self.depth)
+        self.plans_done = max(self.plans_done, last + 2 * self.depth)
 
     def _ask_values(self, position: int) -> bool:
         """Ask for the tokens of the batches up to ``position + depth``, :data:`GROUP` at a time; False past the epoch's
@@ -300,32 +305,12 @@ class Prefetcher:
         return None if parts is None else [part for part, positions in parts if positions.size]
 
     def _values(self, q: int, batches: list[np.ndarray]) -> None:
-        """Ask for the tokens of the batches from position ``q`` on (one location and one request for them all)."""
-        last = q + len(batches) - 1
+        """Ask for the tokens of the batches from position ``q`` on (one location and one request for them all),
+        unless a sample finds their pages resident (local maps)."""
         ranges = self.source.word_ranges(batches[0] if len(batches) == 1 else np.concatenate(batches), True)
-        if not self.remote and self._resident(ranges):
+        if not self.remote and RESIDENCY.resident(ranges):
             self.streak += 1
-            if self.streak >= 2:  # in the page cache: skip ahead, sampling less and less often
-                self.values_done = last + min(2**self.streak, MAX_SKIP)
-                self.offsets_done = max(self.offsets_done, self.values_done + self.depth)
-                self.plans_done = max(self.plans_done, self.values_done + 2 * self.depth)
-                return
         else:
             self.streak = 0
             self.pages += will_need(ranges, q - self.position, later=True)
-        self.values_done = last
-
-    def _resident(self, ranges: list[WordRanges]) -> bool:
-        """Whether a sample of the pages of ``ranges`` is all in the page cache (False when unknown)."""
-        self.sampled += 1
-        if len(ranges) > SAMPLE_PAGES:  # a mixture's many corpora: sample some of them, spread over the batch
-            ranges = [ranges[k] for k in spread(len(ranges), SAMPLE_PAGES).tolist()]
-        per_part = max(1, SAMPLE_PAGES // len(ranges)) if ranges else 0
-        for part in ranges:
-            picks = sample_pages(part, per_part)
-            if picks.shape[0] == 0:
-                continue
-            found = resident_pages(part, picks)
-            if found is None or found < picks.shape[0]:
-                return False
-        return True
+        self.values_done = q + len(batches) - 1

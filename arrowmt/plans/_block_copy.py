@@ -69,8 +69,7 @@ class BlockRows:
 
     def _ranges(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(first stored token, end, heads) of blocks ``part`` in the original's flat tokens."""
-        starts, ends = self.table.bounds(part)
-        heads = self.table.offsets(part).astype(np.int64)  # at most HEADS: the table refuses more
+        starts, ends, heads = self.table.entries(part)  # heads at most HEADS: the table refuses more
         return starts - heads, ends, heads
 
     def _cut(self, begin: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -58,7 +58,6 @@ from arrowmt.format import (
     BlockOrder,
     SideFile,
     Split,
-    WordRanges,
     check_blocks_header,
     check_indices,
     indices_within,
@@ -67,6 +66,7 @@ from arrowmt.format import (
     read_block_order,
     write_side_file,
 )
+from arrowmt.io import WordRanges
 from arrowmt.plans._blocks import (
     HEADS,
     check_break_mode,
@@ -128,6 +128,10 @@ class BlockTable(Protocol):
 
     def offsets(self, ids: np.ndarray) -> np.ndarray: ...
 
+    def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``bounds(ids)`` and ``offsets(ids)`` (int64) in one read of the table."""
+        ...
+
     def sizes(self) -> np.ndarray: ...
 
     def word_ranges(self, ids: np.ndarray) -> list[WordRanges]: ...
@@ -149,6 +153,10 @@ class RowBlocks:
 
     def offsets(self, ids: np.ndarray) -> np.ndarray:
         return np.zeros(_checked_ids(ids, len(self)).shape, dtype=np.uint8)
+
+    def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        starts, ends = self.bounds(ids)
+        return starts, ends, np.zeros(starts.shape, dtype=np.int64)
 
     def sizes(self) -> np.ndarray:
         return compact_counts(self.stream.row_lengths())
@@ -204,13 +212,18 @@ class MappedBlocks:
         return self._whole()[2]
 
     def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        arrays = (self._starts.raw, self._ends.raw, self._row_offsets.raw)
-        self._side.check_whole(lambda: _check_table(self.path, *arrays, self.total, self.in_order))
-        return arrays
+        self._side.check_whole(self._check_table)
+        return self._starts.raw, self._ends.raw, self._row_offsets.raw
+
+    def _check_table(self) -> None:
+        _check_table(self.path, self._starts.raw, self._ends.raw, self._row_offsets.raw, self.total, self.in_order)
 
     def bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ids = _checked_ids(ids, len(self))
-        starts, ends = self._starts.take(ids), self._ends.take(ids)
+        return self._bounds(ids, self._starts.take(ids))
+
+    def _bounds(self, ids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ends = self._ends.take(ids)
         bad = (starts < 0) | (ends <= starts) | (ends > self.total)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
@@ -222,8 +235,10 @@ class MappedBlocks:
 
     def offsets(self, ids: np.ndarray) -> np.ndarray:
         ids = _checked_ids(ids, len(self))
+        return self._offsets(ids, self._starts.take(ids))
+
+    def _offsets(self, ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
         offsets = self._row_offsets.take(ids)
-        starts = self._starts.take(ids)
         bad = np.flatnonzero((offsets > HEADS) | (offsets > starts))
         if bad.size:
             k = int(bad[0])
@@ -232,6 +247,17 @@ class MappedBlocks:
                 f"start {int(starts[k])} (corrupt)"
             )
         return offsets
+
+    def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`bounds` and :meth:`offsets` in one read: nothing to check per block once the whole table was
+        checked at its first read (a large table found in the page cache, see
+        :meth:`~arrowmt.format._sidefile.SideFile.trusted_whole`)."""
+        ids = _checked_ids(ids, len(self))
+        if self._side.trusted_whole(self._check_table):
+            return self._starts.raw[ids], self._ends.raw[ids], self._row_offsets.raw[ids].astype(np.int64)
+        starts = self._starts.take(ids)
+        starts, ends = self._bounds(ids, starts)
+        return starts, ends, self._offsets(ids, starts).astype(np.int64)
 
     def sizes(self) -> np.ndarray:
         starts, ends, _ = self._whole()

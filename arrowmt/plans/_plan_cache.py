@@ -56,13 +56,13 @@ from arrowmt.format import (
     PLAN_FORMAT,
     CheckedArray,
     SideFile,
-    WordRanges,
     check_batch_offsets,
     indices_within,
     load_or_build,
     open_side_file,
     write_side_file,
 )
+from arrowmt.io import WordRanges
 
 logger = logging.getLogger(__name__)
 
@@ -145,10 +145,18 @@ class BatchPlan:
 
     def check_all(self) -> None:
         """Check every chunk's CRC-32, that offsets run from 0 to the index count, and every index (once)."""
-        self._side.check_whole(lambda: check_contents(self.path, self._indices.raw, self._offsets.raw, self.rows))
+        self._side.check_whole(self._check_contents)
+
+    def _check_contents(self) -> None:
+        check_contents(self.path, self._indices.raw, self._offsets.raw, self.rows)
 
     def batch(self, b: int) -> np.ndarray:
-        """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use."""
+        """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use, with
+        its bounds and indices checked; nothing to check when the whole plan was checked at its first batch (a large
+        plan found in the page cache, :meth:`~arrowmt.format._sidefile.SideFile.trusted_whole`)."""
+        if self._side.trusted_whole(self._check_contents) and 0 <= b < self.header.n_batches:
+            offsets = self._offsets.raw
+            return self._indices.raw[offsets[b] : offsets[b + 1]]
         return checked_batch(self.path, b, self._offsets, self._indices, self.header.n_indices, self.rows)
 
     def word_ranges(self, batches: np.ndarray) -> list[WordRanges]:
@@ -179,7 +187,8 @@ def checked_batch(
             f"{path}: plan batch {b}: expected offsets 0 <= start <= end <= {total}, found {start}..{end} (corrupt)"
         )
     batch = indices.slice(start, end)
-    if batch.size and (int(batch.min()) < 0 or int(batch.max()) >= rows):
+    # One reduction checks both ends: viewed unsigned, a negative index is larger than any row count.
+    if start < end and int(np.maximum.reduce(batch.view(f"u{batch.itemsize}"))) >= rows:
         raise FormatError(
             f"{path}: plan batch {b} indices: expected 0..{rows - 1}, "
             f"found {int(batch.min())}..{int(batch.max())} (corrupt)"

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import TOKENS, Spans, Split, WordRanges, exclusive_cumsum, flat_positions, refuse_row_order
+from arrowmt.format import TOKENS, Spans, Split, exclusive_cumsum, flat_positions, refuse_row_order
+from arrowmt.io import WordRanges
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,39 @@
 """Layer 1, storage: remote folders (``s3://...``, any ``pyarrow.fs`` URI) and the node-local block cache.
 
 Knows nothing of the corpus format: files are byte ranges and blocks. Imports only the
-core and never imports torch.
+core and never imports torch. Each name loads its module on first use (:mod:`arrowmt._lazy`):
+a process that reads local corpora only never loads the block cache or ``pyarrow.fs``.
 """
 
-from arrowmt.storage._ranges import block_bounds, block_runs, block_uses, covered_blocks
-from arrowmt.storage._remote import RemoteFolder, is_url, request_buffer
-from arrowmt.storage._store import STATE_DIR, BlockFile, BlockStore, CachedFile, Snapshot
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from arrowmt._lazy import load_export
+
+if TYPE_CHECKING:
+    from arrowmt.storage._ranges import block_bounds, block_runs, block_uses, covered_blocks
+    from arrowmt.storage._remote import RemoteFolder, request_buffer
+    from arrowmt.storage._state import STATE_DIR
+    from arrowmt.storage._store import BlockFile, BlockStore, CachedFile, Snapshot
+    from arrowmt.storage._urls import is_url
+
+_EXPORTS = {
+    "arrowmt.storage._ranges": ("block_bounds", "block_runs", "block_uses", "covered_blocks"),
+    "arrowmt.storage._remote": ("RemoteFolder", "request_buffer"),
+    "arrowmt.storage._state": ("STATE_DIR",),
+    "arrowmt.storage._store": ("BlockFile", "BlockStore", "CachedFile", "Snapshot"),
+    "arrowmt.storage._urls": ("is_url",),
+}
+
+
+def __getattr__(name: str) -> object:
+    return load_export(__name__, _EXPORTS, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "STATE_DIR",

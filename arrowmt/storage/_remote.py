@@ -10,29 +10,23 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import threading
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from arrowmt._errors import StorageError
 
-URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
 S3_RETRIES = 3  # attempts per request before a fetch fails (the SDK's default retries for minutes)
 S3_TIMEOUT_S = 20.0
 COPY_PART = 8 << 20  # bytes of a whole object copied by one range request
 COPY_WORKERS = 8  # range requests of one copy in flight
-
-
-def is_url(path: object) -> bool:
-    """True for ``scheme://...`` strings other than ``file://`` (those are local folders)."""
-    text = os.fspath(path) if isinstance(path, os.PathLike) else path
-    return isinstance(text, str) and bool(URL.match(text)) and not text.lower().startswith("file://")
 
 
 class RemoteFolder:
@@ -83,6 +77,8 @@ class RemoteFolder:
 
     def sizes(self, names: Sequence[str]) -> dict[str, int]:
         """Size of each object in ``names`` (one listing request each); StorageError for a missing one."""
+        import pyarrow.fs as pafs  # on first use: about 1 MiB a process that never reads a URL does not pay
+
         with _named(self.url, "list"):
             infos = self.fs.get_file_info([f"{self.root}/{name}" for name in names])
         for name, info in zip(names, infos, strict=True):
@@ -143,6 +139,8 @@ class request_buffer:
 
 
 def _filesystem(url: str) -> tuple[pafs.FileSystem, str]:
+    import pyarrow.fs as pafs  # on first use (see RemoteFolder.sizes)
+
     with _named(url, "open"):
         if url.lower().startswith("s3://"):
             retry = pafs.AwsStandardS3RetryStrategy(max_attempts=S3_RETRIES)

@@ -33,12 +33,11 @@ from arrowmt._errors import StorageError
 from arrowmt.storage._punch import punch_hole
 from arrowmt.storage._ranges import block_runs, block_uses, covered_blocks
 from arrowmt.storage._remote import RemoteFolder, request_buffer
-from arrowmt.storage._state import NO_USE, CacheState
+from arrowmt.storage._state import NO_USE, STATE_DIR, CacheState
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-STATE_DIR = ".arrowmt-remote"
 DEFAULT_WORKERS = 16  # range requests in flight (a request takes tens of ms; the bytes are few)
 AHEAD_WORKERS = 8  # batches read ahead at once, each one's requests in flight together
 MAX_RUN_BYTES = 1 << 20  # the largest range request (a buffer of this size per request in flight)

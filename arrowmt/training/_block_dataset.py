@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt.format import DEFAULT_ACCESS, TOKENS, Spans, SpecialIds, Split, WordRanges
+from arrowmt.format import TOKENS, Spans, SpecialIds, Split
+from arrowmt.io import DEFAULT_ACCESS, WordRanges
 from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, check_monolingual, load_blocks, shifted_heads
 from arrowmt.storage import is_url
 
@@ -140,8 +141,7 @@ class BlockDataset(Dataset):
             tokens = self.split.column_spans(TOKENS, ids)
             offsets = np.zeros(ids.shape[0], dtype=np.int64)
             return GatheredBlocks(ids, tokens, self._heads(offsets, offsets), offsets)
-        starts, ends = self.table.bounds(ids)
-        offsets = self.table.offsets(ids).astype(np.int64)
+        starts, ends, offsets = self.table.entries(ids)
         tokens = self.stream.spans(starts, ends)
         return GatheredBlocks(ids, tokens, self._heads(starts, offsets), offsets, self.stream, starts, ends)
 

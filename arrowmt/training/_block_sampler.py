@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
+from arrowmt.io import DEFAULT_DEPTH
 from arrowmt.plans import block_spec, cache_folder, check_source, load_block_plan
 from arrowmt.training._block_dataset import BlockDataset
-from arrowmt.training._prefetch import DEFAULT_DEPTH
 from arrowmt.training._sampler import PlanSampler, check_window, sampler_world
 
 BLOCK_SOURCE = "a BlockDataset (arrowmt.open_blocks(folder, split, tokens_per_sample, break_mode))"

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt.format import DEFAULT_ACCESS, Split, refuse_block_order
+from arrowmt.format import Split, refuse_block_order
+from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.training._batch import GatheredBatch
 
 
@@ -56,7 +57,7 @@ def open_dataset(
 
     ``access``: how the kernel reads the memory maps: ``"random"`` (the default: only the
     pages rows touch, with the samplers' read-ahead of the next batches), ``"sequential"``
-    or ``"normal"`` (the kernel's read-around of every fault; see :mod:`arrowmt.format._readahead`).
+    or ``"normal"`` (the kernel's read-around of every fault; see :mod:`arrowmt.io._advice`).
 
     ``path`` may be a URL (``s3://bucket/prefix/corpus``, any ``pyarrow.fs`` URI): the
     corpus is read through a cache in ``cache_dir`` (default ``$ARROWMT_CACHE_DIR`` or

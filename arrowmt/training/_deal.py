@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from arrowmt.format import Split, WordRanges
+from arrowmt.format import Split
+from arrowmt.io import PassRanges, WordRanges
 from arrowmt.plans import StoredPlan
-from arrowmt.training._prefetch import PassRanges
 
 Dealt = Callable[[int, int], tuple[np.ndarray, np.ndarray]]  # (first step, count) -> (plan batch ids, their steps)
 

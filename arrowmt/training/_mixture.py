@@ -29,7 +29,8 @@ from torch.utils.data import Dataset
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format import CacheOptions, Manifest, Spans, SpecialIds, WordRanges, check_indices, local_folder
+from arrowmt.format import CacheOptions, Manifest, Spans, SpecialIds, check_indices, local_folder
+from arrowmt.io import DEFAULT_DEPTH, WordRanges
 from arrowmt.plans import (
     BatchPlan,
     EpochPlans,
@@ -49,7 +50,6 @@ from arrowmt.storage import is_url
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
-from arrowmt.training._prefetch import DEFAULT_DEPTH
 from arrowmt.training._sampler import PlanSampler, check_window, sampler_world
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset

@@ -8,7 +8,7 @@ loop over corpora. Only positions the readers validated are ever read: a row's o
 come from its record batch's offsets buffer (checked inside the map when the file was
 opened) and its tokens lie between offsets checked against that record batch's value
 count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them, and each
-record batch's offsets checksum is checked on first use, as there. A view's row list is
+piece of offsets' checksum is checked on first use, as there. A view's row list is
 read only after the CRC-32 of each chunk holding the batch's rows was checked
 (:meth:`View.check_chunks`, on first use), and its rows must lie inside their split; the
 rows of a copy in plan order (``arrowmt order``) are placed through its ``where`` map the
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from arrowmt.format import ManyOffsetChecks, Spans, Split, View, exclusive_cumsum
+from arrowmt.format import ManyOffsetChecks, Spans, Split, SplitFile, View, exclusive_cumsum
 from arrowmt.plans import corpus_of
 
 
@@ -80,26 +80,33 @@ class MixtureGather:
         self._tables(splits)
 
     def _tables(self, splits: list[Split]) -> None:
-        """Per shard and per record batch, everything :meth:`spans` indexes, as flat arrays."""
+        """Per shard and per record batch, everything :meth:`spans` indexes, as flat arrays. A shard file read by
+        several corpora (views of one split) is laid out once: their rows index the same record batches."""
         rows = np.array([len(s) for s in splits], dtype=np.int64)
         self.split_rows = rows
         self.key_base = exclusive_cumsum(rows)
         shard_start, rows_per_batch, batch_base = [], [], []
         places: dict[str, list[list[np.ndarray]]] = {c: [[], [], []] for c in self.columns}
+        files: dict[int, int] = {}  # id of a shard file -> its first record batch in the tables
+        unique: list[SplitFile] = []
         batches = 0
         for k, split in enumerate(splits):
             for j, shard in enumerate(split.shards):
                 shard_start.append(int(self.key_base[k] + split.cumulative[j]))
                 rows_per_batch.append(shard.rows_per_batch)
-                batch_base.append(batches)
-                base = self.space.offset(shard.words)
-                for column in self.columns:
-                    layout = shard.layouts[column]
-                    places[column][0].append(layout.offsets_pos + base)
-                    places[column][1].append(layout.values_pos + base)
-                    places[column][2].append(layout.values_len)
-                batches += shard.layouts[self.columns[0]].offsets_pos.shape[0]
-        self.offset_checks = ManyOffsetChecks([shard.offset_checks for split in splits for shard in split.shards])
+                if id(shard) not in files:
+                    files[id(shard)] = batches
+                    batches += shard.layouts[self.columns[0]].offsets_pos.shape[0]
+                    unique.append(shard)
+                batch_base.append(files[id(shard)])
+        for shard in unique:
+            base = self.space.offset(shard.words)
+            for column in self.columns:
+                layout = shard.layouts[column]
+                places[column][0].append(layout.offsets_pos + base)
+                places[column][1].append(layout.values_pos + base)
+                places[column][2].append(layout.values_len)
+        self.offset_checks = ManyOffsetChecks([shard.offset_checks for shard in unique])
         self.shard_start = np.array(shard_start, dtype=np.int64)
         self.rows_per_batch = np.array(rows_per_batch, dtype=np.int64)
         self.batch_base = np.array(batch_base, dtype=np.int64)
@@ -131,7 +138,9 @@ class MixtureGather:
                 return None  # the readers name the corrupt row
             starts.append(values_pos[table] + start)
             lengths.append(np.subtract(end, start, dtype=np.int64))
-        self.offset_checks.ensure(table)  # each record batch's offsets checksum, on its first use
+        checks = self.offset_checks
+        if not checks.all_checked:  # each piece's offsets checksum, on its first use
+            checks.ensure(checks.piece_base[table] + within // checks.per[table])
         every = np.concatenate(lengths)
         first = exclusive_cumsum(every)
         positions = np.repeat(np.concatenate(starts) - first, every)  # as flat_positions, reusing ``first``

@@ -34,7 +34,18 @@ from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import Split, WordRanges
+from arrowmt.format import Split
+from arrowmt.io import (
+    DEFAULT_DEPTH,
+    BatchAt,
+    PassRanges,
+    PlanRanges,
+    Prefetcher,
+    RowSource,
+    WordRanges,
+    check_depth,
+    prefetch_source,
+)
 from arrowmt.plans import (
     FixedPlan,
     Plan,
@@ -52,16 +63,6 @@ from arrowmt.plans import (
     windowed_batch_order,
 )
 from arrowmt.training._deal import every_rank, own, stored_copy, stretch_ranges, window_end_steps
-from arrowmt.training._prefetch import (
-    DEFAULT_DEPTH,
-    BatchAt,
-    PassRanges,
-    PlanRanges,
-    Prefetcher,
-    RowSource,
-    check_depth,
-    prefetch_source,
-)
 from arrowmt.training._world import resolve_world
 
 logger = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ class PlanSampler(Sampler[list[int]]):
         if token == self._pass:
             self._resume = False
         ids = self.epoch_batch_ids()
+        plan = self.plan  # the epoch's, for the whole pass
         ahead = self._prefetcher(ids, self.batches_done)
         try:
             for position in range(self.batches_done, ids.shape[0]):
@@ -231,7 +233,7 @@ class PlanSampler(Sampler[list[int]]):
                     self.batches_done = position + 1
                 if ahead is not None:
                     ahead.step(position)
-                yield self.plan.batch(int(ids[position])).tolist()
+                yield plan.batch(int(ids[position])).tolist()
         finally:  # the pass ended, or was left: its planner stops
             if ahead is not None:
                 ahead.close()
@@ -341,7 +343,7 @@ class TokenBatchSampler(PlanSampler):
     The plan (fairseq's order, size filter and ``batch_by_size``) is computed once per
     (dataset content, parameters) and shared as a memory-mapped file in ``cache_dir``
     (default ``<corpus>/.arrowmt-cache``). While a batch is used, the rows of the next
-    ``prefetch`` batches are read ahead (:mod:`arrowmt.training._prefetch`; 0 turns it off).
+    ``prefetch`` batches are read ahead (:mod:`arrowmt.io._prefetch`; 0 turns it off).
     """
 
     def __init__(

@@ -33,20 +33,9 @@ from fairseq.data import iterators
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
+from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.plans import BatchSpec, PlanParams, block_spec, load_plan, window_starts, windowed_batch_order
-from arrowmt.training import (
-    DEFAULT_DEPTH,
-    PassRanges,
-    Prefetcher,
-    RowSource,
-    check_depth,
-    check_window,
-    every_rank,
-    prefetch_source,
-    stored_copy,
-    stretch_ranges,
-    window_end_steps,
-)
+from arrowmt.training import check_window, every_rank, stored_copy, stretch_ranges, window_end_steps
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +213,7 @@ class ReadAheadBatches(list):
 
     fairseq's ``EpochBatchIterator`` hands the list (or a slice of it, after a resume) to a
     ``DataLoader`` as its batch sampler; iterating it in the main process runs arrowmt's
-    :class:`~arrowmt.training._prefetch.Prefetcher` over the batches that follow. With ``reads``
+    :class:`~arrowmt.io._prefetch.Prefetcher` over the batches that follow. With ``reads``
     (a windowed epoch of a copy in plan order) it asks for a window's batches at once.
     """
 

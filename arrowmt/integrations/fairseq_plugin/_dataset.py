@@ -15,7 +15,8 @@ import numpy as np
 from fairseq.data import Dictionary, FairseqDataset, data_utils
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import SOURCE, TARGET, WordRanges
+from arrowmt.format import SOURCE, TARGET
+from arrowmt.io import WordRanges
 from arrowmt.training import ArrowMTDataset, FairseqCollater, GatheredBatch
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from fairseq.data import Dictionary, MonolingualDataset
 
-from arrowmt.format import WordRanges
+from arrowmt.io import WordRanges
 from arrowmt.plans import HEADS
 from arrowmt.training import BlockDataset, FairseqBlockCollater, GatheredBlocks
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from fairseq.data import FairseqDataset
 
-from arrowmt.format import SOURCE, TARGET, WordRanges
+from arrowmt.format import SOURCE, TARGET
+from arrowmt.io import WordRanges
 from arrowmt.training import FairseqCollater, GatheredBatch, Mixture
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")

@@ -321,7 +321,7 @@ def test_a_resident_plan_is_checked_whole_at_its_first_batch_and_still_refuses_a
     """In the page cache, the first read of the plan checks every chunk at once (nothing left to check per batch
     after); a corrupt chunk is left unchecked, so only the batches in it are refused, when read."""
     monkeypatch.setattr(_chunks, "body_resident", lambda checks: True)
-    monkeypatch.setattr(_chunks, "SWEEP_CHUNKS", 500)  # this plan's 588 chunks are swept (a 12.6M-pair plan's 12k)
+    monkeypatch.setattr(_chunks, "SWEEP_CHUNKS", 500)  # this plan's 588 chunks are swept (as a 12.6M-pair plan's 12k)
     plan_arrays, rows = big_plan(), 1_000_000
     path = plan_path(tmp_path, KEY)
     write_plan(path, KEY, rows, plan_arrays)

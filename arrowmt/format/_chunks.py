@@ -28,7 +28,7 @@ from arrowmt._errors import FormatError
 from arrowmt.io import WORD, CrcPieces, WordRanges, byte_crcs, pages_resident, read_ahead, spread
 
 SAMPLE_PAGES = 16  # pages of a side file's body sampled for residency at its first check
-SWEEP_CHUNKS = 1024  # a body of fewer chunks (4 MiB) is checked a chunk at a time even when resident: a sweep would
+SWEEP_CHUNKS = 512  # a body of fewer chunks (2 MiB) is checked a chunk at a time even when resident: a sweep would
 # save at most that many small checks (a few ms a process)
 CHUNK_BYTES = 4096  # the chunk size arrowmt writes: one page, what a first use reads and checks (4 bytes of CRC)
 MIN_CHUNK_BYTES = 8

@@ -20,7 +20,7 @@ batches are used, and the disk serves many rows of a batch at once instead of on
 fault after another.
 
 When the corpus is in the page cache the requests are wasted work, so the prefetcher asks
-the process's residency gate (:mod:`arrowmt.io._residency`) before it locates anything:
+its residency gate (:mod:`arrowmt.io._residency`) before it locates anything:
 while recent samples found the pages resident it does nothing for the batch (no row is
 located), and otherwise it locates one batch and samples whether its pages are resident
 (``mincore``, a few pages); at the first page found missing it goes back to asking for
@@ -44,7 +44,7 @@ import numpy as np
 from arrowmt._checks import check_integer
 from arrowmt._heap import release_free_heap
 from arrowmt.io._advice import WordRanges, plan_range_uses, plan_use, plan_uses, will_need
-from arrowmt.io._residency import RESIDENCY
+from arrowmt.io._residency import Residency
 
 if TYPE_CHECKING:
     from arrowmt.storage import BlockStore
@@ -137,6 +137,7 @@ class Prefetcher:
         self.pages = 0  # pages asked for so far
         self.position = start  # the batch handed out now
         self.skipped = False  # batches were skipped since the last request (the pages were found resident lately)
+        self.gate = Residency()  # this pass's own: a sample of the rows it asked for itself says nothing of the rest
         self.closed = False
         self.planner: threading.Thread | None = None  # plans the rest of a remote pass
         self.remote = False  # every range is read through a remote cache (set by _plan_pass)
@@ -219,7 +220,7 @@ class Prefetcher:
             if not self._ask_stretches(position):
                 self._ask_values(position)  # a remote cache keeps the offsets from the open on
             return
-        if not RESIDENCY.due():  # found resident lately: nothing located, nothing asked for this batch
+        if not self.gate.due():  # found resident lately: nothing located, nothing asked for this batch
             self.skipped = True
             return
         if self.skipped:  # the batches skipped meanwhile count as asked for: the next sample is the next batch due
@@ -308,7 +309,7 @@ class Prefetcher:
         """Ask for the tokens of the batches from position ``q`` on (one location and one request for them all),
         unless a sample finds their pages resident (local maps)."""
         ranges = self.source.word_ranges(batches[0] if len(batches) == 1 else np.concatenate(batches), True)
-        if not self.remote and RESIDENCY.resident(ranges):
+        if not self.remote and self.gate.resident(ranges):
             self.streak += 1
         else:
             self.streak = 0

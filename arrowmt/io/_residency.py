@@ -3,8 +3,10 @@
 Read-ahead of local maps (:func:`arrowmt.io._advice.will_need`) is for pages that are not in the page cache
 yet. While a corpus is in the page cache, which is where most training runs live, every request is wasted work:
 locating the rows of the batches to come, merging their pages into runs, a system call. So every reader of this
-process asks one gate, :data:`RESIDENCY`, before it prepares a request, and the gate samples instead of asking
-the kernel each time:
+pass of a prefetcher asks its own gate, and the checks' own read-ahead (:func:`read_ahead`) the process's,
+:data:`RESIDENCY`, before preparing a request (one per source of requests: pages a source asked for itself are
+resident when sampled and would switch another source off), and the gate samples instead of asking the kernel
+each time:
 
 * :meth:`Residency.due` says whether a request should be prepared at all (a counter, no system call);
 * :meth:`Residency.resident` samples whether a prepared request's pages are in the page cache (``mincore`` of
@@ -14,9 +16,9 @@ the kernel each time:
 
 So in the page cache read-ahead costs a counter decrement per batch and a sample every :data:`MAX_SKIP` batches;
 under memory pressure it is back at the first page found missing. Read-ahead is only a hint: the gate never
-changes what is read, and a page not asked for is read at its first access. The gate is per process (a forked
-DataLoader worker starts from its parent's state) and a request through a remote cache never asks it (its reads
-are fetches, planned by the prefetcher).
+changes what is read, and a page not asked for is read at its first access. A forked DataLoader worker starts
+from its parent's state, and a request through a remote cache never asks a gate (its reads are fetches, planned
+by the prefetcher).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import re
-import shlex
 import signal
 import sys
 import threading
@@ -40,6 +39,7 @@ from arrowmt._version import __version__
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (Ctrl-C)
 EXIT_TERMINATED = 143  # 128 + SIGTERM (kill, a job scheduler's stop)
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a tool killed by it: the reader of its output left
 STOPPED = "arrowmt: {}; no partially written file was left"
 INTERRUPTED_MESSAGE = STOPPED.format("interrupted")
 TERMINATED_MESSAGE = STOPPED.format("terminated")
@@ -89,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except ArrowMTError as exc:
         message = cli_message(str(exc), _flags(parser, args), isinstance(exc, InvalidParameterError))
+    except BrokenPipeError:  # the reader of our output left (``arrowmt info --json | head``): nothing to report
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's own flush at exit writes nowhere
+        return EXIT_BROKEN_PIPE
     except OSError as exc:  # a path the user named that the OS refuses; ArrowMTError covers what arrowmt checks
         message = _os_error_message(exc)
     except KeyboardInterrupt as exc:
@@ -145,13 +149,15 @@ def cli_message(message: str, flags: dict[str, str], names_parameter: bool = Fal
 
 
 def _flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
-    """dest -> how the running (sub)command spells it: its first option string, or the positional's name."""
+    """dest -> how the running (sub)command spells it: its first long option (``--src-lang``, not ``-s``), or the
+    positional's name."""
     command = _running_parser(parser, args)
     flags = {}
     for action in command._actions:
         if action.dest in (argparse.SUPPRESS, "help"):
             continue
-        flags[action.dest] = action.option_strings[0] if action.option_strings else str(action.metavar or action.dest)
+        options = [o for o in action.option_strings if o.startswith("--")] or action.option_strings
+        flags[action.dest] = options[0] if options else str(action.metavar or action.dest)
     return flags
 
 
@@ -173,7 +179,7 @@ def _os_error_message(exc: OSError) -> str:
 def _dataset_hint(args: argparse.Namespace) -> str | None:
     """For commands reading an arrowmt folder (``path``): what to do when there is no dataset there."""
     from arrowmt._info import is_view_file
-    from arrowmt.format import manifest_path
+    from arrowmt.format import data_bin_hint, manifest_path
     from arrowmt.storage import is_url
 
     path = getattr(args, "path", None)
@@ -182,21 +188,9 @@ def _dataset_hint(args: argparse.Namespace) -> str | None:
     folder = Path(path)
     if not folder.exists():
         return f"{path} does not exist; {CONVERT_HINT}"
-    if folder.is_dir() and _is_data_bin(folder):
-        return (
-            f"it is a fairseq data-bin folder: convert it first with 'arrowmt convert fairseq {shlex.quote(path)} OUT'"
-        )
+    if folder.is_dir() and data_bin_hint(folder):
+        return None  # the reader's own message says what to do (Manifest.load)
     return CONVERT_HINT
-
-
-def _is_data_bin(folder: Path) -> bool:
-    from arrowmt.converters import discover
-
-    try:
-        found = discover(folder)
-    except (ArrowMTError, OSError):
-        return False
-    return bool(found.pairs or found.mono)
 
 
 # ----- commands -------------------------------------------------------------------------------
@@ -334,10 +328,17 @@ def _add_export_fairseq(targets: argparse._SubParsersAction) -> None:
 
 
 def _add_demo(commands: argparse._SubParsersAction) -> None:
-    demo = commands.add_parser("demo", help="convert the bundled Multi30k sample and iterate training batches")
+    demo = commands.add_parser(
+        "demo",
+        help="convert the bundled Multi30k sample and iterate training batches",
+        description="Convert the real Multi30k de-en sample shipped with arrowmt (29,000 training pairs), print its "
+        "summary, then read one epoch of token-budget training batches and print their count, padding efficiency, "
+        "throughput and a decoded pair.",
+    )
     demo.add_argument("--out", default=None, help="keep the converted sample here (default: a temp folder)")
     demo.add_argument("--max-tokens", type=int, default=2048, help="token budget per batch (default 2048)")
     demo.add_argument("--overwrite", action="store_true", help="replace an existing dataset in --out")
+    _quiet_flag(demo)
     demo.set_defaults(func=_cmd_demo)
 
 
@@ -375,8 +376,12 @@ def _add_convert_fairseq(kinds: argparse._SubParsersAction) -> None:
 def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
     cmd = kinds.add_parser("text", help="raw text ({pref}.{lang}, plain or .gz): one pair, several, or one language")
     cmd.add_argument("out", help="output arrowmt folder")
-    cmd.add_argument("--src-lang", "--source-lang", dest="src_lang", help="source language: reads {pref}.{src-lang}")
-    cmd.add_argument("--tgt-lang", "--target-lang", dest="tgt_lang", help="target language: reads {pref}.{tgt-lang}")
+    cmd.add_argument(
+        "-s", "--src-lang", "--source-lang", dest="src_lang", help="source language: reads {pref}.{src-lang}"
+    )
+    cmd.add_argument(
+        "-t", "--tgt-lang", "--target-lang", dest="tgt_lang", help="target language: reads {pref}.{tgt-lang}"
+    )
     cmd.add_argument(
         "--lang-pairs",
         default=None,

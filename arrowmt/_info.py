@@ -236,7 +236,8 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], 
         lines = [f"{name}: {described}"]
     else:
         lines = [f"{name}: a view of {view.corpus}, {view.describe()}", f"  corpus: {described}"]
-    lines += [f"  {key}: {_compact(value)}" for key, value in sorted(manifest.provenance.items())]
+    for key, value in sorted(manifest.provenance.items()):
+        lines += _readable(key, value, "  ")
     width = max([10, *(len(s.split) for s in summaries)])
     header = f"{'split':<{width}} {'column':<8} {'lang':<5} {'rows':>10} {'tokens':>12} {'vocab':>7} "
     header += f"{'mean':>6} {'p50':>5} {'p90':>5} {'p99':>5} {'max':>5} {'unk%':>6}"
@@ -254,7 +255,23 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], 
     return "\n".join(lines)
 
 
-def _compact(value: object) -> str:
-    """A provenance value on one line: text as is, anything else as compact JSON, cut at a readable length."""
+def _readable(key: str, value: object, indent: str) -> list[str]:
+    """A provenance entry as lines: an object as its keys, one a line, indented below ``key``; a list on one line
+    (a long one as its count, first and last items); text and numbers as they are (``--json`` gives it all)."""
+    if isinstance(value, dict) and value:
+        lines = [f"{indent}{key}:"]
+        for name, item in sorted(value.items(), key=lambda kv: str(kv[0])):
+            lines += _readable(str(name), item, indent + "  ")
+        return lines
+    return [f"{indent}{key}: {_one_line(value)}"]
+
+
+def _one_line(value: object) -> str:
+    if isinstance(value, list):
+        items = [_one_line(v) for v in value]
+        text = f"[{', '.join(items)}]"
+        if len(text) > SHOWN_PROVENANCE_CHARS:
+            text = f"[{len(items)} items: {items[0]}, ..., {items[-1]}]"
+        return text
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(", ", ": "))
     return text if len(text) <= SHOWN_PROVENANCE_CHARS else f"{text[: SHOWN_PROVENANCE_CHARS - 3]}..."

@@ -36,6 +36,7 @@ from arrowmt.format import (
 
 logger = logging.getLogger(__name__)
 
+LM_DICTIONARY = "dict.txt"  # the dictionary of fairseq's monolingual {split} files
 EXPORT_RECORD = ".arrowmt-export.json"  # what the export wrote, so that a later one removes only that
 EXPORT_FORMAT = "arrowmt-fairseq-export"
 EXPORTED_SUFFIXES = (".idx", ".bin", ".txt")
@@ -73,10 +74,11 @@ def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, p
         shards = {split: open_shard(folder, manifest, split, "sequential") for split in manifest.files}
     with StagedOutput.begin(out, overwrite) as staged:
         earlier = earlier_export(staged.target)
-        dictionaries = sorted(set(manifest.dictionaries.values()))
+        copies = {name: name for name in manifest.dictionaries.values()} | _language_model_dictionary(shards)
+        dictionaries = sorted(copies)
         for name in dictionaries:
             with atomic_path(staged.path / name) as tmp:
-                shutil.copyfile(folder / name, tmp)
+                shutil.copyfile(folder / copies[name], tmp)
         check_split_dictionaries(staged.path, shards.values())  # the copies are the splits' dictionaries
         prefixes = []
         for split, shard in shards.items():
@@ -85,6 +87,19 @@ def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, p
         write_bytes_atomic(staged.path / EXPORT_RECORD, _record_bytes(names))
         staged.publish([*names, EXPORT_RECORD], remove=earlier)
     return [staged.target / p.name for p in prefixes]
+
+
+def _language_model_dictionary(shards: dict[str, SplitFile]) -> dict[str, str]:
+    """``{"dict.txt": the token column's dictionary}`` for a monolingual folder whose dictionary has another name
+    (``convert text --lang en`` writes ``dict.en.txt``): fairseq's ``language_modeling`` task, like ``arrowmt
+    convert fairseq``, reads the ``{split}`` files' dictionary as ``dict.txt``."""
+    if not shards or any(shard.columns != (TOKENS,) for shard in shards.values()):
+        return {}
+    names = {shard.metadata.columns[TOKENS].dictionary for shard in shards.values()}
+    if len(names) != 1:
+        return {}
+    name = names.pop()
+    return {} if name == LM_DICTIONARY else {LM_DICTIONARY: name}
 
 
 def earlier_export(out: Path) -> frozenset[str]:

@@ -117,3 +117,42 @@ def test_options_of_a_second_language_are_refused(
 def test_bad_language_codes_are_refused(text: Path, tmp_path: Path, lang: str) -> None:
     with pytest.raises(InvalidParameterError, match=r"^lang: "):
         convert_text(str(text / "train"), tmp_path / "out", lang=lang, progress=False)
+
+
+def test_an_lm_copy_of_a_text_corpus_verifies(text: Path, tmp_path: Path) -> None:
+    """The documented path: ``convert text --lang en``, ``order --tokens-per-sample``, ``verify`` (the copy's rows are
+    pieces of blocks: they need not end with </s>, as the corpus's sentences do)."""
+    import arrowmt
+
+    corpus = tmp_path / "lm"
+    convert_text(str(text / "train"), corpus, lang="en", progress=False)
+    ordered = tmp_path / "ordered"
+    arrowmt.order_blocks(corpus, ordered, tokens_per_sample=64, max_tokens=512, seed=2, progress=False)
+    assert arrowmt.verify_dataset(corpus, progress=False).ok
+    report = arrowmt.verify_dataset(ordered, progress=False)
+    assert report.ok, report.problems
+
+
+def test_a_monolingual_export_reads_back_in_fairseq_and_arrowmt(text: Path, tmp_path: Path) -> None:
+    """``export fairseq`` of a ``--lang en`` corpus writes the ``dict.txt`` fairseq's language_modeling task (and
+    ``convert fairseq``) read, beside ``dict.en.txt``; converted back, the rows are the same."""
+    import arrowmt
+
+    corpus = tmp_path / "lm"
+    convert_text(str(text / "train"), corpus, lang="en", progress=False)
+    out = tmp_path / "bin"
+    arrowmt.export_fairseq(corpus, out, progress=False)
+    assert (
+        (out / "dict.txt").read_bytes() == (out / "dict.en.txt").read_bytes() == (corpus / "dict.en.txt").read_bytes()
+    )
+    back = tmp_path / "back"
+    arrowmt.convert_fairseq(out, back, progress=False)
+    mine, theirs = open_split(corpus, "train"), open_split(back, "train")
+    assert len(mine) == len(theirs) and all(
+        mine.row_array(TOKENS, k).tolist() == theirs.row_array(TOKENS, k).tolist() for k in (0, 17, len(mine) - 1)
+    )
+    pytest.importorskip("fairseq")
+    from fairseq.data import Dictionary, data_utils
+
+    rows = data_utils.load_indexed_dataset(str(out / "train"), Dictionary.load(str(out / "dict.txt")), "mmap")
+    assert rows[17].tolist() == mine.row_array(TOKENS, 17).tolist()

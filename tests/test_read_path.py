@@ -198,7 +198,7 @@ def test_a_mixture_of_views_of_one_corpus_checks_its_file_once(tmp_path: Path, s
     sampler = MixtureBatchSampler(mixture, 300, cache_dir=tmp_path / "cache", temperature=2.0, seed=3)
     collate = FairseqCollater(mixture.special_ids)
     gathered = [collate(mixture.__getitems__(ids)) for ids in sampler]
-    assert mixture._gather and len(mixture._gather.offset_checks.checks) == 1  # one file behind four views
+    assert mixture._gather and len(mixture._gather.offset_checks.sets) == 1  # one file behind four views
     for ids, batch in zip(list(sampler)[:5], gathered, strict=False):
         corpus, local = mixture.locate(np.array(ids))
         rows = [corpora[mixture.names[c]].corpus_rows(np.array([r]))[0] for c, r in zip(corpus, local, strict=True)]

@@ -484,3 +484,69 @@ def test_translation_arrow_trains_on_a_view(tmp_path: Path) -> None:
     kept = open_view(view)
     assert 0 < len(kept) < 29000 and np.array_equal(np.sort(ids), np.arange(len(kept)))
     assert task.dataset("train").arrow.lengths(SOURCE).max() <= 10
+
+
+def test_every_public_member_of_a_dataset_works_on_a_view_dataset(tmp_path: Path) -> None:
+    """A view dataset goes wherever a dataset goes: each public member of ``ArrowMTDataset`` gives, for view row
+    ``i``, what the dataset gives for the corpus row the view keeps there (the table below must name every one)."""
+    import inspect
+
+    from arrowmt.converters._fairseq_folder import convert_fairseq
+
+    from arrowmt.training._dataset import ArrowMTDataset
+    from tests.conftest import fairseq_fixture
+
+    corpus = tmp_path / "c"
+    convert_fairseq(fairseq_fixture() / "mmap", corpus, progress=False)  # with its dictionaries
+    build_view(corpus, tmp_path / "v.view", split="valid", rows=np.arange(0, 1000, 2))
+    ds, view = open_dataset(corpus, "valid"), open_view_dataset(tmp_path / "v.view", corpus)
+    mine, theirs = np.array([3, 0, 7]), np.array([6, 0, 14])
+
+    def spans(s: object) -> list[list[int]]:
+        return [s.row(k).tolist() for k in range(len(s))]
+
+    same = {  # member -> (what the view gives, what the dataset gives for the same rows)
+        "row": (lambda: view.row("source", 3).tolist(), lambda: ds.row("source", 6).tolist()),
+        "row_array": (lambda: view.row_array("target", 7).tolist(), lambda: ds.row_array("target", 14).tolist()),
+        "lengths": (lambda: view.lengths("source", mine).tolist(), lambda: ds.lengths("source", theirs).tolist()),
+        "num_tokens": (lambda: view.num_tokens(mine).tolist(), lambda: ds.num_tokens(theirs).tolist()),
+        "locate": (lambda: [a.tolist() for a in view.locate(mine)], lambda: [a.tolist() for a in ds.locate(theirs)]),
+        "column_spans": (
+            lambda: spans(view.column_spans("target", mine)),
+            lambda: spans(ds.column_spans("target", theirs)),
+        ),
+        "located_spans": (
+            lambda: spans(view.located_spans("source", *view.locate(mine))),
+            lambda: spans(ds.located_spans("source", *ds.locate(theirs))),
+        ),
+        "word_ranges": (
+            lambda: [r.starts.tolist() for r in view.word_ranges(mine, True)],
+            lambda: [r.starts.tolist() for r in ds.word_ranges(theirs, True)],
+        ),
+        "dictionary": (lambda: view.dictionary("source").sha256(), lambda: ds.dictionary("source").sha256()),
+        "columns": (lambda: view.columns, lambda: ds.columns),
+        "metadata": (lambda: view.metadata, lambda: ds.metadata),
+        "special_ids": (lambda: view.special_ids, lambda: ds.special_ids),
+        "is_monolingual": (lambda: view.is_monolingual, lambda: ds.is_monolingual),
+        "path": (lambda: view.path, lambda: ds.path),
+        "split": (lambda: view.split, lambda: ds.split),
+        "manifest": (lambda: view.manifest.files, lambda: ds.manifest.files),
+        "check_unchanged": (lambda: view.check_unchanged(), lambda: ds.check_unchanged()),
+        "advise": (lambda: view.advise("random"), lambda: ds.advise("random")),
+    }
+    own = {  # members whose value is the view's own
+        "fingerprint": lambda: view.fingerprint() != ds.fingerprint() and len(view.fingerprint()) == 64,
+        "stretch_ranges": lambda: view.stretch_ranges(np.array([0]), np.array([2])) is None,
+        "access": lambda: view.corpus.access == ds.access == "random",
+        "cumulative": lambda: ds.cumulative.tolist() == [0, len(ds)],
+        "shard_names": lambda: ds.shard_names == ["valid"],
+        "shards": lambda: len(ds.shards) == 1,
+        "row_order": lambda: ds.row_order is None,
+    }
+    public = {name for name, _ in inspect.getmembers(ArrowMTDataset) if not name.startswith("_")} | set(vars(ds))
+    public = {name for name in public if not name.startswith("_")}
+    assert public <= set(same) | set(own), sorted(public - set(same) - set(own))
+    for name, (view_call, dataset_call) in same.items():
+        assert view_call() == dataset_call(), name
+    for name, check in own.items():
+        assert check(), name

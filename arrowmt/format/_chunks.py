@@ -111,33 +111,15 @@ class ChunkChecks(CrcPieces):
         self.chunk_bytes = chunk_bytes
         self.advice = advice
         self.address = _address(mapped)
-        self.swept = False  # the first check of the file happened (a resident body is then checked whole)
-        super().__init__(None, expected, self._file_bytes, self._failure, self._read_ahead)
-
-    def check(self, pieces: np.ndarray) -> None:
-        if self.sweep_if_resident():
-            pieces = pieces[~self.checked[pieces]]  # left: the chunks the sweep found changed
-            if not pieces.size:
-                return
-        super().check(pieces)
-
-    def check_one(self, k: int) -> None:
-        if not self.sweep_if_resident() or not self.checked[k]:
-            super().check_one(k)
-
-    def sweep_if_resident(self) -> bool:
-        """At the first check of this open file: when its body (of :data:`SWEEP_CHUNKS` chunks or more) is found in
-        the page cache, check every chunk now, in one pass (~30 ms per 50 MB; a rank reading batches from all over
-        a plan would otherwise check a chunk for nearly every batch), so that no read after needs a check. A chunk
-        found changed stays unchecked: the reads that reach it fail, as they would have, and the others are served.
-        Cold, or smaller, chunks are checked as reads reach them. Whether this call swept."""
-        if self.swept:
-            return False
-        self.swept = True
-        if len(self) < SWEEP_CHUNKS or not body_resident(self):
-            return False
-        self.sweep()
-        return True
+        super().__init__(
+            None,
+            expected,
+            self._file_bytes,
+            self._failure,
+            self._read_ahead,
+            resident=lambda: body_resident(self),
+            sweep_min=SWEEP_CHUNKS,  # a body of 2 MiB or more found resident is checked whole at its first check
+        )
 
     def ensure_range(self, start: int, stop: int) -> None:  # type: ignore[override]
         """Check the chunks holding body bytes ``start..stop-1`` that were not checked yet."""

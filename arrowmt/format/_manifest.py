@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,6 +95,8 @@ class Manifest:
         """
         path = manifest_path(folder)
         check_member(Path(folder), MANIFEST_NAME, "the manifest")
+        if not os.path.lexists(path) and (hint := data_bin_hint(Path(folder))):
+            raise FormatError(f"{path}: missing; {folder} is not a converted arrowmt dataset: {hint}")
         manifest = cls.parse(read_json(path, "manifest"), path)
         manifest.check_files(Path(folder), path)
         return manifest
@@ -256,6 +259,20 @@ def not_regular_error(what: str, mode: int) -> FormatError:
 def file_kind(mode: int) -> str:
     """'a folder', 'a FIFO', ... for a non-regular file's ``st_mode``."""
     return next((kind for test, kind in FILE_KINDS if test(mode)), "not a regular file")
+
+
+def data_bin_hint(folder: Path) -> str | None:
+    """What to do with ``folder`` when it holds a fairseq data-bin (``*.idx`` beside ``*.bin``, a ``dict*.txt``),
+    else None."""
+    try:
+        names = {entry.name for entry in os.scandir(folder)}
+    except OSError:
+        return None
+    indexed = any(n.endswith(".idx") and f"{n[:-4]}.bin" in names for n in names)
+    if not indexed or not any(n.startswith("dict") and n.endswith(".txt") for n in names):
+        return None
+    command = f"arrowmt convert fairseq {shlex.quote(str(folder))} OUT"
+    return f"it is a fairseq data-bin folder: convert it first with '{command}'"
 
 
 def read_json(path: Path, what: str) -> Any:

@@ -39,9 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt._arrays import sorted_unique
 from arrowmt._errors import FormatError
-from arrowmt.io import WORD, CrcPieces
+from arrowmt.io import WORD, CrcPieces, ManyPieces, spread
 
 OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # version 1: one CRC per column (JSON)
 OFFSETS_PIECES_KEY = b"arrowmt.offsets_crc32_pieces"  # version 1: one CRC per column and piece (JSON)
@@ -51,6 +50,10 @@ PIECE_ROWS = 1024  # rows per checked piece of offsets: 1025 int32 values; a fir
 STRETCH_PIECE_ROWS = 256  # the same for a split whose batches are stretches of ~300 rows (`arrowmt order`)
 BINARY_PREFIX = struct.Struct("<II")  # rows per piece, columns
 SHOWN_BYTES = 80
+Resident = Callable[[np.ndarray], bool]
+"""``resident(words)``: whether the pages holding those words of the file are in the page cache (a sample)."""
+SWEEP_PIECES = 512  # a column of this many pieces (512k rows) or more found resident is checked whole at first use
+SAMPLE_PIECES = 16
 Ahead = Callable[[np.ndarray, np.ndarray], None]
 """``ahead(first bytes, end bytes)``: a hint that those bytes of the file are read next (offsets about to be
 checked)."""
@@ -188,6 +191,7 @@ class OffsetChecks:
         words: np.ndarray,
         offsets_at: Sequence[np.ndarray],
         ahead: Ahead | None = None,
+        resident: Resident | None = None,
     ) -> None:
         self.path = path
         self.columns = columns
@@ -209,9 +213,20 @@ class OffsetChecks:
                 self._failure(column),
                 ahead,
                 unrecorded.copy(),
+                None if resident is None else self._resident(c, resident),
+                SWEEP_PIECES,
             )
             for c, column in enumerate(columns)
         }
+
+    def _resident(self, c: int, resident: Resident) -> Callable[[], bool]:
+        """Whether a sample of column ``c``'s pieces (their first bytes, spread over the file) is in the page cache."""
+
+        def sampled() -> bool:
+            starts, _ = self._bounds(c)(spread(int(self.first[-1]), SAMPLE_PIECES))
+            return resident(starts // WORD)
+
+        return sampled
 
     @classmethod
     def of(
@@ -223,6 +238,7 @@ class OffsetChecks:
         words: np.ndarray,
         offsets_at: Sequence[np.ndarray],
         ahead: Ahead | None = None,
+        resident: Resident | None = None,
     ) -> OffsetChecks:
         """The checks of a file of ``columns`` whose record batches of ``batch_rows`` rows carry ``batch_metadata``
         (FormatError if bad)."""
@@ -237,7 +253,7 @@ class OffsetChecks:
                 piece_rows[b], crcs = recorded
                 expected.append(np.asarray(crcs, dtype=np.uint32))
         table = np.concatenate(expected) if expected else np.zeros((0, len(columns)), dtype=np.uint32)
-        return cls(path, columns, piece_rows, rows, table, words, offsets_at, ahead)
+        return cls(path, columns, piece_rows, rows, table, words, offsets_at, ahead, resident)
 
     def piece_of(self, batches: np.ndarray, local: np.ndarray) -> np.ndarray:
         """The piece holding row ``local`` of record batch ``batches[i]``, for each ``i``."""
@@ -289,42 +305,14 @@ class OffsetChecks:
         return failure
 
 
-class ManyOffsetChecks:
-    """The offsets checks of several files, their pieces numbered in one sequence (file after file).
-
-    For readers that locate rows of many files at once (a mixture's gather): :meth:`piece_base` and :attr:`per`
-    give each record batch's first piece number and rows per piece in that sequence, and ``ensure(numbers)``
-    checks the pieces behind those numbers, every column, each once: a numpy test per batch while every piece
-    it needs was checked before.
-    """
+class ManyOffsetChecks(ManyPieces):
+    """The offsets checks of several files, their pieces numbered in one sequence (file after file): a
+    :class:`~arrowmt.io.ManyPieces` of each file's columns, with :attr:`piece_base` and :attr:`per`, each record
+    batch's first piece number in that sequence and its rows per piece (a row's piece is
+    ``piece_base[b] + row // per[b]``)."""
 
     def __init__(self, checks: Sequence[OffsetChecks]) -> None:
-        self.checks = list(checks)
-        counts = np.array([c.first[-1] for c in self.checks], dtype=np.int64)
-        self.first = np.concatenate(([0], np.cumsum(counts)))  # file k's pieces start at number first[k]
-        self.piece_base = np.concatenate([c.first[:-1] + self.first[k] for k, c in enumerate(self.checks)] or [[]])
-        self.per = np.concatenate([c.per for c in self.checks] or [[]]).astype(np.int64)
-        self.piece_base = self.piece_base.astype(np.int64)
-        self.checked = np.concatenate([_checked_everywhere(c) for c in self.checks] or [np.zeros(0, dtype=bool)])
-        self.all_checked = bool(self.checked.all())
-
-    def ensure(self, numbers: np.ndarray) -> None:
-        """Check the pieces ``numbers`` (any order, repeats allowed) of every column, those not checked yet."""
-        if self.all_checked:
-            return
-        todo = numbers[~self.checked[numbers]]
-        if not todo.size:
-            return
-        todo = sorted_unique(todo)
-        files = np.searchsorted(self.first, todo, side="right") - 1
-        for k in sorted_unique(files).tolist():
-            local = todo[files == k] - self.first[k]
-            for checks in self.checks[k].pieces.values():
-                checks.ensure(local)
-        self.checked[todo] = True
-        self.all_checked = bool(self.checked.all())
-
-
-def _checked_everywhere(checks: OffsetChecks) -> np.ndarray:
-    """Which pieces of a file are checked in every column."""
-    return np.logical_and.reduce([c.checked for c in checks.pieces.values()])
+        super().__init__([list(c.pieces.values()) for c in checks])
+        bases = [c.first[:-1] + self.first[k] for k, c in enumerate(checks)]
+        self.piece_base = np.concatenate(bases).astype(np.int64) if bases else np.zeros(0, dtype=np.int64)
+        self.per = np.concatenate([c.per for c in checks]).astype(np.int64) if bases else np.zeros(0, dtype=np.int64)

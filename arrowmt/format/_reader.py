@@ -37,7 +37,16 @@ from arrowmt.format._mirror import attached_file, guarded_copy
 from arrowmt.format._offsets_crc import OffsetChecks
 from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
 from arrowmt.format._spans import flat_positions, take_flat
-from arrowmt.io import DEFAULT_ACCESS, WORD, WordRanges, advise, check_access, read_ahead, will_need
+from arrowmt.io import (
+    DEFAULT_ACCESS,
+    WORD,
+    WordRanges,
+    advise,
+    check_access,
+    pages_resident,
+    read_ahead,
+    will_need,
+)
 
 IPC_FILE_MAGIC = b"ARROW1"
 
@@ -138,7 +147,14 @@ class SplitFile:
         batch_rows = [b.num_rows for b in batches]
         offsets_at = [self.layouts[c].offsets_pos for c in self.columns]
         self.offset_checks = OffsetChecks.of(
-            self.path, self.columns, batch_metadata, batch_rows, self.words, offsets_at, self._offsets_ahead
+            self.path,
+            self.columns,
+            batch_metadata,
+            batch_rows,
+            self.words,
+            offsets_at,
+            self._offsets_ahead,
+            self._words_resident,
         )
 
     def __reduce__(self) -> tuple[object, tuple[Path, str, FileStamp]]:
@@ -297,6 +313,11 @@ class SplitFile:
         batch of ``batches``."""
         rows = np.minimum(rows, np.maximum(len(self) - batches * self.rows_per_batch - first, 0))
         will_need([self.ranges(self.layouts[column].offsets_pos[batches] + first, rows + 1)])
+
+    def _words_resident(self, words: np.ndarray) -> bool:
+        """Whether the pages holding ``words`` are in the page cache (False through a remote cache: its blocks are
+        fetched as reads need them)."""
+        return self.remote is None and pages_resident([self.ranges(words, np.ones_like(words))])
 
     def _offsets_ahead(self, first: np.ndarray, end: np.ndarray) -> None:
         """Ask for the offsets bytes ``[first[i], end[i])`` about to be checked (a hint, through the residency gate)."""

@@ -98,15 +98,29 @@ def verify_dataset(
     if not manifest.files:
         report.problems.append(f"{folder / MANIFEST_NAME}: lists no split files (expected at least one)")
     vocab_sizes = _dictionary_sizes(folder, manifest, report)
+    pieces = _block_pieces(manifest)
     with progress_bar(total=len(manifest.files), desc="verify", unit="step", enabled=progress) as bar:
         for name, entry in sorted(manifest.files.items()):
-            _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar)
+            _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar, terminated=name not in pieces)
         _verify_side_files(folder, report, bar)
         _verify_plan_orders(folder, manifest, report, bar)
     return report
 
 
-def _verify_file(file: Path, entry: FileEntry, vocab_sizes: VocabSizes, report: VerifyReport, bar: tqdm) -> None:
+def _block_pieces(manifest: Manifest) -> set[str]:
+    """The split files whose rows are pieces of LM blocks (a copy in plan order: ``arrowmt order
+    --tokens-per-sample``), not sentences ending with </s>; a malformed entry is reported with the copy's table."""
+    try:
+        return {name for split in block_orders(manifest) for name in manifest.shards(split)}
+    except FormatError:
+        return set()
+
+
+def _verify_file(
+    file: Path, entry: FileEntry, vocab_sizes: VocabSizes, report: VerifyReport, bar: tqdm, terminated: bool = True
+) -> None:
+    """Check one split file; ``terminated``: its rows are sentences, which end with </s> when arrowmt's converters
+    wrote them."""
     if not file.is_file():
         report.problems.append(f"{file}: listed in the manifest ({entry.rows} rows) but missing")
         return
@@ -121,7 +135,7 @@ def _verify_file(file: Path, entry: FileEntry, vocab_sizes: VocabSizes, report: 
         split = SplitFile(file, "sequential")
         bar.total += len(split.layouts[split.columns[0]].values_len) * len(split.columns)
         bar.refresh()
-        _check_split(split, entry, vocab_sizes, bar.update, full=remote is None)
+        _check_split(split, entry, vocab_sizes, bar.update, full=remote is None, terminated=terminated)
     except (ArrowMTError, OSError) as exc:
         problems.append(str(exc))
     report.problems.extend(problems)
@@ -155,10 +169,13 @@ def _dictionary_sizes(folder: Path, manifest: Manifest, report: VerifyReport) ->
     return sizes
 
 
-def _check_split(split: SplitFile, entry: FileEntry, vocab_sizes: VocabSizes, tick: Tick, full: bool) -> None:
+def _check_split(
+    split: SplitFile, entry: FileEntry, vocab_sizes: VocabSizes, tick: Tick, full: bool, terminated: bool = True
+) -> None:
     if len(split) != entry.rows:
         raise FormatError(f"{split.path}: expected {entry.rows} rows (manifest), got {len(split)} (metadata)")
-    eos = split.metadata.special_ids.eos if split.metadata.source_format in TERMINATED_FORMATS else None
+    ends_with_eos = terminated and split.metadata.source_format in TERMINATED_FORMATS
+    eos = split.metadata.special_ids.eos if ends_with_eos else None
     for name, info in split.metadata.columns.items():
         _check_dictionary(split.path, name, info, vocab_sizes)
         _check_column(split, name, info.vocab_size, info.tokens, tick, eos)

@@ -53,6 +53,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -70,6 +71,9 @@ from arrowmt.format._sidefile import VIEW_FORMAT, SideFile, open_side_file, writ
 from arrowmt.format._spans import Spans, take_flat
 from arrowmt.format._split import Split
 from arrowmt.io import WordRanges
+
+if TYPE_CHECKING:
+    from arrowmt.format._vocab import Dictionary
 
 VIEW_SUFFIX = ".view"
 MAX_DESCRIPTION_BYTES = 1 << 20
@@ -529,6 +533,12 @@ class View:
         """The row list as mapped, unchecked: for where it lies in memory; read it after :meth:`check_chunks`."""
         return self._rows.raw
 
+    @property
+    def checked_rows(self) -> CheckedArray:
+        """The row list read through its chunk checks (where each row lies in the file's chunks, and their checks):
+        for readers that check many views' rows at once (a mixture's gather)."""
+        return self._rows
+
     def check_chunks(self, indices: np.ndarray) -> bool:
         """Check the chunks holding view rows ``indices`` (in range) on their first use; whether every chunk is."""
         self._rows.ensure(indices)
@@ -576,6 +586,14 @@ class View:
     def num_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
         rows = self.rows.astype(np.int64) if indices is None else self.corpus_rows(indices)
         return self.corpus.num_tokens(rows)
+
+    def dictionary(self, column: str) -> Dictionary:
+        """The dictionary ``column``'s ids index: the corpus's (see :meth:`Split.dictionary`)."""
+        return self.corpus.dictionary(column)
+
+    def stretch_ranges(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """None: a view's rows are not stored in stretches of a plan (views of copies in plan order are refused)."""
+        return None
 
     def fingerprint(self) -> str:
         """Identity of the rows seen: the split's fingerprint and the view's row checksum."""

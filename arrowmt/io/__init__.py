@@ -29,7 +29,7 @@ from arrowmt.io._advice import (
     spread,
     will_need,
 )
-from arrowmt.io._pieces import CrcPieces, byte_crcs
+from arrowmt.io._pieces import CrcPieces, ManyPieces, byte_crcs
 from arrowmt.io._prefetch import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -51,6 +51,7 @@ __all__ = [
     "WORD",
     "BatchAt",
     "CrcPieces",
+    "ManyPieces",
     "PassRanges",
     "PlanRanges",
     "Prefetcher",

@@ -19,7 +19,7 @@ another thread are only checked twice, and a piece is marked checked only after 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -41,6 +41,11 @@ class CrcPieces:
     ``checked[k]`` is set once piece ``k`` was found sound; pieces with nothing recorded may be marked checked
     from the start (``checked``). ``ahead`` (optional) is told the bytes of several pieces about to be checked, so
     that a map advised for random access reads them at once instead of a page fault at a time.
+
+    ``resident`` (optional) samples whether the pieces' bytes are in the page cache: at the first check, a set of
+    at least ``sweep_min`` pieces found resident is checked whole (:meth:`sweep`), in one pass. Reads from all over
+    a large file (a rank's batches, a mixture's rows) would otherwise check a piece or two at nearly every read for a
+    long while; cold, each read checks only what it reads, as the lazy check is for.
     """
 
     def __init__(
@@ -51,6 +56,8 @@ class CrcPieces:
         failure: Failure,
         ahead: Ahead | None = None,
         checked: np.ndarray | None = None,
+        resident: Callable[[], bool] | None = None,
+        sweep_min: int = 0,
     ) -> None:
         self.data = data
         self.expected = np.asarray(expected, dtype=np.uint32)
@@ -60,6 +67,21 @@ class CrcPieces:
         self.checked = np.zeros(self.expected.shape[0], dtype=bool) if checked is None else checked
         self.remaining = int(np.count_nonzero(~self.checked))  # pieces left to check (at least; recounted at 0)
         self.all_checked = not self.remaining
+        self.resident = resident
+        self.sweep_min = sweep_min
+        self.swept = False  # the first check happened (a large set found resident was then checked whole)
+
+    def sweep_if_resident(self) -> bool:
+        """At the first check only: when at least ``sweep_min`` pieces are found in the page cache, check every piece
+        now (:meth:`sweep`: a piece found changed stays unchecked, so only the reads that reach it fail); whether this
+        call swept."""
+        if self.swept:
+            return False
+        self.swept = True
+        if self.resident is None or len(self) < self.sweep_min or not self.resident():
+            return False
+        self.sweep()
+        return True
 
     def __len__(self) -> int:
         return int(self.expected.shape[0])
@@ -94,6 +116,10 @@ class CrcPieces:
     def check(self, pieces: np.ndarray) -> None:
         """Check ``pieces`` (increasing, unique) against their recorded CRC-32s; ``failure`` of the first that differs
         (those before it stay checked)."""
+        if self.sweep_if_resident():
+            pieces = pieces[~self.checked[pieces]]  # left: the pieces the sweep found changed
+            if not pieces.size:
+                return
         for group, found in self._crcs(pieces):
             bad = np.flatnonzero(found != self.expected[group])
             sound = group if not bad.size else group[: int(bad[0])]
@@ -125,6 +151,8 @@ class CrcPieces:
 
     def check_one(self, k: int) -> None:
         """Check piece ``k`` (no array work: the common first use, one piece a read)."""
+        if self.sweep_if_resident() and self.checked[k]:
+            return
         start, end = self.piece_bytes(k)
         found, want = self.crc(start, end), int(self.expected[k])
         if found != want:
@@ -161,3 +189,40 @@ def byte_crcs(data: np.ndarray | memoryview, starts: np.ndarray, ends: np.ndarra
         dtype=np.uint32,
         count=starts.shape[0],
     )
+
+
+class ManyPieces:
+    """The pieces of several sets of :class:`CrcPieces`, numbered in one sequence (set after set).
+
+    A set is the checks of one file that share its piece numbers (a split file's columns, a view's row list). For
+    readers that locate rows of many files at once (a mixture's gather): ``ensure(numbers)`` checks the pieces
+    behind those numbers in every check of their set, each once, after one numpy test of an "already checked" memo
+    that says no more than the sets' own bitmaps (so a batch whose pieces were all checked costs that test alone).
+    """
+
+    def __init__(self, sets: Sequence[Sequence[CrcPieces]]) -> None:
+        self.sets = [list(s) for s in sets]
+        counts = np.array([len(s[0]) if s else 0 for s in self.sets], dtype=np.int64)
+        self.first = np.concatenate(([0], np.cumsum(counts)))  # set k's pieces start at number first[k]
+        memo = [np.logical_and.reduce([c.checked for c in s]) if s else np.zeros(0, dtype=bool) for s in self.sets]
+        self.checked = np.concatenate(memo) if memo else np.zeros(0, dtype=bool)
+        self.all_checked = bool(self.checked.all())
+
+    def ensure(self, numbers: np.ndarray) -> None:
+        """Check the pieces ``numbers`` (any order, repeats allowed), in every check of their set, those not checked
+        yet."""
+        if self.all_checked:
+            return
+        todo = numbers[~self.checked[numbers]]
+        if not todo.size:
+            return
+        todo = sorted_unique(todo)
+        sets = np.searchsorted(self.first, todo, side="right") - 1
+        for k in sorted_unique(sets).tolist():
+            local = todo[sets == k] - self.first[k]
+            for checks in self.sets[k]:
+                checks.ensure(local)
+            if all(checks.all_checked for checks in self.sets[k]):  # swept whole (or done): no need to ask again
+                self.checked[self.first[k] : self.first[k + 1]] = True
+        self.checked[todo] = True
+        self.all_checked = bool(self.checked.all())

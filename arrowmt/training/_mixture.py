@@ -143,7 +143,12 @@ class Mixture(Dataset):
         return digest.hexdigest()
 
     def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
-        """Where the global rows ``indices`` lie in their corpora's maps, for read-ahead."""
+        """Where the global rows ``indices`` lie in their corpora's maps, for read-ahead (located at once by the
+        gather where it applies: one request per file however many views read it)."""
+        gather = self._gather_of()
+        found = gather.word_ranges(_checked_ids(indices, len(self)), values) if gather else None
+        if found is not None:
+            return found
         corpus, local = self.locate(indices)
         out: list[WordRanges] = []
         for k in np.unique(corpus).tolist():
@@ -172,12 +177,17 @@ class Mixture(Dataset):
         return GatheredBatch(ids, spans)
 
     def _fast_spans(self, ids: np.ndarray) -> dict[str, Spans] | None:
+        gather = self._gather_of()
+        return gather.spans(ids) if gather else None
+
+    def _gather_of(self) -> MixtureGather | None:
+        """The one-step gather over every corpus, made at first use (None where it does not apply)."""
         if self._gather is None:
             try:
                 self._gather = MixtureGather(self.corpora, self.offsets, self.columns)
             except TypeError:
                 self._gather = False
-        return self._gather.spans(ids) if self._gather else None
+        return self._gather or None
 
     def _column_spans(self, column: str, corpus: np.ndarray, local: np.ndarray) -> Spans:
         present = np.unique(corpus)

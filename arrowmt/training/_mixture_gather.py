@@ -10,7 +10,7 @@ opened) and its tokens lie between offsets checked against that record batch's v
 count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them, and each
 piece of offsets' checksum is checked on first use, as there. A view's row list is
 read only after the CRC-32 of each chunk holding the batch's rows was checked
-(:meth:`View.check_chunks`, on first use), and its rows must lie inside their split; the
+(on first use, all views' chunks numbered in one sequence), and its rows must lie inside their split; the
 rows of a copy in plan order (``arrowmt order``) are placed through its ``where`` map the
 same way (each chunk checked on first use, every position inside its split). The
 rows' tokens are then copied into one compact array, so no window of a later padding step
@@ -26,7 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from arrowmt._arrays import sorted_unique
 from arrowmt.format import ManyOffsetChecks, Spans, Split, SplitFile, View, exclusive_cumsum
+from arrowmt.io import ManyPieces, WordRanges
 from arrowmt.plans import corpus_of
 
 
@@ -89,6 +91,7 @@ class MixtureGather:
         places: dict[str, list[list[np.ndarray]]] = {c: [[], [], []] for c in self.columns}
         files: dict[int, int] = {}  # id of a shard file -> its first record batch in the tables
         unique: list[SplitFile] = []
+        file_of = []  # each shard's file in ``unique``
         batches = 0
         for k, split in enumerate(splits):
             for j, shard in enumerate(split.shards):
@@ -99,6 +102,9 @@ class MixtureGather:
                     batches += shard.layouts[self.columns[0]].offsets_pos.shape[0]
                     unique.append(shard)
                 batch_base.append(files[id(shard)])
+                file_of.append(unique.index(shard))
+        self.files = unique
+        self.file_of = np.array(file_of, dtype=np.int64)
         for shard in unique:
             base = self.space.offset(shard.words)
             for column in self.columns:
@@ -112,12 +118,14 @@ class MixtureGather:
         self.batch_base = np.array(batch_base, dtype=np.int64)
         self.places = {c: tuple(np.concatenate(p).astype(np.int64) for p in parts) for c, parts in places.items()}
         self.is_view = np.array([v is not None for v in self.views])
-        self.view_unchecked = self.is_view.copy()  # a view with chunks of its row list not checked yet
+        self._view_chunks()
         self.view_base = np.array([0 if v is None else self.space.offset(v) for v in self.views], dtype=np.int64)
         self.view_wide = np.array([v is not None and v.itemsize == 8 for v in self.views])
 
-    def spans(self, ids: np.ndarray) -> dict[str, Spans] | None:
-        """Each column's rows of global ids ``ids`` (checked in range), gathered compact; None: use the readers."""
+    def _located(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(shard, row in that shard file) of each global id (checked in range): view rows read through their
+        checked row lists, copies' rows placed through their maps; None where the corpora's readers must name what is
+        wrong."""
         corpus = corpus_of(self.offsets, ids)
         rows = ids - self.offsets[corpus]
         if self.is_view.any() and not self._through_views(corpus, rows):
@@ -126,7 +134,28 @@ class MixtureGather:
             return None  # the split's reader names the row order file
         key = self.key_base[corpus] + rows
         shard = np.searchsorted(self.shard_start, key, side="right") - 1
-        local = key - self.shard_start[shard]
+        return shard, key - self.shard_start[shard]
+
+    def word_ranges(self, ids: np.ndarray, values: bool) -> list[WordRanges] | None:
+        """Where the rows of global ids ``ids`` lie, for read-ahead (see :meth:`Split.word_ranges`): one request per
+        shard file however many corpora (views) read it; None where the corpora's readers must answer."""
+        located = self._located(ids)
+        if located is None:
+            return None
+        shard, local = located
+        file = self.file_of[shard]
+        out: list[WordRanges] = []
+        for u in sorted_unique(file).tolist():
+            rows = local[file == u]
+            out.extend(self.files[u].word_ranges(column, rows, values) for column in self.columns)
+        return out
+
+    def spans(self, ids: np.ndarray) -> dict[str, Spans] | None:
+        """Each column's rows of global ids ``ids`` (checked in range), gathered compact; None: use the readers."""
+        located = self._located(ids)
+        if located is None:
+            return None
+        shard, local = located
         batch, within = np.divmod(local, self.rows_per_batch[shard])
         table = self.batch_base[shard] + batch
         starts, lengths = [], []
@@ -162,13 +191,24 @@ class MixtureGather:
             rows[sel] = self.row_orders[k].where.take(rows[sel])
         return not (rows[ordered] >= self.split_rows[corpus[ordered]]).any()
 
+    def _view_chunks(self) -> None:
+        """The chunks of every view's row list numbered in one sequence: the chunk holding row ``r`` of view ``k`` is
+        ``chunk_first[k] + (chunk_offset[k] + r * itemsize[k]) // chunk_bytes[k]``."""
+        lists = [None if v is None else v.checked_rows for v in self.view_of]
+        self.view_checks = ManyPieces([[] if rows is None else [rows.checks] for rows in lists])
+        self.chunk_first = self.view_checks.first[:-1]
+        self.chunk_offset = np.array([0 if r is None else r.offset for r in lists], dtype=np.int64)
+        self.chunk_itemsize = np.array([0 if r is None else r.raw.itemsize for r in lists], dtype=np.int64)
+        self.chunk_bytes = np.array([1 if r is None else r.checks.chunk_bytes for r in lists], dtype=np.int64)
+
     def _through_views(self, corpus: np.ndarray, rows: np.ndarray) -> bool:
-        """Replace view rows by the split rows they stand for (in place), each view's chunks checked on first use;
-        False if one lies outside its split."""
-        unchecked = self.view_unchecked[corpus]
-        if unchecked.any():
-            for k in np.unique(corpus[unchecked]).tolist():
-                self.view_unchecked[k] = not self.view_of[k].check_chunks(rows[corpus == k])
+        """Replace view rows by the split rows they stand for (in place), each chunk of a view's row list checked on
+        first use (one test of a memo per batch once they are); False if one lies outside its split."""
+        if not self.view_checks.all_checked:
+            viewed = self.is_view[corpus]
+            k, r = corpus[viewed], rows[viewed]
+            at = (self.chunk_offset[k] + r * self.chunk_itemsize[k]) // self.chunk_bytes[k]
+            self.view_checks.ensure(self.chunk_first[k] + at)
         for wide, table in ((False, self.space.uint32), (True, self.space.uint64)):
             mask = self.is_view[corpus] & (self.view_wide[corpus] == wide)
             if mask.any():

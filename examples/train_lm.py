@@ -204,7 +204,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-positions", type=int, help=positions)
     parser.add_argument("--max-tokens", type=int, default=2048, help="token budget of a batch")
     parser.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    parser.add_argument(
+        "--num-workers", type=int, default=0, help="DataLoader worker processes (0: ReadAheadLoader, a thread)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the model initialization and batch order")
     parser.add_argument("--save", help="checkpoint file, written after every epoch and at the end")
     parser.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (0: never)")

@@ -3,8 +3,8 @@
     python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt
     python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt --resume
 
-The data side is three arrowmt pieces meeting at torchdata's ``StatefulDataLoader``
-(``pip install 'arrowmt[resume]'``): the memory-mapped ``open_dataset``, a
+The data side is three arrowmt pieces meeting at ``arrowmt.ReadAheadLoader`` (or, with ``--num-workers``,
+torchdata's ``StatefulDataLoader``: ``pip install 'arrowmt[resume]'``): the memory-mapped ``open_dataset``, a
 ``TokenBatchSampler`` (token-budget batches; rank and world size from
 ``torch.distributed`` when it is initialized) and the ``PlainCollater``
 (right-padded ``source``/``target`` plus their lengths).
@@ -37,6 +37,7 @@ from arrowmt import (
     Dictionary,
     Manifest,
     PlainCollater,
+    ReadAheadLoader,
     TokenBatchSampler,
     load_loader_state,
     open_dataset,
@@ -224,7 +225,7 @@ def save_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimize
     tmp = f"{path}.tmp"
     torch.save(state, tmp)
     os.replace(tmp, path)
-    print(f"saved {path} (epoch {at.epoch}, step {at.step})", flush=True)
+    print(f"saved {path} (step {at.step}; resumes in epoch {at.epoch})", flush=True)
 
 
 def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer, loader: Any) -> Progress:
@@ -238,7 +239,11 @@ def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimize
 
 
 def stateful_loader(ds: Any, sampler: Any, collate: Any, num_workers: int) -> Any:
-    """torchdata's ``StatefulDataLoader``: its ``state_dict()`` is the position after the last batch it yielded."""
+    """A loader whose ``state_dict()`` is the position after the last batch it yielded: ``arrowmt.ReadAheadLoader``
+    (a thread reads ahead; no worker processes, what arrowmt recommends) or, with ``num_workers`` > 0, torchdata's
+    ``StatefulDataLoader``. Their states load into each other (``load_loader_state``)."""
+    if num_workers == 0:
+        return ReadAheadLoader(ds, sampler, collate)
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader
     except ImportError as exc:
@@ -299,7 +304,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=4096, help="token budget of a batch")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
     parser.add_argument("--dim", type=int, default=64, help="model width")
-    parser.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
+    parser.add_argument(
+        "--num-workers", type=int, default=0, help="DataLoader worker processes (0: ReadAheadLoader, a thread)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the model initialization and batch order")
     parser.add_argument("--save", default=None, help="checkpoint file, written after every epoch")
     parser.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (0: never)")

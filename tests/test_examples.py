@@ -115,16 +115,18 @@ def parameters_sha256(out: str) -> str:
 
 
 def test_resume_continues_exactly(straight: Run, corpus: Path, tmp_path: Path) -> None:
-    """Stopped at an epoch's end, then mid-epoch (DataLoader workers prefetching), resumed each time:
-    the same steps, losses and final weights as one uninterrupted run."""
+    """Stopped at an epoch's end, then mid-epoch, resumed each time, the middle run through ``ReadAheadLoader``
+    (``--num-workers 0``) between runs with DataLoader workers prefetching: the same steps, losses and final weights
+    as one uninterrupted run."""
     per_epoch = len(STEP.findall(straight.out)) // EPOCHS
     middle = per_epoch + per_epoch // 3
     args = ("--data", str(corpus), *COMMON, "--save", "ckpt.pt")
     first = run_example(*args, "--epochs", "1", cwd=tmp_path)
-    assert f"saved ckpt.pt (epoch 2, step {per_epoch})" in first.out
-    second = run_example(*args, "--epochs", str(EPOCHS), "--resume", "--stop-after", str(middle), cwd=tmp_path)
+    assert f"saved ckpt.pt (step {per_epoch}; resumes in epoch 2)" in first.out
+    middle_args = ("--epochs", str(EPOCHS), "--resume", "--stop-after", str(middle), "--num-workers", "0")
+    second = run_example(*args, *middle_args, cwd=tmp_path)
     assert f"resumed from ckpt.pt (epoch 2, step {per_epoch})" in second.out
-    assert f"saved ckpt.pt (epoch 2, step {middle})" in second.out
+    assert f"saved ckpt.pt (step {middle}; resumes in epoch 2)" in second.out
     third = run_example(*args, "--epochs", str(EPOCHS), "--resume", cwd=tmp_path)
     assert f"resumed from ckpt.pt (epoch 2, step {middle})" in third.out
     assert training_lines(first.out + second.out + third.out) == training_lines(straight.out)

@@ -86,11 +86,11 @@ def test_resume_continues_exactly(straight: tuple[Run, Path], tmp_path: Path) ->
     per_epoch = int(SETUP.findall(run.out)[0][2])
     args = ("--data", str(corpus), *COMMON, "--save", "ckpt.pt", "--num-workers", "2")
     first = run_example(*args, "--stop-after", "10", cwd=tmp_path)
-    assert "saved ckpt.pt (epoch 1, step 10)" in first.out and "stopped after step 10" in first.out
+    assert "saved ckpt.pt (step 10; resumes in epoch 1)" in first.out and "stopped after step 10" in first.out
     workers = ("--num-workers", "0")  # another number of workers: load_loader_state
     second = run_example(*args[:-2], *workers, "--resume", "--stop-after", str(per_epoch), cwd=tmp_path)
     assert "resumed from ckpt.pt (epoch 1, step 10)" in second.out
-    assert f"saved ckpt.pt (epoch 1, step {per_epoch})" in second.out
+    assert f"saved ckpt.pt (step {per_epoch}; resumes in epoch 1)" in second.out
     assert "epoch 1 valid loss" not in second.out  # stopped on the last batch, before the epoch's end
     third = run_example(*args, "--resume", cwd=tmp_path)
     assert third.out.index("epoch 1 valid loss") < third.out.index(f"step {per_epoch + 1} epoch 2 ")

@@ -97,10 +97,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = _os_error_message(exc)
     except KeyboardInterrupt as exc:
         print(_stopped_message(exc), file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        return _leave_now(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
     hint = _dataset_hint(args)
     print(f"arrowmt: error: {message}{f'; {hint}' if hint else ''}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def _leave_now(code: int) -> int:
+    """``code``; but when a request to an object store was abandoned by the signal, the process ends here
+    (``os._exit``): the store's client would wait for that request at interpreter exit, for its whole timeout."""
+    remote = sys.modules.get("arrowmt.storage._remote")  # loaded only where a URL was read
+    if remote is not None and remote.requests_in_flight():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _stopped_message(exc: KeyboardInterrupt) -> str:
@@ -265,6 +276,9 @@ def _add_order(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--max-target-positions", type=int, default=None, help="rows longer than this are left out")
     cmd.add_argument("--seed", type=int, default=1, help="the training's seed (default 1)")
     cmd.add_argument("--skip-invalid-size-inputs", action="store_true", help="skip rows over the limits")
+    cmd.add_argument(
+        "--cache-dir", default=None, help="where the plan is read or built (default: beside OUT, removed after)"
+    )
     blocks = cmd.add_argument_group("LM blocks (a monolingual corpus: store its token blocks in plan order)")
     blocks.add_argument("--tokens-per-sample", type=int, default=None, help="block size, as in fairseq")
     blocks.add_argument("--sample-break-mode", help="none, complete or complete_doc (default none)")
@@ -282,7 +296,7 @@ def _cmd_order(args: argparse.Namespace) -> int:
     from arrowmt._order import order_blocks, order_copy
 
     common = ("split", "max_tokens", "max_sentences", "required_batch_size_multiple", "seed",
-              "skip_invalid_size_inputs", "overwrite")  # fmt: skip
+              "skip_invalid_size_inputs", "cache_dir", "overwrite")  # fmt: skip
     blocks = args.tokens_per_sample is not None
     wrong = [k for k in (PAIR_ORDER_OPTIONS if blocks else BLOCK_ORDER_OPTIONS) if getattr(args, k) is not None]
     if wrong:

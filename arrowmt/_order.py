@@ -13,12 +13,23 @@ Other options still give the original's batches, with less locality.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.converters import write_copy, write_reordered
-from arrowmt.format import BLOCK_ORDER_KEY, TOKENS, Manifest, Split, block_order_name, refuse_block_order
+from arrowmt.format import (
+    BLOCK_ORDER_KEY,
+    TOKENS,
+    Manifest,
+    Split,
+    block_order_name,
+    local_only,
+    refuse_block_order,
+)
 from arrowmt.plans import (
     ORDERED_BY_KEY,
     BlockParams,
@@ -38,6 +49,7 @@ from arrowmt.plans import (
     write_table,
 )
 
+ORDER_CACHE_SUFFIX = ".arrowmt-order"  # the plan's folder beside OUT while the copy is made
 CHUNK_TOKENS = 1 << 22  # tokens of blocks a block copy gathers at a time (16 MiB; ~170 MiB peak, temporaries too)
 
 
@@ -53,11 +65,15 @@ def order_copy(
     max_target_positions: int | None = None,
     seed: int = 1,
     skip_invalid_size_inputs: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = True,
 ) -> Manifest:
     """Copy ``corpus`` to ``out`` with ``split`` stored in the order of the plan a
-    :class:`~arrowmt.TokenBatchSampler` with these options makes (same names, same defaults)."""
+    :class:`~arrowmt.TokenBatchSampler` with these options makes (same names, same defaults).
+
+    ``cache_dir``: where the plan is read from or built into (default: a folder beside ``out``, removed after; the
+    corpus is only read, so a read-only one is copied too). ``out`` must lie outside the corpus."""
     params = PlanParams(
         max_tokens,
         max_sentences,
@@ -67,11 +83,15 @@ def order_copy(
         seed,
         skip_invalid_size_inputs,
     )
+    check_out(corpus, out)
     data = Split(corpus, split)
-    plan = load_plan(data, params, None)
-    order = plan_order(plan.indices, len(data))
-    provenance = {ORDERED_BY_KEY: ordered_by(split, plan.key, plan_fields(params))}
-    return write_reordered(corpus, out, split, order, plan.offsets, provenance, overwrite=overwrite, progress=progress)
+    with plan_cache(out, cache_dir) as folder:
+        plan = load_plan(data, params, folder)
+        order = plan_order(plan.indices, len(data))
+        provenance = {ORDERED_BY_KEY: ordered_by(split, plan.key, plan_fields(params))}
+        return write_reordered(
+            corpus, out, split, order, plan.offsets, provenance, overwrite=overwrite, progress=progress
+        )
 
 
 def order_blocks(
@@ -88,6 +108,7 @@ def order_blocks(
     max_positions: int | None = None,
     seed: int = 1,
     skip_invalid_size_inputs: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = True,
 ) -> Manifest:
@@ -96,29 +117,66 @@ def order_blocks(
     plan a :class:`~arrowmt.BlockBatchSampler` with these options makes (same names, same defaults).
 
     The copy gives the same blocks, batches and samples for those block options, and each of that plan's
-    batches is one contiguous read; its rows are pieces of blocks, so only the LM block readers open it."""
+    batches is one contiguous read; its rows are pieces of blocks, so only the LM block readers open it.
+    ``cache_dir`` and ``out`` as in :func:`order_copy`."""
     params = BlockParams(tokens_per_sample, break_mode, document_sep_len)
     if params.break_mode == "eos":
         raise InvalidParameterError(
             "break_mode: expected 'none', 'complete' or 'complete_doc' (break mode 'eos' has no copy in plan order: "
             "its blocks are the rows, read from the corpus as converted), got 'eos'"
         )
+    check_out(corpus, out)
     data = Split(corpus, split)
     refuse_block_order(data.manifest, data.path, "order")
     check_monolingual(data)
     stream = TokenStream(data)
-    table = load_blocks(stream, params, None)
     spec = block_spec(max_tokens, max_sentences, required_batch_size_multiple, max_positions, seed,
                       skip_invalid_size_inputs)  # fmt: skip
-    plan = load_block_plan(table, spec, cache_folder(data, None), f"{data.path} split {split!r}")
-    chunk = max(1, CHUNK_TOKENS // (tokens_per_sample or 1))
-    rows = BlockRows(stream, table, plan_order(plan.indices, len(table)), chunk)
+    with plan_cache(out, cache_dir) as cache:
+        table = load_blocks(stream, params, cache)
+        plan = load_block_plan(table, spec, cache_folder(data, cache), f"{data.path} split {split!r}")
+        chunk = max(1, CHUNK_TOKENS // (tokens_per_sample or 1))
+        rows = BlockRows(stream, table, plan_order(plan.indices, len(table)), chunk)
 
-    def side(folder: Path) -> dict[str, object]:
-        name = block_order_name(split)
-        write_table(folder / name, table.key, len(rows), rows.tokens, rows.starts, rows.ends, rows.offsets)
-        entry = {"file": name, "table": table.key, "source": table_source(data), "blocks": params.key_fields(),
-                 "plan": spec.key_fields()}  # fmt: skip
-        return {BLOCK_ORDER_KEY: {split: entry}}
+        def side(folder: Path) -> dict[str, object]:
+            name = block_order_name(split)
+            write_table(folder / name, table.key, len(rows), rows.tokens, rows.starts, rows.ends, rows.offsets)
+            entry = {"file": name, "table": table.key, "source": table_source(data), "blocks": params.key_fields(),
+                     "plan": spec.key_fields()}  # fmt: skip
+            return {BLOCK_ORDER_KEY: {split: entry}}
 
-    return write_copy(corpus, out, split, lambda _data: {TOKENS: rows}, side, overwrite=overwrite, progress=progress)
+        return write_copy(
+            corpus, out, split, lambda _data: {TOKENS: rows}, side, overwrite=overwrite, progress=progress
+        )
+
+
+def check_out(corpus: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """InvalidParameterError unless ``corpus`` is a folder's path and ``out`` lies outside it (and it outside ``out``):
+    a copy written over its corpus (``order C C --overwrite``) would replace the only original."""
+    for name, value in (("corpus", corpus), ("out", out)):
+        if not isinstance(value, str | os.PathLike):
+            raise InvalidParameterError(
+                f"{name}: expected the path of an arrowmt folder (a copy is made of a whole split, not of a view or "
+                f"a mixture), got {type(value).__name__}"
+            )
+    source, target = local_only(corpus, "corpus", "order").resolve(), Path(out).resolve()
+    if target == source or source in target.parents or target in source.parents:
+        raise InvalidParameterError(
+            f"out: expected a folder outside the corpus {corpus} (the copy would replace or hold the original), "
+            f"got {out}"
+        )
+
+
+@contextlib.contextmanager
+def plan_cache(out: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None) -> Iterator[Path]:
+    """Where a copy's plan (and block table) is built: ``cache_dir`` when given, else a folder beside ``out``
+    (``.OUT.arrowmt-order``), removed afterwards. Nothing is written into the corpus."""
+    if cache_dir is not None:
+        yield Path(cache_dir)
+        return
+    target = Path(out)
+    folder = target.parent / f".{target.name}{ORDER_CACHE_SUFFIX}"
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

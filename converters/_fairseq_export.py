@@ -24,6 +24,7 @@ from arrowmt.format import (
     atomic_path,
     check_split_dictionaries,
     id_outside,
+    local_only,
     open_shard,
     plain_name_error,
     progress_bar,
@@ -66,7 +67,7 @@ def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, p
     files an earlier export recorded there and this one does not write are deleted;
     nothing else in ``out`` is touched.
     """
-    folder = Path(path)
+    folder = local_only(path, "path", "export")
     with reading(folder):  # the manifest and every split file from one publish
         manifest = Manifest.load(folder)
         refuse_row_order(manifest, folder, "export")

@@ -30,6 +30,7 @@ from arrowmt.format import (
     StagedOutput,
     atomic_path,
     check_split_dictionaries,
+    local_only,
     progress_bar,
     reading,
     refuse_block_order,
@@ -55,7 +56,7 @@ def export_parquet(
     and published at once (see :class:`StagedOutput`); with ``overwrite``, files of the
     same names are replaced and nothing else in ``out`` is touched.
     """
-    folder = Path(path)
+    folder = local_only(path, "path", "export")
     with reading(folder):  # the manifest and every split from one publish
         manifest = Manifest.load(folder)
         refuse_row_order(manifest, folder, "export")

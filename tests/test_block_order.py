@@ -141,6 +141,7 @@ def test_sentence_readers_refuse_the_copy(copies: dict[str, Path], tmp_path: Pat
         lambda: arrowmt.order_blocks(copies["none"], tmp_path / "again", progress=False),
         lambda: arrowmt.ArrowMTDataset(copies["none"], "train"),
         lambda: arrowmt.open_mixture({"a": copies["none"]}),
+        lambda: arrowmt.TokenBatchSampler(arrowmt.open_split(copies["none"], "train"), max_tokens=256),
     ):
         with pytest.raises(InvalidParameterError, match="stores LM blocks in plan order"):
             call()

@@ -384,3 +384,53 @@ def test_a_worker_refuses_a_row_order_changed_since_the_dataset_was_opened(order
     with pytest.raises(FormatError, match="split 'train' files changed since the dataset was opened") as info:
         pickle.loads(blob)
     assert str(copy) in str(info.value)
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_a_copy_is_made_without_writing_into_its_corpus(tmp_path: Path) -> None:
+    """The plan (and an LM copy's block table) is built beside OUT and removed after, or in ``cache_dir``: the
+    corpus is only read (a read-only corpus can be copied)."""
+    corpus = tmp_path / "corpus"
+    arrowmt.convert_text(str(MULTI30K / "val"), corpus, src_lang="de", tgt_lang="en", progress=False)
+    before = _listing(corpus)
+    arrowmt.order_copy(corpus, tmp_path / "copy", max_tokens=MAX_TOKENS, seed=3, progress=False)
+    mono = tmp_path / "mono"
+    arrowmt.convert_text(str(MULTI30K / "val"), mono, lang="en", progress=False)
+    mono_before = _listing(mono)
+    arrowmt.order_blocks(mono, tmp_path / "lm", tokens_per_sample=64, max_tokens=512, progress=False)
+    assert _listing(corpus) == before and _listing(mono) == mono_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "corpus", "lm", "mono"]  # nothing left beside
+    arrowmt.order_copy(corpus, tmp_path / "kept", max_tokens=MAX_TOKENS, seed=3, cache_dir=tmp_path / "plans")
+    assert len(list((tmp_path / "plans").glob("plan-*.bin"))) == 1 and _listing(corpus) == before
+
+
+@pytest.mark.parametrize("where", ["itself", "inside", "around"])
+def test_a_copy_over_its_own_corpus_is_refused(tmp_path: Path, where: str) -> None:
+    """``arrowmt order C C --overwrite`` would replace the original with its copy: refused, nothing touched."""
+    corpus = tmp_path / "corpus"
+    arrowmt.convert_text(str(MULTI30K / "val"), corpus, src_lang="de", tgt_lang="en", progress=False)
+    before = {name: (corpus / name).read_bytes() for name in os.listdir(corpus) if (corpus / name).is_file()}
+    out = {"itself": corpus, "inside": corpus / "copy", "around": tmp_path}[where]
+    with pytest.raises(InvalidParameterError, match=r"out: expected a folder outside the corpus"):
+        arrowmt.order_copy(corpus, out, max_tokens=MAX_TOKENS, overwrite=True, progress=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "arrowmt", "order", str(corpus), str(out), "--overwrite", "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "out: expected a folder outside the corpus" in done.stderr
+    assert {name: (corpus / name).read_bytes() for name in before} == before
+
+
+def test_a_copy_of_a_view_or_a_mixture_is_refused(tmp_path: Path) -> None:
+    """A copy is made of a whole split, named by its folder: a view object (or a mixture) is refused by name."""
+    corpus = tmp_path / "corpus"
+    arrowmt.convert_text(str(MULTI30K / "val"), corpus, src_lang="de", tgt_lang="en", progress=False)
+    arrowmt.build_view(corpus, tmp_path / "short.view", max_len=8)
+    view = arrowmt.open_view_dataset(tmp_path / "short.view", corpus)
+    with pytest.raises(InvalidParameterError, match=r"corpus: expected the path of an arrowmt folder .*ArrowMTView"):
+        arrowmt.order_copy(view, tmp_path / "copy", max_tokens=MAX_TOKENS, progress=False)
+    assert not (tmp_path / "copy").exists()

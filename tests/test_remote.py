@@ -6,8 +6,11 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,11 +22,13 @@ import torch
 from torch.utils.data import DataLoader
 
 import arrowmt
-from arrowmt._errors import InvalidParameterError, OutputWriteError, StorageError
-from arrowmt.format._block_index import index_name, read_block_index
+from arrowmt._errors import FormatError, InvalidParameterError, OutputWriteError, StorageError
+from arrowmt.format import _mirror
+from arrowmt.format._block_index import INDEX_FORMAT, index_name, pinned_at, read_block_index
 from arrowmt.format._indexing import write_block_indexes
 from arrowmt.format._manifest import Manifest
-from arrowmt.format._mirror import check_cache_limit
+from arrowmt.format._mirror import attached_file, check_cache_limit
+from arrowmt.format._sidefile import write_side_file
 from arrowmt.io import WordRanges, _prefetch, _residency
 from arrowmt.storage import RemoteFolder, _remote, _store, block_runs, block_uses, covered_blocks, request_buffer
 from arrowmt.storage._state import NO_USE
@@ -107,6 +112,9 @@ def test_cache_limit_values() -> None:
         check_cache_limit("lots")
     with pytest.raises(InvalidParameterError, match="cache_limit"):
         check_cache_limit(0)
+    for text in ("0", "0G", "0.0001K", "9999999999T"):  # the same bounds as a number: 1 byte .. 2**62
+        with pytest.raises(InvalidParameterError, match=r"cache_limit: expected an integer in \[1, 2\*\*62\)"):
+            check_cache_limit(text)
 
 
 # ---------------------------------------------------------------- reading objects
@@ -258,6 +266,124 @@ def test_missing_objects_are_named(s3: pafs.S3FileSystem, corpus: Path, tmp_path
         arrowmt.open_dataset(f"s3://{BUCKET}/nothing", "train", cache_dir=tmp_path)
 
 
+def test_sizes_and_depths_from_the_store_are_bounded(
+    s3: pafs.S3FileSystem, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the store says is bounded before it is used: a manifest over the JSON cap or nested too deeply, and a
+    dictionary whose size the server claims past what the corpus can need, are one clear error each."""
+    nested = f"s3://{BUCKET}/nested"
+    with s3.open_output_stream(f"{BUCKET}/nested/arrowmt.json") as stream:
+        stream.write(b"[" * 100_000)
+    with pytest.raises(FormatError, match=r"nested/arrowmt\.json: malformed manifest: JSON nested too deeply"):
+        arrowmt.open_dataset(nested, "train", cache_dir=tmp_path / "c1")
+    monkeypatch.setattr(_mirror, "MAX_JSON_BYTES", 100)
+    with pytest.raises(StorageError, match=r"arrowmt\.json: expected at most 100 bytes, the object is larger"):
+        arrowmt.open_dataset(url, "train", cache_dir=tmp_path / "c2")
+    monkeypatch.undo()
+    real = RemoteFolder.sizes
+
+    def claimed(self: RemoteFolder, names: list[str]) -> dict[str, int]:
+        return {n: 10**15 if n.startswith("dict.") else size for n, size in real(self, names).items()}
+
+    monkeypatch.setattr(RemoteFolder, "sizes", claimed)
+    with pytest.raises(StorageError, match=r"dict\.de\.txt: expected at most \d+ bytes .*the store says 10{15}"):
+        arrowmt.open_dataset(url, "train", cache_dir=tmp_path / "c3")
+
+
+def test_a_whole_object_copy_keeps_few_parts_in_flight(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of an object claimed far larger than it is queues at most 2 x COPY_WORKERS parts, and ends with the
+    short read's StorageError (not one future per part of the claimed size)."""
+    monkeypatch.setattr(_remote, "COPY_PART", 1024)
+    calls = []
+    real = RemoteFolder._copy_part
+
+    def counted(self: RemoteFolder, name: str, fd: int, start: int, length: int) -> None:
+        calls.append(start)
+        real(self, name, fd, start, length)
+
+    monkeypatch.setattr(RemoteFolder, "_copy_part", counted)
+    folder = RemoteFolder(url)
+    size = folder.sizes(["dict.de.txt"])["dict.de.txt"]
+    with open(tmp_path / "copy", "wb") as out, pytest.raises(StorageError, match=r"dict\.de\.txt: expected 1024 bytes"):
+        folder.copy("dict.de.txt", out, 1 << 40)
+    assert len(calls) <= -(-size // 1024) + 2 * _remote.COPY_WORKERS + 1
+
+
+def test_a_signal_ends_a_command_stuck_in_a_request(tmp_path: Path) -> None:
+    """A server that accepts the connection and never answers holds a request for as long as the client's timeouts
+    allow; SIGTERM (a scheduler's stop, ``timeout``) still ends the command at once: exit 143, its message."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(60)
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.getsockname()[1]}",
+               "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+        command = [sys.executable, "-m", "arrowmt", "info", f"s3://{BUCKET}/hangs", "--cache-dir", str(tmp_path)]
+        process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+        connection, _ = server.accept()  # the request is sent: the command waits for an answer that never comes
+        with connection:
+            time.sleep(0.5)
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=30)
+            took = time.monotonic() - started
+    assert process.returncode == 143 and "arrowmt: terminated" in stderr
+    assert took < 5, f"SIGTERM took {took:.1f} s"
+
+
+def test_a_gcs_url_without_network_fails_within_the_request_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every store's client has a time limit: ``gs://`` (whose client retries for 15 minutes by default) with no
+    reachable network or credentials is one StorageError within the limit."""
+    if not hasattr(pafs, "GcsFileSystem"):
+        pytest.skip("this pyarrow has no GCS file system")
+    monkeypatch.setattr(_remote, "REQUEST_TIMEOUT_S", 2.0)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"gs://arrowmt-no-such-bucket/corpus/arrowmt\.json: cannot"):
+        arrowmt.open_dataset("gs://arrowmt-no-such-bucket/corpus", "train", cache_dir=tmp_path)
+    assert time.monotonic() - started < 30
+
+
+def test_credentials_in_a_url_are_used_never_shown_or_recorded(url: str, corpus: Path, tmp_path: Path) -> None:
+    """``s3://KEY:SECRET@bucket/x`` reads with those keys; no message, cache file or folder name holds the secret."""
+    secret = "s3cr3t-value"
+    given = url.replace("s3://", f"s3://testing:{secret}@")  # moto takes any secret
+    assert _rows(arrowmt.open_dataset(given, "train", cache_dir=tmp_path)) == _rows(
+        arrowmt.open_dataset(corpus, "train")
+    )
+    cached = [p for p in tmp_path.rglob("*")]
+    assert not [p for p in cached if secret in str(p) or (p.is_file() and secret.encode() in p.read_bytes())]
+    with pytest.raises(StorageError) as caught:
+        arrowmt.open_dataset(f"s3://testing:{secret}@{BUCKET}/nothing", "train", cache_dir=tmp_path)
+    assert secret not in str(caught.value) and f"s3://{BUCKET}/nothing/arrowmt.json" in str(caught.value)
+
+
+@pytest.mark.parametrize("command", ["export fairseq", "export parquet", "filter", "order"])
+def test_commands_for_local_corpora_refuse_a_url_naming_stage(tmp_path: Path, command: str) -> None:
+    """export, filter (views) and order read local corpora: a URL is refused at once with the way there (stage
+    it), not "not a converted dataset"; nothing is written."""
+    url, out = f"s3://key:secret@{BUCKET}/val", tmp_path / "out"
+    calls = {
+        "export fairseq": lambda: arrowmt.export_fairseq(url, out, progress=False),
+        "export parquet": lambda: arrowmt.export_parquet(url, out, progress=False),
+        "filter": lambda: arrowmt.build_view(url, out, max_len=5),
+        "order": lambda: arrowmt.order_copy(url, out, progress=False),
+    }
+    expected = rf"expected a local arrowmt folder .*got the URL s3://{BUCKET}/val; copy it first: arrowmt stage"
+    with pytest.raises(InvalidParameterError, match=expected):
+        calls[command]()
+    extra = {"filter": ["--max-len", "5"], "order": ["--max-tokens", "256"]}.get(command, [])
+    done = run_cli(*command.split(), url, str(out), *extra, "--quiet")
+    assert done.returncode == 2 and "copy it first: arrowmt stage" in done.stderr and "secret" not in done.stderr
+    assert not out.exists()
+
+
+def test_a_file_url_is_the_local_folder(corpus: Path) -> None:
+    assert _rows(arrowmt.open_dataset(corpus.as_uri(), "train")) == _rows(arrowmt.open_dataset(corpus, "train"))
+
+
 def test_unreachable_endpoint_is_one_clear_error(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: connection refused
     with pytest.raises(StorageError, match=r"s3://corpora/val/arrowmt\.json: cannot read"):
@@ -292,6 +418,62 @@ def test_verify_reports_a_changed_object(s3: pafs.S3FileSystem, corpus: Path, tm
     assert "verify-changed/train.arrow: block" in done.stderr and "SHA-256 differs" in done.stderr
 
 
+def _damage_cache(folder: Path) -> tuple[int, int]:
+    """In the cache ``folder`` (all cached): flip a byte of one token block, and mark another present with its bytes
+    gone (what a power loss can leave: the state is not written in order with the data); the two blocks."""
+    store = attached_file(folder / "train.arrow").store
+    flipped, emptied = np.flatnonzero(~store.pinned & (store.state.present == 1))[[1, -2]].tolist()
+    with open(folder / "train.arrow", "r+b") as f:
+        f.seek(flipped * store.block_size + 100)
+        byte = f.read(1)[0]
+        f.seek(flipped * store.block_size + 100)
+        f.write(bytes([byte ^ 0x5A]))
+    store._evict(np.array([emptied], dtype=np.int64))  # bytes gone (a hole) ...
+    store.state.present[emptied] = 1  # ... but marked present
+    return flipped, emptied
+
+
+def _rows(dataset: arrowmt.ArrowMTDataset) -> list[list[int]]:
+    return [dataset[i]["source"].tolist() + dataset[i]["target"].tolist() for i in range(len(dataset))]
+
+
+def test_a_damaged_cache_is_never_read_and_repairs_itself(
+    url: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cached block changed on disk, or marked present without its bytes: the next process checks each cached
+    block the first time it reads it, drops the damaged ones with a warning and fetches them again: every row right."""
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    expected = _rows(arrowmt.open_dataset(corpus, "train"))
+    assert _rows(remote) == expected  # all cached
+    flipped, emptied = _damage_cache(remote.path)
+    monkeypatch.setattr(_mirror, "_STORES", {})  # as another process: its own checks
+    with caplog.at_level("WARNING", logger="arrowmt.storage._store"):
+        again = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+        assert _rows(again) == expected
+    assert "cached block(s) differ from the block index (CRC-32" in caplog.text and "fetched again" in caplog.text
+    state = attached_file(again.path / "train.arrow").store.state
+    assert state.present[[flipped, emptied]].tolist() == [1, 1] and state.generation[[flipped, emptied]].min() >= 2
+
+
+def test_verify_reports_a_damaged_cache_and_drops_its_blocks(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify URL --cache-dir`` checks what readers trust: the cached blocks too. A damaged one is reported (the
+    cache named as disposable) and dropped, so verifying again finds the cache sound."""
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    _rows(remote)
+    flipped, emptied = _damage_cache(remote.path)
+    monkeypatch.setattr(_mirror, "_STORES", {})
+    report = arrowmt.verify_dataset(url, cache_dir=tmp_path, progress=False)
+    name = remote.path / "train.arrow"
+    assert sorted(report.problems) == sorted(
+        f"{name}: cached block {b} differs from the block index (CRC-32): dropped from the cache, fetched again "
+        "when read (the cache holds only copies)"
+        for b in (flipped, emptied)
+    )
+    assert arrowmt.verify_dataset(url, cache_dir=tmp_path, progress=False).ok
+
+
 def test_stage_copies_verifies_and_resumes(url: str, corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "local"
     cache = tmp_path / ".local.arrowmt-stage"
@@ -303,6 +485,84 @@ def test_stage_copies_verifies_and_resumes(url: str, corpus: Path, tmp_path: Pat
     assert not cache.exists()
     again = run_cli("stage", url, str(out), "--quiet")
     assert again.returncode == 2 and "--overwrite" in again.stderr
+
+
+def test_staged_copies_in_plan_order_keep_their_maps_and_tables(
+    s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path
+) -> None:
+    """``stage`` publishes every file the manifest lists: a pair copy's row order map and an LM copy's block table
+    (the copies the docs recommend uploading); the staged copies read as the originals do."""
+    ordered = tmp_path / "ordered"
+    arrowmt.order_copy(corpus, ordered, max_tokens=1024, seed=5, progress=False)
+    staged = tmp_path / "staged"
+    arrowmt.stage(upload(s3, ordered, "stage-ordered"), staged, progress=False)
+    assert sorted(os.listdir(staged)) == sorted(n for n in os.listdir(ordered) if not n.startswith("."))
+    assert epoch_batches(arrowmt.open_dataset(staged, "train"), 2) == epoch_batches(
+        arrowmt.open_dataset(corpus, "train"), 2
+    )
+    mono = tmp_path / "mono"
+    arrowmt.convert_text(str(MULTI30K / "val"), mono, lang="en", progress=False)
+    copy = tmp_path / "copy"
+    arrowmt.order_blocks(mono, copy, tokens_per_sample=64, max_tokens=512, progress=False)
+    staged_lm = tmp_path / "staged-lm"
+    arrowmt.stage(upload(s3, copy, "stage-lm"), staged_lm, progress=False)
+    assert (staged_lm / "train.lm-blocks").read_bytes() == (copy / "train.lm-blocks").read_bytes()
+    local, read = arrowmt.open_blocks(mono, tokens_per_sample=64), arrowmt.open_blocks(staged_lm, tokens_per_sample=64)
+    assert all(flat(read[i]) == flat(local[i]) for i in range(len(local)))
+    assert arrowmt.verify_dataset(staged_lm, progress=False).ok
+
+
+def _forge_index(folder: Path, block_size: int, pinned: np.ndarray) -> tuple[Path, int, str]:
+    """Rewrite the index of ``folder``'s first split file with ``block_size`` and ``pinned`` ranges (valid CRCs of
+    the real 4 KiB blocks: only the forged fields are wrong); returns (index path, file size, SHA-256)."""
+    entry = next(iter(Manifest.load(folder).files.values()))
+    index = folder / index_name(entry.file)
+    crcs = read_block_index(index, entry.size, entry.sha256).crcs
+    values = (entry.size, block_size, crcs.shape[0], pinned.shape[0], bytes.fromhex(entry.sha256))
+    padding = bytes(pinned_at(crcs.shape[0]) - 4 * crcs.shape[0])
+    write_side_file(index, INDEX_FORMAT, values, [crcs, padding, pinned.astype(np.int64)])
+    return index, entry.size, entry.sha256
+
+
+@pytest.mark.parametrize(
+    ("block_size", "pinned", "message"),
+    [
+        (SMALL_BLOCK - 1, [[0, 8]], r"block size: expected a power of two in 512\.\.1073741824, found 4095"),
+        (0, [[0, 8]], r"block size: expected a power of two in 512\.\.1073741824, found 0"),
+        (SMALL_BLOCK, [[0, 8], [-8, 8]], r"pinned range 1: expected bytes within 0\.\.\d+, found -8\.\.8"),
+        (SMALL_BLOCK, [[1 << 40, 1 << 41]], r"pinned range 0: expected bytes within 0\.\.\d+, found 1099511627776"),
+    ],
+)
+def test_a_forged_block_index_is_refused_naming_the_field(
+    corpus: Path, tmp_path: Path, block_size: int, pinned: list[list[int]], message: str
+) -> None:
+    """An index whose CRCs are intact but whose block size or pinned ranges are impossible (hostile or corrupt)
+    is refused before a block is fetched, with the fix."""
+    folder = tmp_path / "corpus"
+    shutil.copytree(corpus, folder)
+    index, size, sha256 = _forge_index(folder, block_size, np.array(pinned))
+    with pytest.raises(FormatError, match=message) as caught:
+        read_block_index(index, size, sha256)
+    assert str(index) in str(caught.value) and "arrowmt index" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "source", [b"[1", b"[]", b'{"url": 5, "cache_limit": null}', b'{"url": "s3://b/x", "cache_limit": -1}']
+)
+def test_a_damaged_cache_source_is_refused_with_its_fix(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: bytes
+) -> None:
+    """The cache's record of where it came from (source.json), damaged while the cache folder is opened by its path
+    (opening the URL writes it again): one FormatError naming it and the fix (the cache holds only copies: delete
+    it), not a KeyError or a fetch from a garbage URL."""
+    arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    (recorded,) = tmp_path.rglob("source.json")
+    recorded.write_bytes(source)
+    folder = recorded.parent.parent
+    monkeypatch.setattr(_mirror, "_STORES", {})  # as a process that has not opened the folder yet
+    with pytest.raises(FormatError, match=r"source\.json") as caught:
+        arrowmt.open_dataset(folder, "train")[0]
+    assert f"delete {folder} and it is fetched again" in str(caught.value)
 
 
 def test_index_command_writes_missing_indexes(corpus: Path, tmp_path: Path) -> None:
@@ -348,6 +608,28 @@ def test_a_full_cache_disk_is_a_clear_error(url: str, tmp_path: Path, monkeypatc
     with pytest.raises(OutputWriteError, match=r"dict\.de\.txt: writing failed: No space left on device") as caught:
         arrowmt.open_dataset(url, "train", cache_dir=tmp_path / "fresh")  # the cache's first files, written whole
     assert url not in str(caught.value)  # the cache's file is named, not the object read
+
+
+def test_a_short_write_to_the_cache_marks_no_block_present(
+    url: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system that fills up mid-fetch writes part of a block run and then nothing: an error, and no block of
+    the run is marked present, so once there is room again every batch is right (blocks fetched again)."""
+    remote = arrowmt.open_dataset(url, "train", cache_dir=tmp_path)
+    real = os.pwrite
+
+    def short(fd: int, data: object, offset: int) -> int:
+        part = memoryview(data).cast("B")[: len(memoryview(data).cast("B")) // 2]
+        return real(fd, part, offset) if len(part) > 100 else 0
+
+    monkeypatch.setattr(os, "pwrite", short)
+    with pytest.raises(StorageError, match=r"train\.arrow: cannot write to the cache: No space left on device \(wrote"):
+        [remote[i] for i in range(len(remote))]
+    monkeypatch.setattr(os, "pwrite", real)
+    local = arrowmt.open_dataset(corpus, "train")
+    assert [remote[i]["target"].tolist() for i in range(len(remote))] == [
+        local[i]["target"].tolist() for i in range(len(local))
+    ]
 
 
 def test_a_copy_in_plan_order_by_url(s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path) -> None:

@@ -332,8 +332,12 @@ def test_bad_parameters(valid_ds: ArrowMTDataset, cache: Path) -> None:
         TokenBatchSampler(valid_ds, 512, num_replicas=2, rank=2, cache_dir=cache)
     with pytest.raises(InvalidParameterError, match="max_tokens: expected None or an integer >= 1, got 0"):
         TokenBatchSampler(valid_ds, 0, cache_dir=cache)
-    with pytest.raises(InvalidParameterError, match="epoch: expected an integer >= 0"):
-        TokenBatchSampler(valid_ds, 512, cache_dir=cache).set_epoch(-1)
+    for epoch in (-1, 2**32):  # what a saved state may record: an epoch set is always one a state can load
+        with pytest.raises(InvalidParameterError, match=r"epoch: expected an integer in \[0, 2\*\*32\)"):
+            TokenBatchSampler(valid_ds, 512, cache_dir=cache).set_epoch(epoch)
+    last = TokenBatchSampler(valid_ds, 512, cache_dir=cache)
+    last.set_epoch(2**32 - 1)
+    TokenBatchSampler(valid_ds, 512, cache_dir=cache).load_state_dict(last.state_dict())
 
 
 def test_works_with_dataloader_and_pickle(valid_ds: ArrowMTDataset, cache: Path) -> None:

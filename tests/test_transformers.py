@@ -18,7 +18,15 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt import BlockBatchSampler, TokenBatchSampler, convert_text, open_blocks, open_dataset
+from arrowmt import (
+    BlockBatchSampler,
+    TokenBatchSampler,
+    build_view,
+    convert_text,
+    open_blocks,
+    open_dataset,
+    open_view_dataset,
+)
 from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError
 from arrowmt.format._vocab import Dictionary
 from tests.conftest import MULTI30K
@@ -221,6 +229,26 @@ def test_causal_lm_trainer_on_blocks_resumes_with_exactly_the_next_batch(mono: P
     assert saved["epoch"] == 2  # the Trainer's second epoch is the sampler's epoch 2 (arrowmt counts from 1)
 
 
+def test_evaluation_on_an_arrowmt_split_with_the_trainers_defaults(parallel: Path, tmp_path: Path) -> None:
+    """``eval_dataset=open_dataset(...)`` with the Trainer's default arguments (``remove_unused_columns=True``,
+    ``dataloader_pin_memory=True``) evaluates, on a CPU without a warning: the trainer sets what arrowmt needs."""
+    ds = open_dataset(parallel, "train")
+    config = transformers.MarianConfig(
+        vocab_size=len(Dictionary.load(parallel / "dict.de.txt")), d_model=8, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=1, decoder_attention_heads=1, encoder_ffn_dim=8, decoder_ffn_dim=8,
+        pad_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+    )  # fmt: skip
+    args = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[], disable_tqdm=True)
+    assert args.remove_unused_columns and args.dataloader_pin_memory  # the defaults
+    trainer = hf.ArrowMTSeq2SeqTrainer(
+        model=transformers.MarianMTModel(config), args=args, train_dataset=ds, eval_dataset=ds,
+        batch_sampler=TokenBatchSampler(ds, max_tokens=MAX_TOKENS),
+    )  # fmt: skip
+    assert trainer.args.dataloader_pin_memory == hf._accelerator()
+    metrics = trainer.evaluate()
+    assert np.isfinite(metrics["eval_loss"])
+
+
 def test_wrong_sampler_world_and_checkpoint_are_refused(parallel: Path, tmp_path: Path) -> None:
     ds = open_dataset(parallel, "train")
     config = transformers.MarianConfig(
@@ -234,8 +262,23 @@ def test_wrong_sampler_world_and_checkpoint_are_refused(parallel: Path, tmp_path
         hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=other_rank)
     with pytest.raises(InvalidParameterError, match="batch_sampler: expected an arrowmt TokenBatchSampler"):
         hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=[[0, 1]])
+    build_view(parallel, tmp_path / "short.view", max_len=8)
+    short = open_view_dataset(tmp_path / "short.view", parallel)  # another row list: batch ids mean other rows
+    with pytest.raises(InvalidParameterError, match=r"batch_sampler: expected a sampler over train_dataset .*train"):
+        hf.ArrowMTSeq2SeqTrainer(
+            model=model, args=args, train_dataset=ds, batch_sampler=TokenBatchSampler(short, max_tokens=MAX_TOKENS)
+        )
+    again = open_dataset(parallel, "train")  # the same split opened again: its sampler fits
+    hf.ArrowMTSeq2SeqTrainer(
+        model=model, args=args, train_dataset=ds, batch_sampler=TokenBatchSampler(again, max_tokens=MAX_TOKENS)
+    )
     sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS)
     trainer = hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=sampler)
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    (nested / "arrowmt-sampler-0.json").write_text("[" * 100_000)
+    with pytest.raises(InputDataError, match=r"arrowmt-sampler-0\.json: expected an arrowmt sampler state .*nested"):
+        hf.load_sampler_state(nested, 0)
     foreign = tmp_path / "out" / "checkpoint-2"  # as a plain Trainer leaves it: no sampler position
     foreign.mkdir(parents=True)
     with pytest.raises(InputDataError, match=r"checkpoint-2: no arrowmt-sampler-0\.json"):

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         split_path,
     )
     from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
-    from arrowmt.format._mirror import CacheOptions, local_folder
+    from arrowmt.format._mirror import CacheOptions, local_folder, local_only
     from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS, ManyOffsetChecks
     from arrowmt.format._progress import progress_bar
     from arrowmt.format._ragged import Ragged
@@ -141,7 +141,7 @@ _EXPORTS = {
         "split_path",
     ),
     "arrowmt.format._metadata": ("ColumnInfo", "SpecialIds", "SplitMetadata"),
-    "arrowmt.format._mirror": ("CacheOptions", "local_folder"),
+    "arrowmt.format._mirror": ("CacheOptions", "local_folder", "local_only"),
     "arrowmt.format._offsets_crc": ("PIECE_ROWS", "STRETCH_PIECE_ROWS", "ManyOffsetChecks"),
     "arrowmt.format._progress": ("progress_bar",),
     "arrowmt.format._ragged": ("Ragged",),
@@ -278,6 +278,7 @@ __all__ = [
     "listed_mask",
     "load_or_build",
     "local_folder",
+    "local_only",
     "manifest_path",
     "mismatch_error",
     "open_row_order",

@@ -25,6 +25,7 @@ from arrowmt.format._sidefile import SideFile, SideFormat, open_side_file
 from arrowmt.storage import covered_blocks
 
 BLOCK_SIZE = 4096  # a page: a row read costs one block, a batch stored together (arrowmt order) a few
+MIN_BLOCK_SIZE, MAX_BLOCK_SIZE = 512, 1 << 30  # what an index may record (arrowmt writes BLOCK_SIZE)
 INDEX_SUFFIX = ".blocks"
 INDEX_FORMAT = SideFormat(
     "block index", b"ARROWMT-BINDEX\x00\x00", 1, "QQQQ32s", "write it again with `arrowmt index FOLDER`"
@@ -58,12 +59,25 @@ def read_block_index(path: Path, size: int, sha256: str) -> BlockIndex:
 
     side = open_side_file(path, INDEX_FORMAT, expected_size)
     file_size, block_size, blocks, ranges, digest = side.values
-    if (file_size, digest.hex()) != (size, sha256) or blocks != -(-size // max(block_size, 1)):
+    if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size & (block_size - 1):
+        raise FormatError(
+            f"{path}: block size: expected a power of two in {MIN_BLOCK_SIZE}..{MAX_BLOCK_SIZE}, found {block_size} "
+            "(corrupt: write the index again with `arrowmt index`)"
+        )
+    if (file_size, digest.hex()) != (size, sha256) or blocks != -(-size // block_size):
         raise FormatError(
             f"{path}: block index of a file of {file_size} bytes, SHA-256 {digest.hex()[:16]}..; the manifest "
             f"records {size} bytes, SHA-256 {sha256[:16]}.. (index stale: write it again with `arrowmt index`)"
         )
-    return BlockIndex(size, block_size, _array(side, np.uint32, blocks, 0), _pinned(side, blocks, ranges))
+    pinned = _pinned(side, blocks, ranges)
+    outside = np.flatnonzero((pinned[:, 0] < 0) | (pinned[:, 1] < pinned[:, 0]) | (pinned[:, 1] > size))
+    if outside.size:
+        start, end = (int(v) for v in pinned[outside[0]])
+        raise FormatError(
+            f"{path}: pinned range {int(outside[0])}: expected bytes within 0..{size}, found {start}..{end} "
+            "(corrupt: write the index again with `arrowmt index`)"
+        )
+    return BlockIndex(size, block_size, _array(side, np.uint32, blocks, 0), pinned)
 
 
 def _array(side: SideFile, dtype: type, count: int, offset: int) -> np.ndarray:

@@ -290,12 +290,20 @@ def read_json(path: Path, what: str) -> Any:
         raise FormatError(f"{path.parent}: expected an arrowmt dataset folder, got a file") from exc
     except OSError as exc:
         raise FormatError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
+    return parse_json(raw, str(path), what)
+
+
+def parse_json(raw: bytes, where: str, what: str) -> Any:
+    """Decoded JSON of ``raw``, the ``what`` read from ``where``: FormatError naming it when over
+    :data:`MAX_JSON_BYTES`, malformed, or nested too deeply for the parser."""
+    if len(raw) > MAX_JSON_BYTES:
+        raise FormatError(f"{where}: expected at most {MAX_JSON_BYTES} bytes, got {len(raw)}")
     try:
         return json.loads(raw.decode("utf-8"))
     except RecursionError:
-        raise FormatError(f"{path}: malformed {what}: JSON nested too deeply") from None
+        raise FormatError(f"{where}: malformed {what}: JSON nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
-        raise FormatError(f"{path}: malformed {what}: {exc}") from None
+        raise FormatError(f"{where}: malformed {what}: {exc}") from None
 
 
 def _read_regular(path: Path) -> bytes:

@@ -24,11 +24,11 @@ from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError, StorageError
 from arrowmt.format._atomic import atomic_output, write_bytes_atomic
 from arrowmt.format._block_index import index_name, read_block_index
-from arrowmt.format._manifest import Manifest
+from arrowmt.format._manifest import MAX_JSON_BYTES, Manifest, parse_json, read_json
 from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._sidefile import exclusive_lock
 from arrowmt.format._spans import take_flat
-from arrowmt.storage import STATE_DIR, is_url
+from arrowmt.storage import STATE_DIR, is_url, local_path, without_credentials
 
 if TYPE_CHECKING:  # loaded where a URL or a cache folder is read: a local reader never loads the block cache
     from arrowmt.storage import BlockFile, BlockStore, RemoteFolder
@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # loaded where a URL or a cache folder is read: a local reade
 CACHE_DIR_ENV = "ARROWMT_CACHE_DIR"
 CACHE_LIMIT_ENV = "ARROWMT_CACHE_LIMIT"
 SOURCE_NAME = "source.json"
+MAX_CACHE_LIMIT = 1 << 62  # bytes: beyond any disk, within int64 arithmetic
+SIDE_SLACK = 256 << 20  # bytes a dictionary, row order or block index may take beyond the split files' size
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
@@ -57,8 +59,8 @@ def check_cache_limit(value: object, name: str = "cache_limit") -> int | None:
         match = _SIZE.match(value)
         if not match:
             raise InvalidParameterError(f"{name}: expected a byte count like 20G or 512MiB, got {value!r}")
-        return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
-    return check_integer(name, value, 1, 1 << 62)
+        value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])  # then bounded as any count
+    return check_integer(name, value, 1, MAX_CACHE_LIMIT, high_name="2**62")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,18 @@ class CacheOptions:
         return cls(Path(cache_dir) if cache_dir is not None else default_cache_dir(), check_cache_limit(cache_limit))
 
 
+def local_only(path: str | os.PathLike[str], name: str, what: str) -> Path:
+    """``path`` as a local folder; InvalidParameterError naming ``name`` for a URL: ``what`` reads local corpora only
+    (copy one to disk first with ``arrowmt stage``)."""
+    if is_url(path):
+        url = without_credentials(os.fspath(path))
+        raise InvalidParameterError(
+            f"{name}: expected a local arrowmt folder ({what} reads corpora on local disk), got the URL {url}; "
+            f"copy it first: arrowmt stage {url} LOCAL_FOLDER"
+        )
+    return local_path(path)
+
+
 def local_folder(
     path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None, cache_limit: object = None
 ) -> Path:
@@ -82,7 +96,7 @@ def local_folder(
     to ``$ARROWMT_CACHE_LIMIT``, else no limit.
     """
     if not is_url(path):
-        return Path(path)
+        return local_path(path)
     return mirror(str(path), CacheOptions.of(cache_dir, cache_limit))
 
 
@@ -91,8 +105,9 @@ def mirror(url: str, options: CacheOptions) -> Path:
     from arrowmt.storage import RemoteFolder
 
     remote = RemoteFolder(url)
-    raw = remote.read(MANIFEST_NAME)
-    manifest = _parse_manifest(raw, remote.url_of(MANIFEST_NAME))
+    raw = remote.read(MANIFEST_NAME, MAX_JSON_BYTES)
+    where = remote.url_of(MANIFEST_NAME)
+    manifest = Manifest.parse(parse_json(raw, where, "manifest"), Path(where))
     key = hashlib.sha256(remote.url.encode() + b"\x00" + raw).hexdigest()[:20]
     folder = options.cache_dir / f"{_slug(remote.url)}-{key}"
     try:
@@ -104,14 +119,6 @@ def mirror(url: str, options: CacheOptions) -> Path:
             _lay_out(remote, folder, manifest, raw)
         _write_source(folder, remote.url, options.cache_limit)
     return folder
-
-
-def _parse_manifest(raw: bytes, where: str) -> Manifest:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{where}: not a JSON manifest: {exc}") from exc
-    return Manifest.parse(data, Path(where))
 
 
 def _slug(url: str) -> str:
@@ -130,6 +137,7 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
             )
     (folder / STATE_DIR).mkdir(parents=True, exist_ok=True)
     small = [*manifest.dictionaries.values(), *manifest.row_order_files(), *(index_name(e.file) for e in entries)]
+    limit = sum(entry.size for entry in entries) + SIDE_SLACK  # a side file is smaller than the rows it describes
     for name in small:
         try:
             size = remote.sizes([name])[name]
@@ -140,6 +148,11 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
                     "copy (conversions write it) and upload it beside the split file"
                 ) from exc
             raise
+        if size > limit:
+            raise StorageError(
+                f"{remote.url_of(name)}: expected at most {limit} bytes (the split files hold "
+                f"{limit - SIDE_SLACK}), the store says {size}"
+            )
         with atomic_output(folder / name) as handle:
             remote.copy(name, handle, size)
     for entry in entries:
@@ -172,7 +185,7 @@ def _open_store(folder: Path) -> BlockStore | None:
     source = folder / STATE_DIR / SOURCE_NAME
     if not source.is_file():
         return None
-    config = json.loads(source.read_bytes())
+    config = _source_config(source)
     manifest = Manifest.load(folder)
     entries = list(manifest.files.values())
     indexes = [read_block_index(folder / index_name(e.file), e.size, e.sha256) for e in entries]
@@ -183,6 +196,26 @@ def _open_store(folder: Path) -> BlockStore | None:
 
     files = [CachedFile(e.file, e.size, i.crcs, i.pinned_blocks()) for e, i in zip(entries, indexes, strict=True)]
     return BlockStore(RemoteFolder(config["url"]), folder, files, sizes.pop(), config["cache_limit"])
+
+
+def _source_config(path: Path) -> dict:
+    """A cache folder's source (``{"url": str, "cache_limit": int or null}``); FormatError naming it otherwise: the
+    cache holds only copies, so the fix is to remove the folder."""
+    try:
+        config = read_json(path, "cache source")
+    except FormatError as exc:
+        raise FormatError(f"{exc}; {_DISPOSABLE.format(folder=path.parent.parent)}") from None
+    limit = config.get("cache_limit") if isinstance(config, dict) else None
+    valid = isinstance(config, dict) and isinstance(config.get("url"), str)
+    if not valid or not (limit is None or (type(limit) is int and limit > 0)):
+        raise FormatError(
+            f"{path}: expected {{'url': ..., 'cache_limit': bytes or null}}, got {str(config)[:80]!r} (damaged); "
+            + _DISPOSABLE.format(folder=path.parent.parent)
+        )
+    return config
+
+
+_DISPOSABLE = "the cache holds only copies: delete {folder} and it is fetched again"
 
 
 def guarded_copy(remote: BlockFile, words: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

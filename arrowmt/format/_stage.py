@@ -37,13 +37,13 @@ def stage(url: str, out: str | os.PathLike[str], *, overwrite: bool = False, pro
         manifest = Manifest.load(folder)
         _fetch_all(folder, manifest, progress)
         _check_sha256(url, folder, manifest)
-        names = [*manifest.dictionaries.values()]
-        for entry in manifest.files.values():
-            names += [entry.file, index_name(entry.file)]
-        for name in sorted(set(names)):
+        # every file the manifest lists (split files, dictionaries, a copy's row order maps and block tables: a
+        # copy in plan order cannot be opened without them) and the block indexes a later upload reads
+        names = sorted(manifest.file_names() | {index_name(entry.file) for entry in manifest.files.values()})
+        for name in names:
             os.replace(folder / name, staged.path / name)
         shutil.copyfile(folder / MANIFEST_NAME, staged.path / MANIFEST_NAME)
-        staged.publish([*sorted(set(names)), MANIFEST_NAME])
+        staged.publish([*names, MANIFEST_NAME])
     shutil.rmtree(cache, ignore_errors=True)
     return manifest
 

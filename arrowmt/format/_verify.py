@@ -129,7 +129,7 @@ def _verify_file(
     if remote is None:
         problems = _checksum_problems(file, entry)
     else:
-        problems = remote.store.check_object(remote.index, entry.sha256)
+        problems = remote.store.check_object(remote.index, entry.sha256) + remote.store.check_cached(remote.index)
     bar.update(1)
     try:
         split = SplitFile(file, "sequential")

@@ -63,6 +63,7 @@ from arrowmt.format._block_order import refuse_block_order
 from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import Manifest, plain_name_error
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
+from arrowmt.format._mirror import local_only
 from arrowmt.format._ratio import length_ratio
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
 from arrowmt.format._row_order import refuse_row_order
@@ -356,7 +357,7 @@ def build_view(
     """
     started = time.perf_counter()
     filters = ViewFilters(max_len, min_len, max_len_ratio, bool(dedup))
-    source = Split(corpus, split, access="sequential")
+    source = Split(local_only(corpus, "corpus", "build_view (`arrowmt filter`)"), split, access="sequential")
     refuse_row_order(source.manifest, source.path, "filter")
     refuse_block_order(source.manifest, source.path, "filter")
     keep, dropped = select_rows(source, filters, rows)

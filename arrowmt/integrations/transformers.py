@@ -132,6 +132,18 @@ def _mask(shape: tuple[int, ...], lengths: np.ndarray) -> np.ndarray:
 # ----- the sampler inside a Trainer -------------------------------------------------------------
 
 
+def _accelerator() -> bool:
+    """Whether torch sees an accelerator (a GPU) that pinned host memory speeds up."""
+    accelerator = getattr(torch, "accelerator", None)
+    return bool(accelerator.is_available()) if accelerator is not None else torch.cuda.is_available()
+
+
+def _fingerprint(dataset: Any) -> object:
+    """The content identity of an arrowmt dataset (split, view, mixture, blocks); its identity otherwise."""
+    fingerprint = getattr(dataset, "fingerprint", None)
+    return fingerprint() if callable(fingerprint) else id(dataset)
+
+
 class TrainerBatches(Sampler[list[int]]):
     """An arrowmt batch sampler as a Trainer iterates it: epochs counted from 0, a position to resume from.
 
@@ -208,6 +220,10 @@ def load_sampler_state(checkpoint: str | os.PathLike[str], rank: int) -> dict[st
         if path.is_file():
             try:
                 state = json.loads(path.read_text(encoding="utf-8"))
+            except RecursionError:
+                raise InputDataError(
+                    f"{path}: expected an arrowmt sampler state (JSON), got one nested too deeply"
+                ) from None
             except (OSError, UnicodeDecodeError, ValueError) as exc:
                 raise InputDataError(f"{path}: expected an arrowmt sampler state (JSON), got: {exc}") from None
             if not isinstance(state, dict):
@@ -232,6 +248,8 @@ class _ArrowMTBatches:
         if given.get("data_collator") is None:
             self.data_collator = default_collater(self.train_dataset, self.model)  # type: ignore[attr-defined]
         self._check_world()
+        self._check_dataset()
+        self._fit_arguments()
         self.add_callback(SamplerCheckpoint(self._batches))  # type: ignore[attr-defined]
 
     def _check_world(self) -> None:
@@ -241,6 +259,24 @@ class _ArrowMTBatches:
                 f"batch_sampler: expected rank {run.process_index} of {run.world_size} (the Trainer's), got rank "
                 f"{sampler.rank} of {sampler.num_replicas}: build the sampler after the TrainingArguments (they set "
                 "up torch.distributed) or pass num_replicas and rank"
+            )
+
+    def _fit_arguments(self) -> None:
+        """Pinned memory only where an accelerator reads it (a CPU run would warn at every loader)."""
+        if self.args.dataloader_pin_memory and not _accelerator():  # type: ignore[attr-defined]
+            self.args.dataloader_pin_memory = False  # type: ignore[attr-defined]
+
+    def _get_collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any:
+        """The collater as it is: arrowmt's rows are not `datasets` rows, and its collaters make exactly the model's
+        inputs, so the Trainer's column-removing wrapper (``remove_unused_columns``) has nothing to remove."""
+        return data_collator
+
+    def _check_dataset(self) -> None:
+        planned, given = self._batches.sampler.dataset, self.train_dataset  # type: ignore[attr-defined]
+        if planned is not None and given is not None and _fingerprint(planned) != _fingerprint(given):
+            raise InvalidParameterError(
+                f"batch_sampler: expected a sampler over train_dataset ({given!r}), got one over {planned!r}: "
+                "its batches would index rows of another dataset"
             )
 
     def get_train_dataloader(self) -> DataLoader:

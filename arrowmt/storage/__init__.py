@@ -16,14 +16,14 @@ if TYPE_CHECKING:
     from arrowmt.storage._remote import RemoteFolder, request_buffer
     from arrowmt.storage._state import STATE_DIR
     from arrowmt.storage._store import BlockFile, BlockStore, CachedFile, Snapshot
-    from arrowmt.storage._urls import is_url
+    from arrowmt.storage._urls import is_url, local_path, without_credentials
 
 _EXPORTS = {
     "arrowmt.storage._ranges": ("block_bounds", "block_runs", "block_uses", "covered_blocks"),
     "arrowmt.storage._remote": ("RemoteFolder", "request_buffer"),
     "arrowmt.storage._state": ("STATE_DIR",),
     "arrowmt.storage._store": ("BlockFile", "BlockStore", "CachedFile", "Snapshot"),
-    "arrowmt.storage._urls": ("is_url",),
+    "arrowmt.storage._urls": ("is_url", "local_path", "without_credentials"),
 }
 
 
@@ -47,5 +47,7 @@ __all__ = [
     "block_uses",
     "covered_blocks",
     "is_url",
+    "local_path",
     "request_buffer",
+    "without_credentials",
 ]

@@ -6,7 +6,10 @@ process of the node). A block is fetched once per node: the fetching process hol
 ``fcntl`` lock on the block's byte of a lock file (threads of one process meet in an
 in-process table first); it checks the block's CRC-32 against the corpus's block index
 before writing it, and marks it present only after that, so a fetch killed midway leaves
-nothing used unverified. When the cache would pass ``limit`` bytes, the present blocks
+nothing used unverified. A block another process (or an earlier run) left present is checked
+against its CRC-32 the first time this process reads that generation of it: a block damaged on
+disk, or marked present without its bytes (state and data are not written in order), is dropped
+and fetched again, with a warning. When the cache would pass ``limit`` bytes, the present blocks
 whose next use in the plan is furthest away (unknown first) are freed (hole punched);
 blocks of the index's pinned ranges (headers, offsets) are never freed. Readers guard
 each copy with the blocks' generations (:mod:`arrowmt.storage._state`).
@@ -32,7 +35,7 @@ import numpy as np
 from arrowmt._errors import StorageError
 from arrowmt.storage._punch import punch_hole
 from arrowmt.storage._ranges import block_runs, block_uses, covered_blocks
-from arrowmt.storage._remote import RemoteFolder, request_buffer
+from arrowmt.storage._remote import RemoteFolder, request_buffer, write_exactly
 from arrowmt.storage._state import NO_USE, STATE_DIR, CacheState
 
 logger = logging.getLogger(__name__)
@@ -44,6 +47,7 @@ MAX_RUN_BYTES = 1 << 20  # the largest range request (a buffer of this size per 
 PROTECTED_STEPS = 1  # blocks needed within this many steps of now are never freed
 READ_RETRIES = 100  # copies redone after a concurrent eviction before giving up
 VICTIM_SLICE = 1 << 15  # blocks of the cache looked at together when choosing what to free
+UNCHECKED = np.iinfo(np.uint32).max  # no generation this process has checked (generations start at 1 when filled)
 EVICT_SLACK = 256  # each eviction frees 1/256 of the cache beyond what is needed (freeing is a pass over it)
 
 
@@ -83,6 +87,7 @@ class BlockStore:
         self.base = np.concatenate([[0], np.cumsum(counts)])
         total = int(self.base[-1])
         self.state = CacheState(folder / STATE_DIR / "state", total)
+        self.checked = np.full(total, UNCHECKED, dtype=np.uint32)  # per block, the generation this process checked
         self.pinned = np.zeros(total, dtype=bool)
         for k, f in enumerate(self.files):
             self.pinned[self.base[k] + f.pinned] = True
@@ -94,6 +99,7 @@ class BlockStore:
         self.now = 0  # batches handed out by this process's samplers (the clock of planned uses)
         self.fetched_bytes = 0  # by this process
         self._warned = False
+        self._damage_told = False
         self.ensure(np.flatnonzero(self.pinned))
 
     def __repr__(self) -> str:
@@ -129,9 +135,60 @@ class BlockStore:
             if missing.size:
                 self._fetch(missing, wait=True)
             generations = self.state.generation[blocks].copy()
-            if np.all(self.state.present[blocks]):
+            if np.all(self.state.present[blocks]) and self._sound(blocks, generations):
                 return Snapshot(blocks, generations)
         raise StorageError(f"{self.remote.url}: blocks evicted faster than they are read; raise cache_limit")
+
+    def _sound(self, blocks: np.ndarray, generations: np.ndarray) -> bool:
+        """Whether ``blocks`` (present, at ``generations``) hold what the block index says: those this process has not
+        checked at that generation are read and their CRC-32s compared; damaged ones are dropped (False: fetch)."""
+        unchecked = (self.checked[blocks] != generations) | (generations == UNCHECKED)
+        if not unchecked.any():
+            return True
+        todo, seen = blocks[unchecked], generations[unchecked]
+        bad = self._damaged(todo)
+        good = ~np.isin(todo, bad)
+        self.checked[todo[good]] = seen[good]
+        if bad.size:
+            self._drop(bad, seen[~good])
+        return not bad.size
+
+    def _damaged(self, blocks: np.ndarray) -> np.ndarray:
+        """Those of present ``blocks`` (sorted unique) whose bytes in the cache are not the block index's."""
+        bad = []
+        for k, first, count in self._file_runs(blocks, MAX_RUN_BYTES // self.block_size):
+            start = first * self.block_size
+            end = min((first + count) * self.block_size, self.files[k].size)
+            data = os.pread(self._fds[k], end - start, start)
+            bad += [b + int(self.base[k]) for b, _ in self._bad_blocks(k, first, memoryview(data))]
+        return np.array(bad, dtype=np.int64)
+
+    def _drop(self, blocks: np.ndarray, generations: np.ndarray) -> None:
+        """Free damaged ``blocks`` still at ``generations`` (a block refilled or freed meanwhile was read mid-change,
+        not damaged), saying so once."""
+        still = blocks[(self.state.present[blocks] == 1) & (self.state.generation[blocks] == generations)]
+        if still.size and self._evict(still) and not self._damage_told:
+            self._damage_told = True
+            logger.warning(
+                "%s: %d cached block(s) differ from the block index (CRC-32; first: block %d): dropped and fetched "
+                "again (the cache holds only copies)",
+                self.folder,
+                still.size,
+                int(still[0]),
+            )
+
+    def check_cached(self, k: int) -> list[str]:
+        """The cached blocks of file ``k`` whose bytes are not the block index's (each dropped, so that the next read
+        fetches it again): problems, none when the cache is sound."""
+        blocks = np.flatnonzero(self.state.present[self.base[k] : self.base[k + 1]]) + self.base[k]
+        generations = self.state.generation[blocks].copy()
+        bad = self._damaged(blocks)
+        good = ~np.isin(blocks, bad)
+        self.checked[blocks[good]] = generations[good]
+        self._drop(bad, generations[~good])
+        name = self.folder / self.files[k].name
+        return [f"{name}: cached block {b - int(self.base[k])} differs from the block index (CRC-32): dropped from the "
+                "cache, fetched again when read (the cache holds only copies)" for b in bad.tolist()]  # fmt: skip
 
     def unchanged(self, snapshot: Snapshot) -> bool:
         """Whether no block of ``snapshot`` was freed or refilled since it was taken."""
@@ -323,11 +380,15 @@ class BlockStore:
                     f"CRC-32 {crc:08x}, the block index says {int(f.crcs[b]):08x} (object changed since conversion?)"
                 )
             try:
-                os.pwrite(self._fds[k], data, start)
+                write_exactly(self._fds[k], data, start)  # every byte, before the blocks are marked present
             except OSError as exc:
-                raise StorageError(f"{self.folder / f.name}: cannot write to the cache: {exc.strerror or exc}") from exc
+                raise StorageError(
+                    f"{self.folder / f.name}: cannot write to the cache: {exc.strerror or exc}; the cache holds only "
+                    "copies: free space, delete it or point cache_dir elsewhere"
+                ) from exc
         blocks = np.arange(first, first + count) + self.base[k]
         self.state.generation[blocks] += 1
+        self.checked[blocks] = self.state.generation[blocks]  # checked above, before it was written
         self.state.present[blocks] = 1
         with self._mutex:
             self.fetched_bytes += end - start

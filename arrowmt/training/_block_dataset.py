@@ -108,6 +108,10 @@ class BlockDataset(Dataset):
     def __len__(self) -> int:
         return len(self.table)
 
+    def fingerprint(self) -> str:
+        """Identity of the blocks: the block table's key (it names the split's content and the block options)."""
+        return self.table.key
+
     def __repr__(self) -> str:
         p, split = self.params, self.split
         return (

@@ -34,7 +34,7 @@ from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import Split
+from arrowmt.format import Split, refuse_block_order
 from arrowmt.io import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -71,7 +71,7 @@ STATE_KEYS = ("epoch", "seed", "batches_done", "plan_key", "num_replicas", "rank
 START_KEY = "start"  # added later: states without it began their deal at position 0
 WINDOW_KEY = "shuffle_window"  # added later: states without it were saved with None (fairseq's shuffle)
 MATCHED_STATE_KEYS = ("seed", "plan_key")
-EPOCH_LIMIT = 2**32
+EPOCH_LIMIT, EPOCH_LIMIT_NAME = 2**32, "2**32"
 
 
 def _plan_ranges(ids: np.ndarray, plan: object) -> PlanRanges | None:
@@ -136,6 +136,7 @@ class PlanSampler(Sampler[list[int]]):
         self.num_replicas, self.rank = sampler_world(seed, num_replicas, rank, prefetch)
         self.shuffle_window = check_window(shuffle_window, shuffle)
         self.prefetch = check_depth(prefetch)
+        self.dataset = source  # what the plan's batch ids index (None: not known)
         self.source = prefetch_source(source, self.prefetch)  # what the plan's batches read (None: no read-ahead)
         self.prefetcher: Prefetcher | None = None  # the advanced iterator's
         self.plans = as_provider(plan)
@@ -183,7 +184,7 @@ class PlanSampler(Sampler[list[int]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``, unless a loaded state is in that very epoch (then continue from it)."""
-        epoch = check_integer("epoch", epoch, 0)
+        epoch = check_integer("epoch", epoch, 0, EPOCH_LIMIT, high_name=EPOCH_LIMIT_NAME)  # what a state may record
         self._chosen_epoch = epoch
         if epoch == self.epoch and (self._resume or self._ended):
             return
@@ -374,6 +375,9 @@ class TokenBatchSampler(PlanSampler):
             seed if shuffle else None,
             skip_invalid_size_inputs,
         )
+        manifest = getattr(dataset, "manifest", None)  # a split or a view (a mixture checks each of its sources)
+        if manifest is not None:
+            refuse_block_order(manifest, dataset.path, "batch", dataset.split)
         plan = load_plan(dataset, params, cache_dir)
         super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch, shuffle_window)
 
@@ -399,7 +403,7 @@ def check_window(window: int | None, shuffle: bool) -> int | None:
 def _state_epoch(state: dict[str, Any], default: int) -> int:
     """The epoch ``state`` records when it is a valid one, else ``default`` (:func:`_checked_state` says why)."""
     try:
-        return _state_integer(state, "epoch", 0, EPOCH_LIMIT, "2**32")
+        return _state_integer(state, "epoch", 0, EPOCH_LIMIT, EPOCH_LIMIT_NAME)
     except (KeyError, InvalidParameterError):
         return default
 
@@ -430,7 +434,7 @@ def _checked_state(state: dict[str, Any], current: dict[str, Any], n_batches: in
         )
     start = _state_integer({START_KEY: 0, **state}, START_KEY, 0, n_batches + 1)
     return {
-        "epoch": _state_integer(state, "epoch", 0, EPOCH_LIMIT, "2**32"),
+        "epoch": _state_integer(state, "epoch", 0, EPOCH_LIMIT, EPOCH_LIMIT_NAME),
         "num_replicas": world,
         START_KEY: start,
         "batches_done": _state_integer(state, "batches_done", 0, shard_length(n_batches, world, start) + 1),

@@ -134,7 +134,7 @@ def order_blocks(
                       skip_invalid_size_inputs)  # fmt: skip
     with plan_cache(out, cache_dir) as cache:
         table = load_blocks(stream, params, cache)
-        plan = load_block_plan(table, spec, cache_folder(data, cache), f"{data.path} split {split!r}")
+        plan = load_block_plan(table, spec, cache_folder(data, cache), f"{data.path} split {split!r}", params)
         chunk = max(1, CHUNK_TOKENS // (tokens_per_sample or 1))
         rows = BlockRows(stream, table, plan_order(plan.indices, len(table)), chunk)
 

@@ -45,7 +45,8 @@ By default this converts the Multi30k de-en sample shipped with arrowmt
 several pairs, or monolingual) or to a view file written by `arrowmt filter`, and optionally
 `ARROWMT_NOTEBOOK_SPLIT` (default `train`, or the first pair's `train.<src>-<tgt>`). Nothing
 is written into the corpus: the filters, batch plans and blocks tried below go to a
-temporary folder.
+temporary folder. With `ARROWMT_NOTEBOOK_FIGURES=DIR` every figure is also saved as a PNG file
+in `DIR` (`lengths.png`, `splits.png`, ...), for reports and headless runs.
 
 Open it with `pip install 'arrowmt[notebook]'` and `jupyter lab notebooks/explore.ipynb`;
 run it headless with `jupyter nbconvert --to notebook --execute notebooks/explore.ipynb
@@ -80,11 +81,17 @@ plt.rcParams.update({
 PERCENT = FuncFormatter(lambda v, _: f"{100 * v:.4g}%")  # shares as percent, on linear and log axes alike
 
 
-def show(fig: plt.Figure) -> None:
-    \"\"\"Display ``fig`` as one PNG output and close it.\"\"\"
+FIGURES = os.environ.get("ARROWMT_NOTEBOOK_FIGURES")  # a folder: every figure is also saved there as NAME.png
+
+
+def show(fig: plt.Figure, name: str) -> None:
+    \"\"\"Display ``fig`` as one PNG output (and save it as ``FIGURES/name.png`` when asked), and close it.\"\"\"
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
+    if FIGURES:
+        Path(FIGURES).mkdir(parents=True, exist_ok=True)
+        (Path(FIGURES) / f"{name}.png").write_bytes(buffer.getvalue())
     display(Image(data=buffer.getvalue(), format="png"))
 
 
@@ -297,7 +304,7 @@ tail.set(yscale="log", xlabel="length L (tokens)", ylabel="sentences longer than
          title="length tail")
 tail.yaxis.set_major_formatter(PERCENT)
 tail.legend(loc="upper right")
-show(fig)"""
+show(fig, "lengths")"""
 
 SPLITS_MD = """\
 ## Train, valid and test lengths
@@ -333,7 +340,7 @@ for ax, c in zip(axes[0], COLUMNS):
            ylabel="sentences up to this length", title=f"{LABEL[c]}: lengths per split")
     ax.yaxis.set_major_formatter(PERCENT)
     ax.legend(loc="lower right")
-show(fig)"""
+show(fig, "splits")"""
 
 RATIO_MD = """\
 ## Length ratio
@@ -381,7 +388,7 @@ if PARALLEL:
             ylabel="pairs dropped (log scale)", title="what the ratio filter drops")
     cut.yaxis.set_major_formatter(PERCENT)
     cut.legend(loc="upper right")
-    show(fig)
+    show(fig, "ratio")
 else:
     print("monolingual split: no length ratio")"""
 
@@ -398,7 +405,7 @@ if PARALLEL:
     ax.set(xlim=(0, top + 1), ylim=(0, top + 1), aspect="equal", xlabel=f"{LABEL[COLUMNS[0]]} tokens",
            ylabel=f"{LABEL[COLUMNS[1]]} tokens", title=f"{SHOWN[SPLIT]}: source vs target length")
     ax.legend(loc="upper left")
-    show(fig)
+    show(fig, "pairs")
 else:
     print("monolingual split: no length pairs")"""
 
@@ -478,7 +485,7 @@ for ax, (title, table, shown) in zip(axes[0], groups):
     ax.set(ylabel="share of the split's rows (no bar: none)", title=title)
     ax.margins(y=0.15)
     ax.legend(loc="upper right")
-show(fig)"""
+show(fig, "repeats")"""
 
 VOCAB_MD = """\
 ## Vocabulary and `<unk>`
@@ -532,7 +539,7 @@ if HELD_OUT:
         ax.yaxis.set_major_formatter(PERCENT)
         ax.minorticks_off()
         ax.legend(loc="upper right")
-    show(fig)
+    show(fig, "vocab")
 else:
     print("no held-out split: no <unk> rate to plot")"""
 
@@ -610,7 +617,7 @@ if shown_columns:
         ax.set(xlabel="occurrences as <unk>", title=f"{LABEL[c]}: words stored as <unk> ({' + '.join(splits_with)})")
         ax.grid(axis="y", visible=False)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    show(fig)
+    show(fig, "unk")
 else:
     print("no <unk> words to show")"""
 
@@ -638,7 +645,7 @@ ranks = np.array([1.0, 1e4])
 ax.loglog(ranks, freq[COLUMNS[-1]].max() / ranks, color="gray", linestyle="--", linewidth=1, label="slope -1 (Zipf)")
 ax.set(xlabel="rank (log scale)", ylabel="count (log scale)", title=f"{SHOWN[SPLIT]}: token frequency by rank")
 ax.legend(loc="upper right")
-show(fig)"""
+show(fig, "zipf")"""
 
 FILTER_MD = """\
 ## What a filter removes
@@ -688,7 +695,7 @@ dist.yaxis.set_major_formatter(PERCENT)
 dist.set(xlabel="tokens of the longer side (incl. </s>)", ylabel="share of the group's rows",
          title="lengths of removed and kept rows")
 dist.legend(loc="upper right")
-show(fig)
+show(fig, "filter")
 for what in FILTERS:
     if what != "all together" and removed[what].size:
         print(f"removed by {what}, e.g.:")
@@ -762,7 +769,7 @@ ax.yaxis.set_major_formatter(PERCENT)
 ax.set(ylim=(0, 1.02), xlabel="max_tokens", ylabel="real tokens / padded cells",
        title=f"{SHOWN[SPLIT]}: padding efficiency")
 ax.legend(loc="lower left")
-show(fig)"""
+show(fig, "padding")"""
 
 MIXTURE_MD = """\
 ## Mixture shares against temperature
@@ -806,7 +813,7 @@ if len(mixed) > 1:
         ax.set_xticks(TEMPERATURES, [f"{t:g}" for t in TEMPERATURES])
         ax.minorticks_off()
         ax.legend(loc="best")
-    show(fig)
+    show(fig, "mixture")
 else:
     print("not a folder of several language pairs: no mixture to weigh (with several, their shares show here)")"""
 
@@ -853,7 +860,7 @@ if not PARALLEL and not VIEW:
         ax.set_xlabel("tokens_per_sample")
         ax.yaxis.set_major_formatter(PERCENT)
         ax.legend(loc="lower right" if ax is left else "upper right")
-    show(fig)
+    show(fig, "blocks")
 elif VIEW:
     print("a view: token blocks are built over whole monolingual splits (open_blocks), not views")
 else:

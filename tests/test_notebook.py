@@ -122,6 +122,11 @@ def sample_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return convert_sample(tmp_path_factory.mktemp("notebook") / "sample")
 
 
+def figures_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the headless run saves its figures (``ARROWMT_NOTEBOOK_FIGURES``)."""
+    return tmp_path_factory.getbasetemp() / "notebook-figures"
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A fresh headless run on the default data (the bundled sample), with the command the notebook documents."""
@@ -130,7 +135,8 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
         pytest.skip("jupyter nbconvert is not installed (pip install 'arrowmt[notebook]')")
     out = tmp_path_factory.mktemp("nbconvert")
     command = [str(jupyter), "nbconvert", "--to", "notebook", "--execute", str(NOTEBOOK), "--output-dir", str(out)]
-    done = subprocess.run(command, env=notebook_env(), capture_output=True, text=True, timeout=600)
+    env = {**notebook_env(), "ARROWMT_NOTEBOOK_FIGURES": str(figures_folder(tmp_path_factory))}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return nbformat.read(out / NOTEBOOK.name, as_version=4)
 
@@ -152,13 +158,16 @@ def test_the_notebook_extra_runs_and_opens_it() -> None:
     extra = re.search(r"^notebook = \[(.*)\]$", text, re.MULTILINE)
     assert extra is not None
     assert {"nbconvert", "jupyterlab", "ipykernel", "matplotlib"} <= set(re.findall(r'"([A-Za-z_]+)', extra.group(1)))
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    guide = (ROOT / "docs" / "notebooks.md").read_text(encoding="utf-8")
     for command in ("jupyter lab notebooks/explore.ipynb", "jupyter nbconvert --to notebook --execute"):
-        assert command in readme and command in GENERATOR.INTRO.replace("\n", " ")
+        assert command in guide and command in GENERATOR.INTRO.replace("\n", " ")
 
 
-def test_runs_headless_on_the_bundled_sample(executed: Any) -> None:
+def test_runs_headless_on_the_bundled_sample(executed: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     assert_complete(executed, "bilingual")
+    figures = figures_folder(tmp_path_factory)
+    shown = {name: images(cells(executed)[name]) for name in GENERATOR.PLOTS}
+    assert {p.stem: p.read_bytes() for p in figures.glob("*.png")} == {n: i[0] for n, i in shown.items() if i}
     out = stdout_of(executed)
     assert "corpus: the bundled Multi30k de-en sample, converted into a temporary folder" in out
     assert "splits {'test': 1000, 'train': 29000, 'valid': 1014}" in out

@@ -132,6 +132,8 @@ def test_another_plan_of_the_copy_is_built_with_a_warning_naming_what_differs(
         plan = load_plan(copy, params(seed=4), tmp_path)
     assert not isinstance(plan, StoredPlan) and len(caplog.records) == 1
     assert f"{ordered}: split 'train' is stored in the order of another plan (seed=3 (asked 4))" in caplog.text
+    command = f"arrowmt order CORPUS OUT --max-tokens {MAX_TOKENS} --required-batch-size-multiple 1 --seed 4"
+    assert caplog.records[0].getMessage().endswith(f"make a copy with these options from the original: {command}")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="arrowmt.plans._stored_plan"):
         load_plan(Split(ordered, "test"), params(seed=4), tmp_path)  # a split stored as it was: nothing to say

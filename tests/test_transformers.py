@@ -229,19 +229,24 @@ def test_causal_lm_trainer_on_blocks_resumes_with_exactly_the_next_batch(mono: P
     assert saved["epoch"] == 2  # the Trainer's second epoch is the sampler's epoch 2 (arrowmt counts from 1)
 
 
-def test_evaluation_on_an_arrowmt_split_with_the_trainers_defaults(parallel: Path, tmp_path: Path) -> None:
-    """``eval_dataset=open_dataset(...)`` with the Trainer's default arguments (``remove_unused_columns=True``,
-    ``dataloader_pin_memory=True``) evaluates, on a CPU without a warning: the trainer sets what arrowmt needs."""
-    ds = open_dataset(parallel, "train")
+def _tiny_marian(parallel: Path) -> Any:
+    """A Marian model of width 8 over ``parallel``'s joined dictionary (for checks that train nothing)."""
     config = transformers.MarianConfig(
         vocab_size=len(Dictionary.load(parallel / "dict.de.txt")), d_model=8, encoder_layers=1, decoder_layers=1,
         encoder_attention_heads=1, decoder_attention_heads=1, encoder_ffn_dim=8, decoder_ffn_dim=8,
         pad_token_id=1, eos_token_id=2, decoder_start_token_id=1,
     )  # fmt: skip
+    return transformers.MarianMTModel(config)
+
+
+def test_evaluation_on_an_arrowmt_split_with_the_trainers_defaults(parallel: Path, tmp_path: Path) -> None:
+    """``eval_dataset=open_dataset(...)`` with the Trainer's default arguments (``remove_unused_columns=True``,
+    ``dataloader_pin_memory=True``) evaluates, on a CPU without a warning: the trainer sets what arrowmt needs."""
+    ds = open_dataset(parallel, "train")
     args = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[], disable_tqdm=True)
     assert args.remove_unused_columns and args.dataloader_pin_memory  # the defaults
     trainer = hf.ArrowMTSeq2SeqTrainer(
-        model=transformers.MarianMTModel(config), args=args, train_dataset=ds, eval_dataset=ds,
+        model=_tiny_marian(parallel), args=args, train_dataset=ds, eval_dataset=ds,
         batch_sampler=TokenBatchSampler(ds, max_tokens=MAX_TOKENS),
     )  # fmt: skip
     assert trainer.args.dataloader_pin_memory == hf._accelerator()
@@ -251,12 +256,7 @@ def test_evaluation_on_an_arrowmt_split_with_the_trainers_defaults(parallel: Pat
 
 def test_wrong_sampler_world_and_checkpoint_are_refused(parallel: Path, tmp_path: Path) -> None:
     ds = open_dataset(parallel, "train")
-    config = transformers.MarianConfig(
-        vocab_size=len(Dictionary.load(parallel / "dict.de.txt")), d_model=8, encoder_layers=1, decoder_layers=1,
-        encoder_attention_heads=1, decoder_attention_heads=1, encoder_ffn_dim=8, decoder_ffn_dim=8,
-        pad_token_id=1, eos_token_id=2, decoder_start_token_id=1,
-    )  # fmt: skip
-    model, args = transformers.MarianMTModel(config), _arguments(tmp_path / "out", max_steps=2)
+    model, args = _tiny_marian(parallel), _arguments(tmp_path / "out", max_steps=2)
     other_rank = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, num_replicas=2, rank=1)
     with pytest.raises(InvalidParameterError, match=r"batch_sampler: expected rank 0 of 1 .*got rank 1 of 2"):
         hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=other_rank)

@@ -84,7 +84,7 @@ from arrowmt.plans._bucketing import (
 )
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._spec import BLOCK_LIMIT, BatchSpec
-from arrowmt.plans._stored_plan import changed_fields
+from arrowmt.plans._stored_plan import changed_fields, order_command
 from arrowmt.plans._token_stream import TokenStream
 
 logger = logging.getLogger(__name__)
@@ -431,17 +431,20 @@ def build_block_plan(table: BlockTable, params: BatchSpec) -> PlanArrays:
     return PlanArrays(flat, offsets, dropped + over)
 
 
-def load_block_plan(table: BlockTable, params: BatchSpec, folder: str | os.PathLike[str], where: str) -> BatchPlan:
-    """The batch plan over ``table``'s blocks for ``params`` (its limit ``max_positions``): mapped from
-    ``folder``, else built once."""
+def load_block_plan(
+    table: BlockTable, params: BatchSpec, folder: str | os.PathLike[str], where: str, blocks: BlockParams
+) -> BatchPlan:
+    """The batch plan over ``table``'s blocks (made with ``blocks``) for ``params`` (its limit ``max_positions``):
+    mapped from ``folder``, else built once."""
     stored = table.stored_plan
     if stored is not None and stored != params.key_fields():
         _, pairs = changed_fields(stored, params.key_fields())
         logger.warning(
             "%s: stores LM blocks in the order of another plan (%s): the same batches, read as blocks spread over "
-            "the copy; make the copy with these options (`arrowmt order --help`)",
+            "the copy; make a copy with these options from the original: %s",
             where,
             pairs,
+            order_command({**blocks.key_fields(), **params.key_fields()}),
         )
     key = plan_key({"block_table": table.key, "block_count": len(table), **params.key_fields()})
     plan = load_or_build_plan(folder, key, len(table), lambda: build_block_plan(table, params))

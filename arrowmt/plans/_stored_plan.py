@@ -134,9 +134,25 @@ def other_plan(dataset: Split, stored: object, fields: Mapping[str, object]) -> 
     _, pairs = changed_fields(stored if isinstance(stored, dict) else {}, fields)
     return (
         f"{dataset.path}: split {dataset.split!r} is stored in the order of another plan ({pairs}): its batches are "
-        "planned anew and read as rows spread over the copy; make the copy with these options "
-        "(`arrowmt order --help`)"
+        f"planned anew and read as rows spread over the copy; make a copy with these options from the original: "
+        f"{order_command(fields, dataset.split)}"
     )
+
+
+FLAGS = {"break_mode": "--sample-break-mode"}  # fields whose `arrowmt order` option is not named after them
+NO_OPTION = ("plan_version", "reverse")  # recorded fields that no option sets
+
+
+def order_command(fields: Mapping[str, object], split: str = "train") -> str:
+    """The ``arrowmt order`` command that stores ``split`` of a corpus in the order of the plan of ``fields``
+    (batching options, and a copy of LM blocks' block options), with CORPUS and OUT to fill in."""
+    words = ["arrowmt order CORPUS OUT", *([f"--split {split}"] if split != "train" else [])]
+    for name, value in fields.items():
+        if name in NO_OPTION or value is None or value is False:
+            continue
+        flag = FLAGS.get(name, "--" + name.replace("_", "-"))
+        words.append(flag if value is True else f"{flag} {value}")
+    return " ".join(words)
 
 
 def changed_fields(stored: Mapping[str, object], asked: Mapping[str, object]) -> tuple[list[str], str]:

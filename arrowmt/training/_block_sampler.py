@@ -53,5 +53,5 @@ class BlockBatchSampler(PlanSampler):
         )
         split = dataset.split
         folder = cache_folder(split, cache_dir if cache_dir is not None else dataset.cache_dir)
-        plan = load_block_plan(dataset.table, params, folder, f"{split.path} split {split.split!r}")
+        plan = load_block_plan(dataset.table, params, folder, f"{split.path} split {split.split!r}", dataset.params)
         super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch, shuffle_window)

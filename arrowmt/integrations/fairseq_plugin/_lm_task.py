@@ -132,7 +132,8 @@ class PlannedBlockBatches:
         params = block_batch_spec(self.opts, self.opts.seed + epoch)
         split = dataset.blocks.split
         folder = cache_folder(split, self.cache_dir)
-        plan = load_block_plan(dataset.blocks.table, params, folder, f"{split.path} split {split.split!r}")
+        where = f"{split.path} split {split.split!r}"
+        plan = load_block_plan(dataset.blocks.table, params, folder, where, dataset.blocks.params)
         logger.info(
             "%s: split %s: %d batches of %d blocks planned by arrowmt for epoch %d (order seed %d), plan %s",
             LM_TASK_NAME,

@@ -30,7 +30,7 @@ from arrowmt._errors import (
     StorageError,
     VocabularyError,
 )
-from arrowmt._lazy import load_export
+from arrowmt._lazy import attach
 from arrowmt._version import __version__
 
 if TYPE_CHECKING:
@@ -79,118 +79,4 @@ if TYPE_CHECKING:
         open_view_dataset,
     )
 
-_EXPORTS = {
-    "arrowmt._info": ("ColumnSummary", "SplitSummary", "summarize"),
-    "arrowmt._order": ("order_blocks", "order_copy"),
-    "arrowmt.converters": ("convert_fairseq", "convert_table", "convert_text", "export_fairseq", "export_parquet"),
-    "arrowmt.format": (
-        "Dictionary",
-        "FileEntry",
-        "Manifest",
-        "SpecialIds",
-        "Split",
-        "VerifyReport",
-        "View",
-        "ViewReport",
-        "build_view",
-        "length_ratio",
-        "open_split",
-        "open_view",
-        "stage",
-        "verify_dataset",
-        "write_folder_indexes",
-    ),
-    "arrowmt.training": (
-        "ArrowMTDataset",
-        "ArrowMTViewDataset",
-        "BlockBatchSampler",
-        "BlockDataset",
-        "FairseqBatch",
-        "FairseqBlockCollater",
-        "FairseqCollater",
-        "Mixture",
-        "MixtureBatchSampler",
-        "PlainBlockCollater",
-        "PlainCollater",
-        "ReadAheadLoader",
-        "TagCollater",
-        "Tags",
-        "TokenBatchSampler",
-        "langtok_tags",
-        "language_token_ids",
-        "load_loader_state",
-        "open_blocks",
-        "open_dataset",
-        "open_mixture",
-        "open_view_dataset",
-    ),
-}
-
-
-def __getattr__(name: str) -> object:
-    return load_export(__name__, _EXPORTS, name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
-__all__ = [
-    "ArrowMTDataset",
-    "ArrowMTError",
-    "ArrowMTViewDataset",
-    "BlockBatchSampler",
-    "BlockDataset",
-    "ColumnSummary",
-    "Dictionary",
-    "FairseqBatch",
-    "FairseqBlockCollater",
-    "FairseqCollater",
-    "FileEntry",
-    "FormatError",
-    "InputDataError",
-    "InvalidParameterError",
-    "Manifest",
-    "MissingDependencyError",
-    "Mixture",
-    "MixtureBatchSampler",
-    "OutputExistsError",
-    "OutputWriteError",
-    "PlainBlockCollater",
-    "PlainCollater",
-    "ReadAheadLoader",
-    "SpecialIds",
-    "Split",
-    "SplitSummary",
-    "StorageError",
-    "TagCollater",
-    "Tags",
-    "TokenBatchSampler",
-    "VerifyReport",
-    "View",
-    "ViewReport",
-    "VocabularyError",
-    "__version__",
-    "build_view",
-    "convert_fairseq",
-    "convert_table",
-    "convert_text",
-    "export_fairseq",
-    "export_parquet",
-    "langtok_tags",
-    "language_token_ids",
-    "length_ratio",
-    "load_loader_state",
-    "open_blocks",
-    "open_dataset",
-    "open_mixture",
-    "open_split",
-    "open_view",
-    "open_view_dataset",
-    "order_blocks",
-    "order_copy",
-    "stage",
-    "summarize",
-    "verify_dataset",
-    "write_folder_indexes",
-]
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

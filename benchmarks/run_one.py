@@ -12,6 +12,8 @@ Systems (each yields fairseq-style padded batches: ``id``, ``nsentences``, ``nto
   ``ordered_indices`` + ``filter_indices_by_size`` + ``batch_by_size`` + the
   ``EpochBatchIterator`` (a ``DataLoader(num_workers=0)`` calling ``collater``), as
   ``fairseq-train`` does.
+* ``--num-workers N`` gives arrowmt's and fairseq's DataLoader N worker processes; ``--loader readahead``
+  reads arrowmt's batches through ``ReadAheadLoader`` (a thread 4 batches ahead) instead.
 * ``hf``: ``datasets.Dataset.from_file`` on the arrowmt split file, lengths from the Arrow
   offsets, a seeded shuffle then a stable sort by max(source, target) length, and a greedy
   token-budget batching (``n * longest <= max_tokens``, a few integer steps per batch),
@@ -243,7 +245,13 @@ class ArrowMT(Pipeline):
         )
         self.collater = FairseqCollater(self.ds.special_ids)
         self.num_batches = len(self.sampler)
-        self.loader = DataLoader(self.ds, batch_sampler=self.sampler, collate_fn=self.collater, num_workers=0)
+        if args.loader == "readahead":
+            from arrowmt.training._loader import ReadAheadLoader
+
+            self.loader = ReadAheadLoader(self.ds, self.sampler, self.collater)
+        else:
+            workers = args.num_workers
+            self.loader = DataLoader(self.ds, batch_sampler=self.sampler, collate_fn=self.collater, num_workers=workers)
 
     def epoch(self, epoch: int):  # noqa: ANN201
         self.sampler.set_epoch(epoch)
@@ -281,7 +289,7 @@ class Fairseq(Pipeline):
             seed=args.seed,
             num_shards=args.world,
             shard_id=args.rank,
-            num_workers=0,
+            num_workers=args.num_workers,
             epoch=1,
         )
         self.num_batches = -(-len(batches) // args.world)
@@ -506,6 +514,8 @@ def run(args: argparse.Namespace) -> dict:
         world=args.world,
         rank=args.rank,
         prefetch=args.prefetch if args.system.startswith("arrowmt") else None,
+        num_workers=args.num_workers,
+        loader=args.loader if args.system.startswith("arrowmt") else None,
         access=args.access if args.system.startswith("arrowmt") else None,
         tokens_per_s=tokens / elapsed if elapsed else float("nan"),
         tokens_per_cpu_s=tokens / cpu if cpu else float("nan"),
@@ -544,6 +554,13 @@ def main(argv: list[str] | None = None) -> int:
         "--folder",
         default="arrowmt",
         help="arrowmt: the corpus folder inside --data (arrowmt-ordered: a copy in plan order)",
+    )
+    p.add_argument("--num-workers", type=int, default=0, help="arrowmt and fairseq: DataLoader worker processes")
+    p.add_argument(
+        "--loader",
+        choices=("dataloader", "readahead"),
+        default="dataloader",
+        help="arrowmt: torch's DataLoader, or ReadAheadLoader (a thread reading 4 batches ahead; no workers)",
     )
     p.add_argument(
         "--access", choices=("random", "sequential", "normal"), help="arrowmt: access advice (default: the library's)"

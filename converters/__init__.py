@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from arrowmt._lazy import load_export
+from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
     from arrowmt.converters._fairseq_export import export_fairseq
@@ -23,39 +23,4 @@ if TYPE_CHECKING:
     from arrowmt.converters._tasks import dask_executor
     from arrowmt.converters._text_inputs import TextConversion
 
-_EXPORTS = {
-    "arrowmt.converters._fairseq_export": ("export_fairseq",),
-    "arrowmt.converters._fairseq_folder": ("convert_fairseq", "discover"),
-    "arrowmt.converters._from_table": ("convert_table", "read_table_file"),
-    "arrowmt.converters._parallel_text": ("convert_text", "convert_with_options", "parse_byte_size", "unknown_lines"),
-    "arrowmt.converters._parquet_export": ("export_parquet",),
-    "arrowmt.converters._reorder": ("write_copy", "write_reordered"),
-    "arrowmt.converters._tasks": ("dask_executor",),
-    "arrowmt.converters._text_inputs": ("TextConversion",),
-}
-
-
-def __getattr__(name: str) -> object:
-    return load_export(__name__, _EXPORTS, name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
-__all__ = [
-    "TextConversion",
-    "convert_fairseq",
-    "convert_table",
-    "convert_text",
-    "convert_with_options",
-    "dask_executor",
-    "discover",
-    "export_fairseq",
-    "export_parquet",
-    "parse_byte_size",
-    "read_table_file",
-    "unknown_lines",
-    "write_copy",
-    "write_reordered",
-]
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

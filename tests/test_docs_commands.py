@@ -17,7 +17,7 @@ import pytest
 from arrowmt._cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 HISTORY = {"benchmarks-history.md"}  # a record of past runs, with the options of their day
 SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`((?:arrowmt|python -m arrowmt|python (?:examples|benchmarks)/\w+\.py) [^`]*)`")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from arrowmt._errors import VocabularyError
+from arrowmt._heap import release_free_heap
 from arrowmt.format._manifest import file_kind
 from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._reader import RACY_NS, FileIdentity, SplitFile
@@ -100,6 +101,7 @@ def file_digest(path: Path) -> Digest | None:
         return _DIGESTS[identity]
     started = time.time_ns()
     digest = _digest(path)
+    release_free_heap()  # the digest's temporaries (a few MiB per 30k symbols) go back, not kept by every rank
     if identity.ctime_ns < started - RACY_NS and FileIdentity.of_stat(path.stat()) == identity:
         if len(_DIGESTS) >= MAX_REMEMBERED:
             _DIGESTS.pop(next(iter(_DIGESTS)))

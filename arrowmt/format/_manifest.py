@@ -317,7 +317,7 @@ def _read_regular(path: Path) -> bytes:
             raise not_regular_error(str(path), st.st_mode)
         if st.st_size > MAX_JSON_BYTES:
             raise FormatError(f"{path}: expected at most {MAX_JSON_BYTES} bytes, got {st.st_size}")
-        return handle.read(MAX_JSON_BYTES + 1)
+        return handle.read(st.st_size + 1)  # a file grown since fstat reads as malformed, not up to the cap
 
 
 def _shown(value: object) -> str:

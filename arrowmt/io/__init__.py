@@ -12,6 +12,7 @@ Imports the storage layer only (the remote cache's block files); knows nothing o
 imports torch.
 """
 
+from arrowmt._lazy import attach
 from arrowmt.io._advice import (
     ACCESS_MODES,
     DEFAULT_ACCESS,
@@ -42,35 +43,4 @@ from arrowmt.io._prefetch import (
 )
 from arrowmt.io._residency import RESIDENCY, Residency, pages_resident, read_ahead
 
-__all__ = [
-    "ACCESS_MODES",
-    "DEFAULT_ACCESS",
-    "DEFAULT_DEPTH",
-    "PAGE",
-    "RESIDENCY",
-    "WORD",
-    "BatchAt",
-    "CrcPieces",
-    "ManyPieces",
-    "PassRanges",
-    "PlanRanges",
-    "Prefetcher",
-    "Residency",
-    "RowSource",
-    "WordRanges",
-    "advise",
-    "byte_crcs",
-    "check_access",
-    "check_depth",
-    "page_runs",
-    "pages_resident",
-    "plan_range_uses",
-    "plan_use",
-    "plan_uses",
-    "prefetch_source",
-    "read_ahead",
-    "resident_pages",
-    "sample_pages",
-    "spread",
-    "will_need",
-]
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -2,7 +2,7 @@
 
 Each epoch's rows are drawn with per-corpus ratios (:mod:`arrowmt.plans._mixing`: fairseq's
 ``translation_multi_simple_epoch`` arithmetic, deterministic in (seed, epoch)), then planned by
-:func:`arrowmt.plans._plan.build_plan` over the drawn rows' lengths (tags counted) and stored as an
+:func:`arrowmt.plans._plan.plan_lengths` over the drawn rows' lengths (tags counted) and stored as an
 ordinary plan file (:mod:`arrowmt.plans._plan_cache`). The plan of an epoch is named by its content
 (corpora, batching, ratios, epoch size, seed, epoch); each mixture keeps its last ``keep_plans``
 epoch plans in ``<cache>/mixture-<id>/``.
@@ -21,7 +21,7 @@ from arrowmt._heap import release_free_heap
 from arrowmt.format import CACHE_DIR_NAME
 from arrowmt.plans._bucketing import compact_counts, report_skipped
 from arrowmt.plans._mixing import resample
-from arrowmt.plans._plan import PlanParams, build_plan, key_fields
+from arrowmt.plans._plan import PlanParams, key_fields, plan_lengths
 from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
 
 PLAN_FOLDER_PREFIX = "mixture-"
@@ -59,19 +59,6 @@ class Sampling:
         return {"ratios": self.ratios.tolist(), "epoch_size": self.epoch_size, "resample": [self.seed, self.epoch]}
 
 
-@dataclass(frozen=True)
-class _SampledRows:
-    """The lengths of an epoch's drawn rows, shaped as ``build_plan`` reads a split."""
-
-    columns: tuple[str, ...]
-    drawn: dict[str, np.ndarray]
-    path: Path
-    split: str = "mixture"
-
-    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: Any = np.int64) -> np.ndarray:
-        return self.drawn[column]
-
-
 def build_mixture_plan(mixture: MixedCorpora, params: PlanParams, sampling: Sampling) -> PlanArrays:
     """fairseq's batches over the epoch's drawn rows, as global ids of ``mixture``."""
     rows = None
@@ -82,7 +69,7 @@ def build_mixture_plan(mixture: MixedCorpora, params: PlanParams, sampling: Samp
         lengths = compact_counts(mixture.lengths(column, dtype=np.int32))
         drawn[column] = lengths if rows is None else lengths[rows]
         del lengths
-    plan = build_plan(_SampledRows(mixture.columns, drawn, mixture.path), params)  # type: ignore[arg-type]
+    plan = plan_lengths(drawn, params, f"mixture {mixture.path}")
     if rows is None:
         return plan
     return PlanArrays(rows[plan.indices], plan.offsets, plan.dropped)

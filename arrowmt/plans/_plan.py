@@ -89,33 +89,28 @@ def plan_fields(params: PlanParams) -> dict[str, object]:
     return {"plan_version": PLAN_VERSION, **key_fields(params)}
 
 
-def side_lengths(
-    dataset: Split, lengths: Mapping[str, np.ndarray] | None = None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(source lengths, target lengths or None): ``tokens`` is the source of a monolingual split.
-
-    Taken from ``lengths`` (see :func:`column_lengths`) when given, else read (int64).
-    """
-
-    def get(column: str) -> np.ndarray:
-        return dataset.lengths(column) if lengths is None else lengths[column]
-
-    if SOURCE in dataset.columns:
-        return get(SOURCE), get(TARGET) if TARGET in dataset.columns else None
-    return get(dataset.columns[0]), None
+def sides(lengths: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(source lengths, target lengths or None) of ``lengths`` (column -> token counts, in column order):
+    ``tokens``, or the first column, is the source of a monolingual split."""
+    if SOURCE in lengths:
+        return lengths[SOURCE], lengths.get(TARGET)
+    return next(iter(lengths.values())), None
 
 
-def planned_sides(
-    dataset: Split, lengths: Mapping[str, np.ndarray], reverse: bool
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`side_lengths`, swapped when ``reverse`` (InvalidParameterError for a split without a target)."""
-    src, tgt = side_lengths(dataset, lengths)
+def side_lengths(dataset: Split) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`sides` of ``dataset``, reading (int64) only the columns it needs."""
+    wanted = [column for column in (SOURCE, TARGET) if column in dataset.columns] or list(dataset.columns[:1])
+    return sides({column: dataset.lengths(column) for column in wanted})
+
+
+def planned_sides(lengths: Mapping[str, np.ndarray], reverse: bool, where: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`sides`, swapped when ``reverse`` (InvalidParameterError naming ``where`` for rows without a target)."""
+    src, tgt = sides(lengths)
     if not reverse:
         return src, tgt
     if tgt is None:
         raise InvalidParameterError(
-            f"reverse: expected a parallel split with columns {[SOURCE, TARGET]}, "
-            f"got {list(dataset.columns)} in {dataset.path} split {dataset.split!r}"
+            f"reverse: expected a parallel split with columns {[SOURCE, TARGET]}, got {list(lengths)} in {where}"
         )
     return tgt, src
 
@@ -149,18 +144,23 @@ def _filter_positions(
 
 
 def build_plan(dataset: Split, params: PlanParams) -> PlanArrays:
-    """fairseq's batches for ``dataset``: ordered indices, size filter, ``batch_by_size``.
+    """fairseq's batches for ``dataset``: :func:`plan_lengths` over its columns' lengths, each read once, narrow."""
+    return plan_lengths(column_lengths(dataset), params, f"{dataset.path} split {dataset.split!r}")
 
-    Each column's lengths are read once, narrow (uint8/uint16 for usual lengths), and
-    indices are int32 below 2**31 rows; every intermediate is released as soon as it is used.
+
+def plan_lengths(lengths: dict[str, np.ndarray], params: PlanParams, where: str) -> PlanArrays:
+    """fairseq's batches for rows of ``lengths`` (column -> token counts, in column order; ``where`` names them in
+    errors): ordered indices, size filter, ``batch_by_size``.
+
+    Narrow lengths (uint8/uint16 for usual lengths, see :func:`column_lengths`) keep the work small; indices are
+    int32 below 2**31 rows. ``lengths`` is emptied as it is used, so each intermediate is released when done.
     """
-    lengths = column_lengths(dataset)
-    src, tgt = planned_sides(dataset, lengths, params.reverse)
+    src, tgt = planned_sides(lengths, params.reverse, where)
     order = ordered_indices(src, tgt, params.seed)
     kept, dropped = _filter_positions(order, src, tgt, params)
     del order, src, tgt
     sizes = row_sizes(lengths, kept)
-    del lengths
+    lengths.clear()
     kept, sizes, over = drop_too_long(kept, sizes, "max_tokens", params.max_tokens, params.skip_invalid_size_inputs)
     flat, offsets = batch_by_size(
         kept, sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from arrowmt._lazy import load_export
+from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
     from arrowmt.storage._ranges import block_bounds, block_runs, block_uses, covered_blocks
@@ -18,36 +18,4 @@ if TYPE_CHECKING:
     from arrowmt.storage._store import BlockFile, BlockStore, CachedFile, Snapshot
     from arrowmt.storage._urls import is_url, local_path, without_credentials
 
-_EXPORTS = {
-    "arrowmt.storage._ranges": ("block_bounds", "block_runs", "block_uses", "covered_blocks"),
-    "arrowmt.storage._remote": ("RemoteFolder", "request_buffer"),
-    "arrowmt.storage._state": ("STATE_DIR",),
-    "arrowmt.storage._store": ("BlockFile", "BlockStore", "CachedFile", "Snapshot"),
-    "arrowmt.storage._urls": ("is_url", "local_path", "without_credentials"),
-}
-
-
-def __getattr__(name: str) -> object:
-    return load_export(__name__, _EXPORTS, name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
-__all__ = [
-    "STATE_DIR",
-    "BlockFile",
-    "BlockStore",
-    "CachedFile",
-    "RemoteFolder",
-    "Snapshot",
-    "block_bounds",
-    "block_runs",
-    "block_uses",
-    "covered_blocks",
-    "is_url",
-    "local_path",
-    "request_buffer",
-    "without_credentials",
-]
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

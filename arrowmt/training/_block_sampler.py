@@ -7,7 +7,7 @@ import os
 from arrowmt.io import DEFAULT_DEPTH
 from arrowmt.plans import block_spec, cache_folder, check_source, load_block_plan
 from arrowmt.training._block_dataset import BlockDataset
-from arrowmt.training._sampler import PlanSampler, check_window, sampler_world
+from arrowmt.training._sampler import PlanSampler, walk_of
 
 BLOCK_SOURCE = "a BlockDataset (arrowmt.open_blocks(folder, split, tokens_per_sample, break_mode))"
 
@@ -41,17 +41,16 @@ class BlockBatchSampler(PlanSampler):
         shuffle_window: int | None = None,
     ) -> None:
         check_source("dataset", dataset, BLOCK_SOURCE, ("split", "table", "cache_dir"))
-        check_window(shuffle_window, shuffle)
-        num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
+        walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
         params = block_spec(
             max_tokens,
             max_sentences,
             required_batch_size_multiple,
             max_positions,
-            seed if shuffle else None,
+            walk.plan_seed,
             skip_invalid_size_inputs,
         )
         split = dataset.split
         folder = cache_folder(split, cache_dir if cache_dir is not None else dataset.cache_dir)
         plan = load_block_plan(dataset.table, params, folder, f"{split.path} split {split.split!r}", dataset.params)
-        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch, shuffle_window)
+        self._begin(plan, walk, dataset)

@@ -50,7 +50,7 @@ from arrowmt.storage import is_url
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
-from arrowmt.training._sampler import PlanSampler, check_window, sampler_world
+from arrowmt.training._sampler import PlanSampler, walk_of
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset
 
@@ -341,8 +341,7 @@ class MixtureBatchSampler(PlanSampler):
         prefetch: int = DEFAULT_DEPTH,
         shuffle_window: int | None = None,
     ) -> None:
-        check_window(shuffle_window, shuffle)
-        num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
+        walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
         if weights is not None and temperature is not None:
             raise InvalidParameterError(f"temperature: expected None when weights are given, got {temperature!r}")
         self.mixture = mixture
@@ -352,7 +351,7 @@ class MixtureBatchSampler(PlanSampler):
             required_batch_size_multiple,
             max_source_positions,
             max_target_positions,
-            seed if shuffle else None,
+            walk.plan_seed,
             skip_invalid_size_inputs,
         )
         self.epoch_size = None if epoch_size is None else check_integer("epoch_size", epoch_size, 1)
@@ -368,7 +367,7 @@ class MixtureBatchSampler(PlanSampler):
             self.set_temperature(temperature)
         else:
             self.set_weights(weights)
-        super().__init__(self._epoch_plans, seed, shuffle, num_replicas, rank, mixture, prefetch, shuffle_window)
+        self._begin(self._epoch_plans, walk, mixture)
 
     def __repr__(self) -> str:
         """Without loading a plan (each epoch's is drawn when first needed)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,23 +48,21 @@ from arrowmt.io import (
     prefetch_source,
 )
 from arrowmt.plans import (
+    BatchOrder,
     FixedPlan,
     Plan,
     PlanParams,
     PlanProvider,
     as_provider,
+    batch_order,
     check_seed,
-    epoch_batch_order,
     load_plan,
     resume_start,
     shard_batches,
     shard_length,
-    window_batches,
-    window_starts,
-    windowed_batch_order,
 )
 from arrowmt.training._deal import every_rank, own, stored_copy, stretch_ranges, window_end_steps
-from arrowmt.training._world import resolve_world
+from arrowmt.training._world import World, resolve_world
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +104,36 @@ def _positions(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
     return batch_at
 
 
+@dataclass(frozen=True)
+class Walk:
+    """How a sampler walks its plans, checked once (before any plan is built): the epoch order of the batches
+    (a strategy, :mod:`arrowmt.plans._orders`), this process's world, the seed and the read-ahead depth."""
+
+    order: BatchOrder
+    world: World
+    seed: int
+    prefetch: int
+
+    @property
+    def plan_seed(self) -> int | None:
+        """The seed of a plan's own order (fairseq's ``numpy_seed``): None when the batches are not shuffled."""
+        return self.seed if self.order.shuffled else None
+
+
+def walk_of(
+    seed: int,
+    shuffle: bool = True,
+    shuffle_window: int | None = None,
+    num_replicas: int | None = None,
+    rank: int | None = None,
+    prefetch: int = DEFAULT_DEPTH,
+) -> Walk:
+    """The :class:`Walk` the sampler options name, each checked (InvalidParameterError naming the first bad one)."""
+    check_seed("seed", seed)
+    world = resolve_world(num_replicas, rank)
+    return Walk(batch_order(shuffle, shuffle_window), world, int(seed), check_depth(prefetch))
+
+
 class PlanSampler(Sampler[list[int]]):
     """Yields one rank's plan batches of each epoch as lists of dataset indices; resumable and elastic.
 
@@ -133,15 +162,15 @@ class PlanSampler(Sampler[list[int]]):
         prefetch: int = DEFAULT_DEPTH,
         shuffle_window: int | None = None,
     ) -> None:
-        self.num_replicas, self.rank = sampler_world(seed, num_replicas, rank, prefetch)
-        self.shuffle_window = check_window(shuffle_window, shuffle)
-        self.prefetch = check_depth(prefetch)
+        self._begin(plan, walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch), source)
+
+    def _begin(self, plan: Plan | PlanProvider, walk: Walk, source: RowSource | None) -> None:
+        """Start walking ``plan`` (the constructors of its kinds check their options into ``walk`` first)."""
+        self.walk = walk
         self.dataset = source  # what the plan's batch ids index (None: not known)
-        self.source = prefetch_source(source, self.prefetch)  # what the plan's batches read (None: no read-ahead)
+        self.source = prefetch_source(source, walk.prefetch)  # what the plan's batches read (None: no read-ahead)
         self.prefetcher: Prefetcher | None = None  # the advanced iterator's
         self.plans = as_provider(plan)
-        self.seed = int(seed)
-        self.shuffle = bool(shuffle)
         self.epoch = 1
         self.start = 0  # position in the epoch order where this rank's deal begins
         self.batches_done = 0  # batches of that deal handed out
@@ -154,6 +183,30 @@ class PlanSampler(Sampler[list[int]]):
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the live prefetcher (it refers to this pass's epoch order)."""
         return {**self.__dict__, "prefetcher": None}
+
+    @property
+    def seed(self) -> int:
+        return self.walk.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self.walk.order.shuffled
+
+    @property
+    def shuffle_window(self) -> int | None:
+        return self.walk.order.window
+
+    @property
+    def prefetch(self) -> int:
+        return self.walk.prefetch
+
+    @property
+    def num_replicas(self) -> int:
+        return self.walk.world.size
+
+    @property
+    def rank(self) -> int:
+        return self.walk.world.rank
 
     @property
     def plan(self) -> Plan:
@@ -170,9 +223,7 @@ class PlanSampler(Sampler[list[int]]):
         return self.plan.key
 
     def __repr__(self) -> str:
-        order = "shuffled" if self.shuffle else "in plan order"
-        if self.shuffle_window is not None:
-            order = f"shuffled in windows of {window_batches(self.shuffle_window)} batches"
+        order = self.walk.order.describe()
         return (
             f"{type(self).__name__}(epoch {self.epoch}: {self.batches_done} of {len(self)} batches done, rank "
             f"{self.rank} of {self.num_replicas}; {len(self.plan)} batches planned, seed {self.seed}, {order})"
@@ -194,14 +245,8 @@ class PlanSampler(Sampler[list[int]]):
         """Every plan batch id in the current epoch's order (computed once per epoch)."""
         plan = self.plan
         if self._order is None or self._order[0] != (self.epoch, plan.key):
-            self._order, n = None, len(plan)  # the last epoch's order goes before this one is made
-            if not self.shuffle:
-                order = np.arange(n, dtype=np.int64)
-            elif self.shuffle_window is None:
-                order = epoch_batch_order(n, self.seed, self.epoch)
-            else:
-                order = windowed_batch_order(n, self.seed, self.epoch, self.shuffle_window)
-            self._order = ((self.epoch, plan.key), order)
+            self._order = None  # the last epoch's order goes before this one is made
+            self._order = ((self.epoch, plan.key), self.walk.order.order(len(plan), self.seed, self.epoch))
         return self._order[1]
 
     def epoch_batch_ids(self) -> np.ndarray:
@@ -250,7 +295,7 @@ class PlanSampler(Sampler[list[int]]):
             self.prefetcher.close()
         ranges = self._pass_ranges(ids)
         plan_ranges = _plan_ranges(ids, plan)
-        ends = None if ranges is None or self.shuffle_window is None else self._window_ends(len(ids))
+        ends = None if ranges is None else self._window_ends(len(ids))
         self.prefetcher = Prefetcher(
             self.source,
             self.prefetch,
@@ -274,12 +319,11 @@ class PlanSampler(Sampler[list[int]]):
         dealt = every_rank(self.epoch_order(), self.start, self.num_replicas) if window else own(ids)
         return stretch_ranges(*stored, dealt)
 
-    def _window_ends(self, steps: int) -> np.ndarray:
+    def _window_ends(self, steps: int) -> np.ndarray | None:
         """The steps of this deal (``steps`` of them) that end a window of the epoch order, the last step included:
-        the step holding a window's last position (it may hold the next window's first few too)."""
-        assert self.shuffle_window is not None
-        starts = window_starts(len(self.plan), self.seed, self.epoch, self.shuffle_window)
-        return window_end_steps(starts, self.start, self.num_replicas, steps)
+        the step holding a window's last position (it may hold the next window's first few too). None: no windows."""
+        starts = self.walk.order.window_starts(len(self.plan), self.seed, self.epoch)
+        return None if starts is None else window_end_steps(starts, self.start, self.num_replicas, steps)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank stands: restore with :meth:`load_state_dict` (any world size, same plan and seed)."""
@@ -364,40 +408,20 @@ class TokenBatchSampler(PlanSampler):
         prefetch: int = DEFAULT_DEPTH,
         shuffle_window: int | None = None,
     ) -> None:
-        num_replicas, rank = sampler_world(seed, num_replicas, rank, prefetch)
-        check_window(shuffle_window, shuffle)
+        walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
         params = PlanParams(
             max_tokens,
             max_sentences,
             required_batch_size_multiple,
             max_source_positions,
             max_target_positions,
-            seed if shuffle else None,
+            walk.plan_seed,
             skip_invalid_size_inputs,
         )
         manifest = getattr(dataset, "manifest", None)  # a split or a view (a mixture checks each of its sources)
         if manifest is not None:
             refuse_block_order(manifest, dataset.path, "batch", dataset.split)
-        plan = load_plan(dataset, params, cache_dir)
-        super().__init__(plan, seed, shuffle, num_replicas, rank, dataset, prefetch, shuffle_window)
-
-
-def sampler_world(seed: int, num_replicas: int | None, rank: int | None, prefetch: int) -> tuple[int, int]:
-    """(world size, rank), after the checks every sampler makes before its (possibly long) plan build."""
-    check_seed("seed", seed)
-    world = resolve_world(num_replicas, rank)
-    check_depth(prefetch)
-    return world
-
-
-def check_window(window: int | None, shuffle: bool) -> int | None:
-    """``shuffle_window``: None, or at least 1 batch with ``shuffle`` on."""
-    if window is None:
-        return None
-    window_batches(window)  # checked
-    if not shuffle:
-        raise InvalidParameterError(f"shuffle_window: expected None with shuffle=False, got {window!r}")
-    return int(window)
+        self._begin(load_plan(dataset, params, cache_dir), walk, dataset)
 
 
 def _state_epoch(state: dict[str, Any], default: int) -> int:

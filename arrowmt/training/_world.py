@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch.distributed as dist
 
 from arrowmt.plans import check_rank
+
+
+class World(NamedTuple):
+    """Where a process stands in distributed training: ``rank`` of ``size`` processes (checked)."""
+
+    size: int
+    rank: int
 
 
 def default_world() -> tuple[int, int]:
@@ -14,10 +23,10 @@ def default_world() -> tuple[int, int]:
     return 1, 0
 
 
-def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
-    """(world size, rank): the given values, each defaulting to the process group's (:func:`default_world`)."""
+def resolve_world(num_replicas: int | None, rank: int | None) -> World:
+    """The world of the given size and rank, each defaulting to the process group's (:func:`default_world`)."""
     world, default_rank = default_world()
     num_replicas = world if num_replicas is None else num_replicas
     rank = default_rank if rank is None else rank
     check_rank(num_replicas, rank)
-    return int(num_replicas), int(rank)
+    return World(int(num_replicas), int(rank))

@@ -34,8 +34,8 @@ from fairseq.data import iterators
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, check_depth, prefetch_source
-from arrowmt.plans import BatchSpec, PlanParams, block_spec, load_plan, window_starts, windowed_batch_order
-from arrowmt.training import check_window, every_rank, stored_copy, stretch_ranges, window_end_steps
+from arrowmt.plans import BatchSpec, PlanParams, WindowShuffle, batch_order, block_spec, load_plan
+from arrowmt.training import every_rank, stored_copy, stretch_ranges, window_end_steps
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def loader_options(cfg: Any) -> LoaderOptions:
         rebuild_batches=getattr(cfg, "rebuild_batches", False),
         cache_dir=cfg.arrow_plan_cache_dir or None,
         prefetch=check_depth(getattr(cfg, "arrow_prefetch", DEFAULT_DEPTH)),
-        shuffle_window=check_window(getattr(cfg, "arrow_shuffle_window", None), True),
+        shuffle_window=batch_order(True, getattr(cfg, "arrow_shuffle_window", None)).window,
     )
 
 
@@ -258,6 +258,7 @@ class ReadAheadEpochBatchIterator(iterators.EpochBatchIterator):
         self.read_ahead = prefetch_source(kwargs.get("dataset"), prefetch)
         self.prefetch = prefetch
         self.shuffle_window = shuffle_window
+        self.window_order = None if shuffle_window is None else WindowShuffle(shuffle_window)
         self.plans = plans
         super().__init__(**kwargs)
         if shuffle_window is not None and self.grouped_shuffling:
@@ -266,26 +267,28 @@ class ReadAheadEpochBatchIterator(iterators.EpochBatchIterator):
             )
 
     def ordered_batches(self, epoch: int, fix_batches_to_gpus: bool, shuffle: bool) -> list[Any]:
-        if self.shuffle_window is None or not shuffle:
+        if self.window_order is None or not shuffle:
             batches, reads = super().ordered_batches(epoch, fix_batches_to_gpus, shuffle), None
         else:
-            batches, reads = self._windowed(epoch, fix_batches_to_gpus)
+            batches, reads = self._windowed(self.window_order, epoch, fix_batches_to_gpus)
         if self.read_ahead is None:
             return batches
         return ReadAheadBatches(batches, self.read_ahead, self.prefetch, reads)
 
-    def _windowed(self, epoch: int, fix_batches_to_gpus: bool) -> tuple[list[Any], WindowReads | None]:
+    def _windowed(
+        self, windows: WindowShuffle, epoch: int, fix_batches_to_gpus: bool
+    ) -> tuple[list[Any], WindowReads | None]:
         """This rank's batches of epoch ``epoch`` in the windowed order (dealt as fairseq deals), and their reads."""
-        window = self.shuffle_window
-        assert window is not None
         if fix_batches_to_gpus:
-            raise InvalidParameterError(f"fix_batches_to_gpus: expected False with --arrow-shuffle-window {window}")
+            raise InvalidParameterError(
+                f"fix_batches_to_gpus: expected False with --arrow-shuffle-window {windows.window}"
+            )
         frozen = self.frozen_batches
-        order = windowed_batch_order(len(frozen), self.seed, epoch, window)
+        order = windows.order(len(frozen), self.seed, epoch)
         ordered = [frozen[b] for b in order.tolist()]
         batches = list(iterators.ShardedIterator(ordered, self.num_shards, self.shard_id, fill_value=[]))
         stored = stored_copy(getattr(self.plans, "plan", None), getattr(self.dataset, "arrow", None))
         if stored is None or self.read_ahead is None:  # no copy read by its plan, or no read-ahead: nothing to locate
             return batches, None
-        starts = window_starts(len(frozen), self.seed, epoch, window)
+        starts = windows.window_starts(len(frozen), self.seed, epoch)
         return batches, WindowReads(*stored, order, starts, self.num_shards)

@@ -230,6 +230,7 @@ def _add_info(commands: argparse._SubParsersAction) -> None:
         "info",
         "languages, provenance and, per split and column: rows, tokens, length percentiles, vocabulary, <unk> rate",
         _cmd_info,
+        f"arrowmt folder, a view file (.view: the rows it keeps), or {URL_HELP}",
     )
     cmd.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     _cache_flags(cmd)
@@ -237,9 +238,19 @@ def _add_info(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_verify(commands: argparse._SubParsersAction) -> None:
-    cmd = _add(commands, "verify", "full check of every file: SHA-256, structure, every offset, every id", _cmd_verify)
+    cmd = _add(
+        commands,
+        "verify",
+        "full check of every file: SHA-256, structure, every offset, every id; the views, cached plans and copies' "
+        "row orders and block tables beside them",
+        _cmd_verify,
+        f"arrowmt folder, or {URL_HELP} (its blocks are fetched and checked; --cache-dir keeps them)",
+    )
     _cache_flags(cmd)
     _quiet_flag(cmd)
+
+
+URL_HELP = "the URL of one (s3://bucket/corpus, gs://..., any pyarrow.fs URI; file:// is a local path)"
 
 
 def _cache_flags(cmd: argparse.ArgumentParser) -> None:
@@ -357,10 +368,14 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
 
 
 def _add(
-    sub: argparse._SubParsersAction, name: str, help_text: str, func: Callable[[argparse.Namespace], int]
+    sub: argparse._SubParsersAction,
+    name: str,
+    help_text: str,
+    func: Callable[[argparse.Namespace], int],
+    path_help: str = "arrowmt dataset folder",
 ) -> argparse.ArgumentParser:
     cmd = sub.add_parser(name, help=help_text, description=help_text)
-    cmd.add_argument("path", help="arrowmt dataset folder")
+    cmd.add_argument("path", help=path_help)
     cmd.set_defaults(func=func)
     return cmd
 

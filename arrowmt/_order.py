@@ -31,7 +31,6 @@ from arrowmt.format import (
     refuse_block_order,
 )
 from arrowmt.plans import (
-    ORDERED_BY_KEY,
     BlockParams,
     BlockRows,
     PlanParams,
@@ -48,6 +47,7 @@ from arrowmt.plans import (
     table_source,
     write_table,
 )
+from arrowmt.storage import local_output
 
 ORDER_CACHE_SUFFIX = ".arrowmt-order"  # the plan's folder beside OUT while the copy is made
 CHUNK_TOKENS = 1 << 22  # tokens of blocks a block copy gathers at a time (16 MiB; ~170 MiB peak, temporaries too)
@@ -88,10 +88,8 @@ def order_copy(
     with plan_cache(out, cache_dir) as folder:
         plan = load_plan(data, params, folder)
         order = plan_order(plan.indices, len(data))
-        provenance = {ORDERED_BY_KEY: ordered_by(split, plan.key, plan_fields(params))}
-        return write_reordered(
-            corpus, out, split, order, plan.offsets, provenance, overwrite=overwrite, progress=progress
-        )
+        ordered = ordered_by(split, plan.key, plan_fields(params))
+        return write_reordered(corpus, out, split, order, plan.offsets, ordered, overwrite=overwrite, progress=progress)
 
 
 def order_blocks(
@@ -159,7 +157,7 @@ def check_out(corpus: str | os.PathLike[str], out: str | os.PathLike[str]) -> No
                 f"{name}: expected the path of an arrowmt folder (a copy is made of a whole split, not of a view or "
                 f"a mixture), got {type(value).__name__}"
             )
-    source, target = local_only(corpus, "corpus", "order").resolve(), Path(out).resolve()
+    source, target = local_only(corpus, "corpus", "order").resolve(), local_output(out).resolve()
     if target == source or source in target.parents or target in source.parents:
         raise InvalidParameterError(
             f"out: expected a folder outside the corpus {corpus} (the copy would replace or hold the original), "
@@ -174,7 +172,7 @@ def plan_cache(out: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | 
     if cache_dir is not None:
         yield Path(cache_dir)
         return
-    target = Path(out)
+    target = local_output(out)
     folder = target.parent / f".{target.name}{ORDER_CACHE_SUFFIX}"
     try:
         yield folder

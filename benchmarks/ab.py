@@ -212,7 +212,8 @@ def run_one(code: Path, label: str, measure_name: str, args: argparse.Namespace)
         read_into_cache([args.data / "arrowmt", cache, *([args.data / "lm"] if measure_name == "lm" else [])])
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(code)})
     if done.returncode != 0:
-        return {"measure": measure_name, "failed": done.stderr.strip().splitlines()[-3:]}
+        lines = done.stderr.replace(f"{ROOT}/", "").strip().splitlines()  # results keep no machine's own paths
+        return {"measure": measure_name, "failed": lines[-3:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: arrowmt, converters
 sys.path.insert(0, str(HERE))
 
 import make_text_corpus  # noqa: E402
+
 from arrowmt.converters._fairseq_binary import read_indexed  # noqa: E402
 
 LANGS = ("de", "en")
@@ -179,7 +180,7 @@ def commit() -> str:
     """The checkout's commit, ``+`` when files differ from it (``git describe``-like; empty without git)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "arrowmt", "converters"], cwd=ROOT)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "arrowmt"], cwd=ROOT)
     except OSError:
         return ""
     return head.stdout.strip() + ("+" if dirty.returncode else "")

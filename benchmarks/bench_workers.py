@@ -6,10 +6,10 @@ Usage::
     python benchmarks/bench_workers.py --rows 12600000 --repeat 2 --batches 6000
 
 Every configuration runs ``--repeat`` times, interleaved, each in a fresh ``benchmarks/run_one.py`` process on
-every core (workers need them; nothing is pinned), over the first ``--batches`` batches of rank 0's epoch
-(``max_tokens`` 4096, seed 1). The table keeps each configuration's best run and the range; "x fairseq" divides by
-fairseq with the same number of workers, "x own no worker" by the same system with none. Every run is saved to
-``benchmarks/results/workers-<rows>.json``.
+every core (workers need them; nothing is pinned), the files it reads read into the page cache first, over the
+first ``--batches`` batches of rank 0's epoch (``max_tokens`` 4096, seed 1). The table keeps each configuration's
+best run and the range; "x fairseq" divides by fairseq with the same number of workers, "x own no worker" by the
+same system with none. Every run is saved to ``benchmarks/results/workers-<rows>.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ab import read_into_cache
 from run_all import ensure_corpus, run_config
 
 HERE = Path(__file__).resolve().parent
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeat):
         for name, (system, extra, _) in CONFIGS.items():
             print(f"  {repeat + 1}/{args.repeat} {name}", file=sys.stderr, flush=True)
+            read_into_cache([data / ("arrowmt" if system == "arrowmt" else "data-bin")])
             runs[name].append(run_config(system, [*extra, "--max-batches", str(args.batches)], data, args.rows, 0, -1))
     text = table(runs)
     print(text)

@@ -27,9 +27,9 @@ D = HERE.parent / "bench-data" / "mixsep-100x12600000"
 
 def prepare() -> None:
     import bench_mixture as bm
-    from arrowmt.converters._fairseq_folder import convert_fairseq
 
     import arrowmt
+    from arrowmt.converters._fairseq_folder import convert_fairseq
 
     db = D / "data-bin"
     if not (D / "made").exists():

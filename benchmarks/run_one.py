@@ -122,7 +122,7 @@ def source_digest() -> str:
     """SHA-256 over arrowmt's and the converters' source files: which code version was measured."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for path in sorted([*root.glob("arrowmt/**/*.py"), *root.glob("converters/*.py")]):
+    for path in sorted(root.glob("arrowmt/**/*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -421,6 +421,13 @@ def find_plan_cache(data: Path) -> list[Path]:
     return sorted(folder.glob("plan-*.bin")) if folder.is_dir() else []
 
 
+def in_repository(path: str | Path) -> str:
+    """``path`` as results record it: relative to the repository when inside it (no machine's own paths)."""
+    root = Path(__file__).resolve().parent.parent
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
+
+
 def digest_batch(h: hashlib._Hash, batch: dict) -> None:
     for t in (batch["id"], batch["net_input"]["src_tokens"], batch["net_input"]["prev_output_tokens"]):
         h.update(t.numpy().astype("<i8").tobytes())
@@ -444,7 +451,7 @@ def run(args: argparse.Namespace) -> dict:
     import_system(args.system)
     result["import_s"] = time.perf_counter() - t0
     if args.system.startswith("arrowmt") and args.plan == "cold":
-        result["plan_cache_removed"] = clear_plan_cache(data)
+        result["plan_cache_removed"] = [in_repository(p) for p in clear_plan_cache(data)]
     base = read_memory()
 
     io0 = read_bytes()
@@ -455,7 +462,7 @@ def run(args: argparse.Namespace) -> dict:
     result["setup_cpu_s"] = time.process_time() - c0
     after_setup = read_memory()
     if args.system.startswith("arrowmt"):
-        result["plan_cache_files"] = [str(p) for p in find_plan_cache(data)]
+        result["plan_cache_files"] = [in_repository(p) for p in find_plan_cache(data)]
         result["plan_built"] = bool(pipe.sampler.plan.built)
         if args.plan == "warm" and result["plan_built"]:
             result["warning"] = "--plan warm but the plan was built (no cache yet); run --plan cold first"

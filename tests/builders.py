@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from arrowmt.converters._fairseq_binary import read_indexed
 
 from arrowmt._errors import FormatError
+from arrowmt.converters._fairseq_binary import read_indexed
 from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_path
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import SOURCE, TARGET

@@ -6,8 +6,8 @@ import gzip
 from pathlib import Path
 
 import numpy as np
-from arrowmt.converters._fairseq_folder import convert_fairseq
 
+from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt.format._manifest import file_sha256
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import TOKENS

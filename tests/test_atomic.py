@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from arrowmt.converters._output import OutputFolder
 
 import arrowmt
 from arrowmt._errors import (
@@ -37,6 +36,7 @@ from arrowmt._errors import (
     OutputExistsError,
     StorageError,
 )
+from arrowmt.converters._output import OutputFolder
 from arrowmt.format._atomic import (
     STAGING_MARK,
     TEMP_PREFIX,

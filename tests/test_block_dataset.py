@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 from torch.utils.data import DataLoader
 
 from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
+from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._sidefile import HEADER_BYTES
 from arrowmt.format._split import Split

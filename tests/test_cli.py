@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arrowmt.converters._output import OutputFolder, column, special_ids_of
 
 from arrowmt import _cli
 from arrowmt._errors import FormatError, InvalidParameterError, OutputExistsError
 from arrowmt._info import summarize
+from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.format._manifest import Manifest, split_path
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import MANIFEST_NAME

@@ -10,15 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import arrowmt.converters._fairseq_export as fairseq_export
-import arrowmt.converters._output as output
 import numpy as np
 import pytest
-from arrowmt.converters._fairseq_export import export_fairseq
-from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 
+import arrowmt.converters._fairseq_export as fairseq_export
+import arrowmt.converters._output as output
 from arrowmt._cli import INTERRUPTED_MESSAGE, TERMINATED_MESSAGE
 from arrowmt._errors import ArrowMTError, FormatError, InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt.converters._fairseq_export import export_fairseq
+from arrowmt.converters._fairseq_folder import convert_fairseq, discover
 from arrowmt.format._atomic import STAGING_MARK, TEMP_PREFIX, StagedOutput
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._reader import SplitFile

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._parallel_text import convert_text
 
 from arrowmt._cli import main
 from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt.converters._fairseq_folder import convert_fairseq
+from arrowmt.converters._parallel_text import convert_text
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._vocab import Dictionary

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.converters._parallel_text import (
     UNKNOWN_WARNING_RATE,
     convert_with_options,
     parse_byte_size,
     unknown_lines,
 )
-
-from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._vocab import Dictionary
 from arrowmt.training._dataset import open_dataset

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+
 from arrowmt.converters._parallel_text import Spilled, _parallelism
 from arrowmt.converters._tasks import open_runner
 from arrowmt.converters._text import UNSPLIT_WHITESPACE, token_ids, tokenize

@@ -92,3 +92,11 @@ def test_a_shown_command_takes_the_options_it_is_shown_with(page: str, words: li
         name, known = f"{script} {sub or ''}", script_options(script, sub)
     used = {w.split("=", 1)[0] for w in words if re.match(r"^--?[A-Za-z]", w)}
     assert used <= known, f"{page}: `{' '.join(words)}`: {name} takes no {sorted(used - known)}"
+
+
+def test_results_record_no_machines_own_paths() -> None:
+    """Issue 37: result files carried the absolute paths of the machine that made them; they record paths relative
+    to the repository (benchmarks/run_one.py ``in_repository``)."""
+    absolute = re.compile(r"(?<![\w.])/(?:work|root|home|tmp|Users)/")
+    found = [p.name for p in sorted((ROOT / "benchmarks" / "results").glob("*.json")) if absolute.search(p.read_text())]
+    assert found == []

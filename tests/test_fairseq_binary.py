@@ -9,9 +9,9 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from arrowmt.converters._fairseq_binary import detect_index_format, read_document_index, read_indexed
 
 from arrowmt._errors import FormatError, InputDataError
+from arrowmt.converters._fairseq_binary import detect_index_format, read_document_index, read_indexed
 from arrowmt.format._ragged import Ragged
 
 SPLITS = ("train", "valid", "test")

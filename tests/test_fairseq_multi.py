@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arrowmt.converters._fairseq_folder import convert_fairseq
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt.format._view import build_view
 from arrowmt.plans._mixing import resample_counts, temperature_ratios
 from tests.conftest import PLUGIN_DIR, TINY_TRANSFORMER, fairseq_preprocess, import_fairseq, multi30k, quiet

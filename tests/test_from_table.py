@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._from_table import convert_table, read_table_file
 
 import arrowmt
 from arrowmt._cli import main
 from arrowmt._errors import FormatError, InputDataError, InvalidParameterError, OutputExistsError
+from arrowmt.converters._fairseq_folder import convert_fairseq
+from arrowmt.converters._from_table import convert_table, read_table_file
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._split import Split, open_split
 from arrowmt.format._verify import verify_dataset

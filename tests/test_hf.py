@@ -15,8 +15,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import torch
-from arrowmt.converters._fairseq_binary import read_indexed
-from arrowmt.converters._fairseq_folder import convert_fairseq
 
 from arrowmt._errors import (
     FormatError,
@@ -25,6 +23,8 @@ from arrowmt._errors import (
     OutputExistsError,
     OutputWriteError,
 )
+from arrowmt.converters._fairseq_binary import read_indexed
+from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile

@@ -26,9 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from arrowmt.converters._output import OutputFolder, column, special_ids_of
-from arrowmt.converters._parallel_text import convert_text
-from arrowmt.converters._parquet_export import export_parquet
 
 from arrowmt import _cli
 from arrowmt._errors import (
@@ -41,6 +38,9 @@ from arrowmt._errors import (
     VocabularyError,
 )
 from arrowmt._info import summarize
+from arrowmt.converters._output import OutputFolder, column, special_ids_of
+from arrowmt.converters._parallel_text import convert_text
+from arrowmt.converters._parquet_export import export_parquet
 from arrowmt.format._atomic import COMPLETED_NOTE, TEMP_PREFIX, StagedOutput, deferred_signals
 from arrowmt.format._dictionaries import file_digest
 from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, lock_path

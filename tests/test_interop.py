@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
-from arrowmt.converters._fairseq_folder import convert_fairseq
 
+from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt.training._dataset import ArrowMTDataset, open_dataset
 from tests.conftest import fairseq_fixture
 

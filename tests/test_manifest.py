@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from arrowmt.converters._fairseq_export import export_fairseq
-from arrowmt.converters._output import OutputFolder, column, special_ids_of
 
 from arrowmt._errors import FormatError
 from arrowmt._info import summarize
+from arrowmt.converters._fairseq_export import export_fairseq
+from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.format._manifest import MAX_JSON_BYTES, FileEntry, Manifest, plain_name_error
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._schema import MANIFEST_NAME

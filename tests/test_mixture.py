@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arrowmt.converters import convert_text
 from builders import lengths_dataset, multi30k_dataset
 from conftest import MULTI30K
 from state_helpers import check_resume, check_resume_in_fresh_process, torch_roundtrip
@@ -17,6 +16,7 @@ from test_view import random_pairs, write_rows
 
 from arrowmt._errors import FormatError, InvalidParameterError, VocabularyError
 from arrowmt._order import order_copy
+from arrowmt.converters import convert_text
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._split import Split
 from arrowmt.format._view import build_view

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arrowmt.converters._fairseq_export import export_fairseq
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._pairs import arrow_split_names, fairseq_split_name
 
 from arrowmt._cli import main
 from arrowmt._errors import FormatError
+from arrowmt.converters._fairseq_export import export_fairseq
+from arrowmt.converters._fairseq_folder import convert_fairseq
+from arrowmt.converters._pairs import arrow_split_names, fairseq_split_name
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.training._dataset import open_dataset

@@ -10,6 +10,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,15 @@ import pytest
 
 import arrowmt
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME, Split, SplitFile, verify_dataset, write_side_file
+from arrowmt.format import (
+    CACHE_DIR_NAME,
+    MANIFEST_NAME,
+    Split,
+    SplitFile,
+    order_marker,
+    verify_dataset,
+    write_side_file,
+)
 from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS
 from arrowmt.format._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
 from arrowmt.format._writer import write_split
@@ -436,3 +445,40 @@ def test_a_copy_of_a_view_or_a_mixture_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError, match=r"corpus: expected the path of an arrowmt folder .*ArrowMTView"):
         arrowmt.order_copy(view, tmp_path / "copy", max_tokens=MAX_TOKENS, progress=False)
     assert not (tmp_path / "copy").exists()
+
+
+def edited_copy(ordered: Path, tmp_path: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of ``ordered`` whose manifest ``edit`` changed (the split files untouched)."""
+    copy = tmp_path / "edited"
+    shutil.copytree(ordered, copy)
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    edit(manifest)
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    return copy
+
+
+def test_the_copy_records_the_plan_it_is_stored_by_in_its_files(ordered: Path, corpus: Path) -> None:
+    assert Split(ordered, "train").shards[0].metadata.stored_order == order_marker(
+        "train", json.loads((ordered / MANIFEST_NAME).read_text())["provenance"]["ordered_by"]
+    )
+    assert Split(ordered, "test").shards[0].metadata.stored_order is None  # other splits are copied as they are
+    assert b"stored_order" not in (corpus / "train.arrow").read_bytes()  # plain files are written as before
+
+
+def test_an_edited_plan_in_the_copys_manifest_is_refused(ordered: Path, tmp_path: Path) -> None:
+    """Issue 36: the recorded seed edited to 4 gave a sampler with seed 4 the plan of seed 3, and verify said OK."""
+    copy = edited_copy(ordered, tmp_path, lambda m: m["provenance"]["ordered_by"]["fields"].update(seed=4))
+    with pytest.raises(FormatError, match=r"provenance 'ordered_by' is not the plan it was stored by \(edited\)"):
+        arrowmt.TokenBatchSampler(arrowmt.open_dataset(copy, "train"), max_tokens=MAX_TOKENS, seed=4)
+    problems = verify_dataset(copy, progress=False).problems
+    assert any("'ordered_by' is not the plan it was stored by" in p and "make the copy again" in p for p in problems)
+
+
+def test_a_copy_whose_row_order_entry_was_removed_is_refused(ordered: Path, tmp_path: Path) -> None:
+    """Issue 36: without its row order entry the copy read as a plain corpus (other rows), and verify said OK."""
+    copy = edited_copy(ordered, tmp_path, lambda m: m["provenance"].pop("row_order"))
+    with pytest.raises(FormatError, match=r"stored in plan order \(its files record 'train.rows'\), but the manifest"):
+        arrowmt.open_dataset(copy, "train")
+    problems = verify_dataset(copy, progress=False).problems
+    assert any("provenance 'row_order' names None for it: the manifest was edited" in p for p in problems), problems
+    assert len(arrowmt.open_dataset(copy, "test")) == 1000  # the splits stored as they were still open

@@ -12,13 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._from_table import convert_table
-from arrowmt.converters._parquet_export import export_parquet
 
 import arrowmt
 from arrowmt._cli import main
 from arrowmt._errors import OutputExistsError
+from arrowmt.converters._fairseq_folder import convert_fairseq
+from arrowmt.converters._from_table import convert_table
+from arrowmt.converters._parquet_export import export_parquet
 from arrowmt.format._manifest import Manifest
 from arrowmt.format._split import open_split
 from arrowmt.format._verify import verify_dataset

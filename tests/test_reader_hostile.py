@@ -29,9 +29,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from arrowmt.converters._output import OutputFolder, special_ids_of
 
 from arrowmt._errors import FormatError
+from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.format import _reader as reader_module
 from arrowmt.format._manifest import Manifest, file_entry, split_path
 from arrowmt.format._offsets_crc import (

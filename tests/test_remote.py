@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -380,6 +381,48 @@ def test_commands_for_local_corpora_refuse_a_url_naming_stage(tmp_path: Path, co
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["convert text", "export fairseq", "export parquet", "filter", "order"])
+def test_an_output_url_is_refused_and_nothing_is_written(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """Issue 36: an output named by a URL was written as the local folder Path(url) gives (./s3:/bucket/out, and the
+    URL printed as s3:/bucket); arrowmt writes to local disk only and says so, naming the URL as given."""
+    monkeypatch.chdir(tmp_path)
+    url = f"s3://key:secret@{BUCKET}/out"
+    calls = {
+        "convert text": lambda: arrowmt.convert_text(str(MULTI30K / "val"), url, src_lang="de", tgt_lang="en"),
+        "export fairseq": lambda: arrowmt.export_fairseq(corpus, url, progress=False),
+        "export parquet": lambda: arrowmt.export_parquet(corpus, url, progress=False),
+        "filter": lambda: arrowmt.build_view(corpus, url, max_len=5),
+        "order": lambda: arrowmt.order_copy(corpus, url, max_tokens=256, progress=False),
+    }
+    expected = rf"^out: expected a local path to write, got the URL s3://{BUCKET}/out; arrowmt writes to local disk"
+    with pytest.raises(InvalidParameterError, match=expected):
+        calls[command]()
+    assert list(tmp_path.iterdir()) == []  # no s3: folder, no plan cache beside it
+
+
+@pytest.mark.parametrize("option", ["--trainpref", "--srcdict"])
+def test_a_url_for_local_inputs_is_refused_naming_the_option(tmp_path: Path, option: str) -> None:
+    prefix = str(MULTI30K / "val")
+    args = {"--trainpref": [f"s3://{BUCKET}/train"], "--srcdict": [prefix, "--srcdict", f"s3://{BUCKET}/dict.txt"]}
+    done = run_cli("convert", "text", str(tmp_path / "out"), "--trainpref", *args[option], "-s", "de", "-t", "en")
+    assert (
+        done.returncode == 2 and f"{option}: expected " in done.stderr and f"got the URL s3://{BUCKET}/" in done.stderr
+    )
+    with pytest.raises(
+        InvalidParameterError, match=r"^data_bin: expected a local fairseq data-bin folder, got the URL"
+    ):
+        arrowmt.convert_fairseq(f"s3://{BUCKET}/data-bin", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_file_urls_name_local_inputs_and_outputs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    arrowmt.convert_text((MULTI30K / "val").as_uri(), out.as_uri(), src_lang="de", tgt_lang="en", progress=False)
+    assert len(arrowmt.open_dataset(out, "train")) == 1014
+
+
 def test_a_file_url_is_the_local_folder(corpus: Path) -> None:
     assert _rows(arrowmt.open_dataset(corpus.as_uri(), "train")) == _rows(arrowmt.open_dataset(corpus, "train"))
 
@@ -630,6 +673,46 @@ def test_a_short_write_to_the_cache_marks_no_block_present(
     assert [remote[i]["target"].tolist() for i in range(len(remote))] == [
         local[i]["target"].tolist() for i in range(len(local))
     ]
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """A tmpfs of a given size (and the same one resized: call again), unmounted afterwards; skipped where no tmpfs
+    can be mounted (not root, not Linux, a container without the capability)."""
+    where = tmp_path / "small-disk"
+    where.mkdir()
+    mounted: list[bool] = []
+
+    def mount(size: int) -> Path:
+        options = f"size={size}" + (",remount" if mounted else "")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True
+        )
+        if done.returncode and not mounted:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+        assert done.returncode == 0, done.stderr
+        mounted.append(True)
+        return where
+
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs Linux and root")
+    yield mount
+    if mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_cache_on_a_file_system_that_fills_up(url: str, corpus: Path, small_disk: Callable[[int], Path]) -> None:
+    """Issue 36, on a real full file system (a tmpfs with room for the corpus's small files and a third of its split
+    file): reading every row is one StorageError naming the cache's file, never a wrong row; once the file system
+    has room again, every row is the local corpus's (what the full write left is fetched again)."""
+    room = sum(p.stat().st_size for p in corpus.iterdir() if p.is_file() and p.name != "train.arrow")
+    disk = small_disk(-(-(room + size_of(corpus) // 3) // 4096) * 4096)
+    remote = arrowmt.open_dataset(url, "train", cache_dir=disk)
+    with pytest.raises(StorageError, match=r"train\.arrow: cannot write to the cache: No space left on device"):
+        [remote[i] for i in range(len(remote))]
+    small_disk(64 << 20)
+    local = arrowmt.open_dataset(corpus, "train")
+    assert [flat(remote[i]) for i in range(len(remote))] == [flat(local[i]) for i in range(len(local))]
 
 
 def test_a_copy_in_plan_order_by_url(s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path) -> None:

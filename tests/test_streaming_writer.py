@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arrowmt.converters._fairseq_binary import open_indexed, read_indexed
-from arrowmt.converters._fairseq_folder import convert_fairseq
 
 import arrowmt.format._writer as writer
 from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
+from arrowmt.converters._fairseq_binary import open_indexed, read_indexed
+from arrowmt.converters._fairseq_folder import convert_fairseq
 from arrowmt.format._metadata import SplitMetadata
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._writer import (

@@ -11,6 +11,8 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
+
+from arrowmt._errors import InvalidParameterError, MissingDependencyError
 from arrowmt.converters._tasks import (
     FALLBACK_PARALLELISM,
     TaskRunner,
@@ -19,8 +21,6 @@ from arrowmt.converters._tasks import (
     executor_parallelism,
     open_runner,
 )
-
-from arrowmt._errors import InvalidParameterError, MissingDependencyError
 
 
 def square(x: int) -> int:

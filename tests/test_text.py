@@ -13,6 +13,9 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import MULTI30K, fairseq_fixture
+
+from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
 from arrowmt.converters._text import (
     BadUtf8,
     Encoded,
@@ -26,9 +29,6 @@ from arrowmt.converters._text import (
     tokenize,
 )
 from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
-from conftest import MULTI30K, fairseq_fixture
-
-from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
 from arrowmt.format._vocab import Dictionary
 
 VAL_DE_FIRST = "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"

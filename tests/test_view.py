@@ -464,7 +464,6 @@ def test_translation_arrow_trains_on_a_view(tmp_path: Path) -> None:
     import warnings
 
     from arrowmt.converters._fairseq_folder import convert_fairseq
-
     from tests.conftest import fairseq_fixture, import_fairseq
 
     import_fairseq()
@@ -492,7 +491,6 @@ def test_every_public_member_of_a_dataset_works_on_a_view_dataset(tmp_path: Path
     import inspect
 
     from arrowmt.converters._fairseq_folder import convert_fairseq
-
     from arrowmt.training._dataset import ArrowMTDataset
     from tests.conftest import fairseq_fixture
 

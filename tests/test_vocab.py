@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from arrowmt.converters._text import read_lines, tokenize
 from conftest import MULTI30K, fairseq_fixture
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
+from arrowmt.converters._text import read_lines, tokenize
 from arrowmt.format._vocab import Dictionary
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from arrowmt.converters._fairseq_binary import read_indexed
 
 import arrowmt.format._writer as writer
 from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt.converters._fairseq_binary import read_indexed
 from arrowmt.format._ragged import Ragged
 from arrowmt.format._reader import SplitFile
 from arrowmt.format._writer import ColumnData, choose_rows_per_batch, write_split

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from arrowmt.format._manifest import (
         BLOCK_ORDER_KEY,
         DICTIONARY_SUFFIX,
+        ORDERED_BY_KEY,
         ROW_ORDER_KEY,
         FileEntry,
         Manifest,
@@ -63,7 +64,15 @@ if TYPE_CHECKING:
         ensure_offsets_checked,
         indices_within,
     )
-    from arrowmt.format._row_order import RowOrder, open_row_order, order_name, refuse_row_order, write_row_order
+    from arrowmt.format._row_order import (
+        RowOrder,
+        check_order_marker,
+        open_row_order,
+        order_marker,
+        order_name,
+        refuse_row_order,
+        write_row_order,
+    )
     from arrowmt.format._schema import (
         CACHE_DIR_NAME,
         DEFAULT_ROWS_PER_BATCH,

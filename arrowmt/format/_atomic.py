@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 from arrowmt._errors import ArrowMTError, OutputExistsError, OutputWriteError
 from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, publishing
+from arrowmt.storage import local_output
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def atomic_path(path: str | os.PathLike[str], overwrite: bool = True) -> Iterato
     folder is removed by the next write there (inside a staging folder, which is
     removed as a whole, nothing is looked for).
     """
-    target = Path(path)
+    target = local_output(path)
     if not overwrite and target.exists():
         raise OutputExistsError(f"{target}: output exists; pass overwrite=True to replace it")
     if STAGING_MARK not in target.parent.name:
@@ -191,7 +192,7 @@ class StagedOutput:
     @classmethod
     def begin(cls, target: str | os.PathLike[str], overwrite: bool) -> StagedOutput:
         """Lock ``target``, check it may be written, remove what killed runs left, and make a staging folder."""
-        out = Path(target)
+        out = local_output(target)
         if os.path.lexists(out) and not out.is_dir():
             raise OutputWriteError(f"{out}: expected an output folder, got an existing file")
         created = _make_parents(out)

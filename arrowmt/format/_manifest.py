@@ -31,6 +31,7 @@ REQUIRED_KEYS = frozenset({"format", "format_version", "languages", "dictionarie
 OPTIONAL_KEYS = frozenset({"provenance"})
 PAIRS_KEY = "pairs"  # provenance key: the language pairs of a folder holding several (``["de-en", "fr-en"]``)
 ROW_ORDER_KEY = "row_order"  # provenance key: split -> row order file of a copy stored in plan order
+ORDERED_BY_KEY = "ordered_by"  # provenance key: {"split", "plan" (the original's key), "fields" (the plan's)}
 BLOCK_ORDER_KEY = "block_order"  # provenance key: split -> block table entry of LM blocks stored in plan order
 ENTRY_KEYS = ("file", "rows", "size", "sha256")
 SHOWN_CHARS = 80

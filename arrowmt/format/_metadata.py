@@ -43,14 +43,21 @@ class SplitMetadata:
     source_format: str = "unknown"
     format: str = FORMAT_NAME
     format_version: int = SPLIT_FORMAT_VERSION
+    # a copy in plan order (``arrowmt order``): its row order file and a digest of the manifest entry naming the plan
+    # its rows are stored by (:func:`arrowmt.format._row_order.order_marker`); None, and not written, elsewhere
+    stored_order: dict[str, str] | None = None
 
     @property
     def languages(self) -> dict[str, str | None]:
         return {name: info.lang for name, info in self.columns.items()}
 
     def to_json(self) -> bytes:
-        """Canonical JSON bytes (sorted keys), so equal metadata gives equal files."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode("utf-8")
+        """Canonical JSON bytes (sorted keys), so equal metadata gives equal files (a plain split's are what they
+        were before ``stored_order`` was added)."""
+        fields = asdict(self)
+        if fields["stored_order"] is None:
+            del fields["stored_order"]
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> SplitMetadata:

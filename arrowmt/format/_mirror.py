@@ -28,7 +28,7 @@ from arrowmt.format._manifest import MAX_JSON_BYTES, Manifest, parse_json, read_
 from arrowmt.format._schema import MANIFEST_NAME
 from arrowmt.format._sidefile import exclusive_lock
 from arrowmt.format._spans import take_flat
-from arrowmt.storage import STATE_DIR, is_url, local_path, without_credentials
+from arrowmt.storage import STATE_DIR, is_url, local_only_path, local_path
 
 if TYPE_CHECKING:  # loaded where a URL or a cache folder is read: a local reader never loads the block cache
     from arrowmt.storage import BlockFile, BlockStore, RemoteFolder
@@ -78,13 +78,8 @@ class CacheOptions:
 def local_only(path: str | os.PathLike[str], name: str, what: str) -> Path:
     """``path`` as a local folder; InvalidParameterError naming ``name`` for a URL: ``what`` reads local corpora only
     (copy one to disk first with ``arrowmt stage``)."""
-    if is_url(path):
-        url = without_credentials(os.fspath(path))
-        raise InvalidParameterError(
-            f"{name}: expected a local arrowmt folder ({what} reads corpora on local disk), got the URL {url}; "
-            f"copy it first: arrowmt stage {url} LOCAL_FOLDER"
-        )
-    return local_path(path)
+    expected = f"a local arrowmt folder ({what} reads corpora on local disk)"
+    return local_only_path(path, name, expected, "copy it first: arrowmt stage {url} LOCAL_FOLDER")
 
 
 def local_folder(

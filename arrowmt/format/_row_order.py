@@ -25,6 +25,9 @@ stored plan read) confirms it. Any other batch is translated row by row.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +35,7 @@ import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._chunks import CheckedArray
-from arrowmt.format._manifest import ROW_ORDER_KEY, Manifest, plain_name_error
+from arrowmt.format._manifest import ORDERED_BY_KEY, ROW_ORDER_KEY, Manifest, plain_name_error
 from arrowmt.format._reader import FileIdentity
 from arrowmt.format._sidefile import SideFormat, check_batch_offsets, open_side_file, write_side_file
 from arrowmt.io import advise
@@ -167,10 +170,44 @@ def write_row_order(path: Path, order: np.ndarray, offsets: np.ndarray) -> Path:
     return write_side_file(path, ORDER_FORMAT, (count, itemsize, batches, int(offsets[-1])), sections)
 
 
-def read_row_order(folder: Path, manifest: Manifest, split: str, rows: int) -> RowOrder | None:
-    """The row order maps of the ``rows`` rows of ``split``, or None in plain order."""
+def read_row_order(
+    folder: Path, manifest: Manifest, split: str, rows: int, marker: Mapping[str, str] | None = None
+) -> RowOrder | None:
+    """The row order maps of the ``rows`` rows of ``split``, or None in plain order; ``marker``: what the split's
+    files record of the order they are stored in (checked against the manifest, :func:`check_order_marker`)."""
     name = order_files(manifest).get(split)
+    check_order_marker(folder, manifest, split, marker)
     return None if name is None else open_row_order(folder / name, rows)
+
+
+def order_marker(split: str, ordered_by: Mapping[str, object]) -> dict[str, str]:
+    """What the files of split ``split`` of a copy in plan order record of it (their metadata's ``stored_order``):
+    the row order file, and a digest of the manifest's :data:`ORDERED_BY_KEY` entry ``ordered_by`` (the plan the rows
+    are stored by). A manifest whose entry was edited, or whose row order entry was removed, is then refused."""
+    return {"file": order_name(split), ORDERED_BY_KEY: _digest(ordered_by)}
+
+
+def check_order_marker(folder: Path, manifest: Manifest, split: str, marker: Mapping[str, str] | None) -> None:
+    """FormatError unless ``manifest`` says of ``split`` what its files' ``marker`` records (None: files in plain
+    order, or a copy written before files recorded it: nothing to compare)."""
+    if marker is None:
+        return
+    name, entry = order_files(manifest).get(split), manifest.provenance.get(ORDERED_BY_KEY)
+    where = f"{folder}: split {split!r} is stored in plan order (its files record {marker.get('file')!r})"
+    if name is None or name != marker.get("file"):
+        raise FormatError(
+            f"{where}, but the manifest's provenance {ROW_ORDER_KEY!r} names {name!r} for it: the manifest was "
+            "edited; restore it, or make the copy again"
+        )
+    if _digest(entry) != marker.get(ORDERED_BY_KEY):
+        raise FormatError(
+            f"{where}: the manifest's provenance {ORDERED_BY_KEY!r} is not the plan it was stored by (edited): "
+            f"expected the entry the copy was made with, got {entry!r}; make the copy again"
+        )
+
+
+def _digest(entry: object) -> str:
+    return hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def open_row_order(path: Path, rows: int) -> RowOrder:

@@ -69,8 +69,8 @@ class Split:
         self.shard_names = names
         sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.cumulative = np.concatenate([[0], np.cumsum(sizes)])
-        self.row_order = read_row_order(self.path, self.manifest, split, len(self))  # None: rows in plain order
         first = self.shards[0].metadata
+        self.row_order = read_row_order(self.path, self.manifest, split, len(self), first.stored_order)  # None: plain
         self.columns: tuple[str, ...] = tuple(first.columns)
         self._check_shards_agree(first)
 

@@ -23,6 +23,7 @@ from arrowmt.format._manifest import Manifest, file_sha256
 from arrowmt.format._mirror import CacheOptions, attached_file, mirror
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._schema import MANIFEST_NAME
+from arrowmt.storage import local_output
 
 STAGE_SUFFIX = ".arrowmt-stage"
 BLOCKS_PER_STEP = 16384  # blocks asked for at once (64 MiB of 4 KiB blocks: 8 range requests in flight)
@@ -30,7 +31,7 @@ BLOCKS_PER_STEP = 16384  # blocks asked for at once (64 MiB of 4 KiB blocks: 8 r
 
 def stage(url: str, out: str | os.PathLike[str], *, overwrite: bool = False, progress: bool = True) -> Manifest:
     """Copy the corpus at ``url`` to the folder ``out`` (see the module); returns its manifest."""
-    target = Path(out)
+    target = local_output(out)
     with StagedOutput.begin(target, overwrite) as staged:
         cache = target.parent / f".{target.name}{STAGE_SUFFIX}"
         folder = mirror(url, CacheOptions(cache, None))

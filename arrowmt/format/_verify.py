@@ -36,7 +36,7 @@ from arrowmt.format._metadata import ColumnInfo
 from arrowmt.format._mirror import attached_file, local_folder
 from arrowmt.format._progress import progress_bar
 from arrowmt.format._reader import SplitFile
-from arrowmt.format._row_order import check_row_order, order_files
+from arrowmt.format._row_order import check_order_marker, check_row_order, order_files
 from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME
 from arrowmt.format._sidefile import (
     BLOCKS_FORMAT,
@@ -267,11 +267,20 @@ def _verify_plan_orders(folder: Path, manifest: Manifest, report: VerifyReport, 
     checks: list[Callable[[], object]] = [lambda path=path, n=n: check_row_order(path, n) for path, n in row_files]
     tables = [(folder / str(e["file"]), str(e["table"]), _split_rows(manifest, s)) for s, e in sorted(blocks.items())]
     checks += [lambda path=path, key=key, n=n: _check_copy_table(path, key, n) for path, key, n in tables]
+    checks += [lambda split=split: _check_stored_order(folder, manifest, split) for split in manifest.splits()]
     bar.total += len(checks)
     bar.refresh()
     for check in checks:
         _count_or_report(report, check, "")
         bar.update(1)
+
+
+def _check_stored_order(folder: Path, manifest: Manifest, split: str) -> None:
+    """What the split's files record of the order they are stored in is what the manifest says (a copy in plan
+    order whose manifest entries were edited or removed is reported)."""
+    path = split_path(folder, manifest.shards(split)[0])
+    if path.is_file():  # a missing file is reported as such
+        check_order_marker(folder, manifest, split, SplitFile(path, "sequential").metadata.stored_order)
 
 
 def _check_copy_table(path: Path, key: str, rows: int) -> SideFormat:

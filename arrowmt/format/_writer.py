@@ -143,12 +143,14 @@ def write_split(
     overwrite: bool = True,
     progress: bool = False,
     piece_rows: int = OFFSETS_PIECE_ROWS,
+    stored_order: dict[str, str] | None = None,
 ) -> SplitMetadata:
     """Write ``columns`` as one split file at ``path`` atomically and return its metadata.
 
     Columns held in memory are written as they are; if any column is a :class:`RowSource`, every
     column is read :data:`PIECE_ROWS` rows at a time (memory bounded whatever the split's size).
-    ``piece_rows``: rows per offsets checksum piece (:mod:`arrowmt.format._offsets_crc`).
+    ``piece_rows``: rows per offsets checksum piece (:mod:`arrowmt.format._offsets_crc`). ``stored_order``: what a
+    copy in plan order records of it (:func:`arrowmt.format._row_order.order_marker`).
     """
     rows = check_same_rows(split, {name: len(col.ragged) for name, col in columns.items()}, _origins(columns))
     in_memory = {name: col.ragged for name, col in columns.items() if isinstance(col.ragged, Ragged)}
@@ -171,6 +173,7 @@ def write_split(
         columns=infos,
         special_ids=special_ids or SpecialIds(),
         source_format=source_format,
+        stored_order=stored_order,
     )
     with open_split_writer(
         path, meta, origins=_origins(columns), overwrite=overwrite, progress=progress, piece_rows=piece_rows

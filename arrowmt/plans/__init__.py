@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, as_provider
     from arrowmt.plans._sources import check_row_ids, check_source
     from arrowmt.plans._spec import BatchSpec, block_spec
-    from arrowmt.plans._stored_plan import ORDERED_BY_KEY, StoredPlan, ordered_by
+    from arrowmt.plans._stored_plan import StoredPlan, ordered_by
     from arrowmt.plans._token_stream import TokenStream, check_monolingual
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

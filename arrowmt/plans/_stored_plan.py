@@ -23,12 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.format import FileIdentity, RowOrder, Split, check_batch_offsets, open_row_order
+from arrowmt.format import ORDERED_BY_KEY, FileIdentity, RowOrder, Split, check_batch_offsets, open_row_order
 from arrowmt.plans._plan_cache import check_contents, checked_batch
 
 logger = logging.getLogger(__name__)
-
-ORDERED_BY_KEY = "ordered_by"  # manifest provenance: {"split", "plan" (the original's key), "fields" (the plan's)}
 
 
 def ordered_by(split: str, original_key: str, fields: Mapping[str, object]) -> dict[str, object]:

@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from arrowmt.storage._remote import RemoteFolder, request_buffer
     from arrowmt.storage._state import STATE_DIR
     from arrowmt.storage._store import BlockFile, BlockStore, CachedFile, Snapshot
-    from arrowmt.storage._urls import is_url, local_path, without_credentials
+    from arrowmt.storage._urls import (
+        DOWNLOAD_FIRST,
+        is_url,
+        local_only_path,
+        local_output,
+        local_path,
+        without_credentials,
+    )
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

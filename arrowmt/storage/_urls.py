@@ -7,6 +7,8 @@ import re
 import urllib.parse
 from pathlib import Path
 
+from arrowmt._errors import InvalidParameterError
+
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 FILE_URL = "file://"
@@ -24,6 +26,25 @@ def local_path(path: str | os.PathLike[str]) -> Path:
     if isinstance(text, str) and text.lower().startswith(FILE_URL):
         return Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
     return Path(text)
+
+
+def local_only_path(path: str | os.PathLike[str], name: str, expected: str, fix: str) -> Path:
+    """``path`` as the local path it names (a ``file://`` URL as its path); InvalidParameterError naming ``name``
+    for any other URL: ``expected`` says what ``name`` must be, ``fix`` what to do (``{url}`` stands for the URL, its
+    credentials left out). Never ``Path(url)``: that reads ``s3://bucket/x`` as the local folder ``s3:/bucket/x``."""
+    if is_url(path):
+        url = without_credentials(os.fspath(path))
+        raise InvalidParameterError(f"{name}: expected {expected}, got the URL {url}; {fix.format(url=url)}")
+    return local_path(path)
+
+
+DOWNLOAD_FIRST = "this reads local files only: download it first (e.g. aws s3 cp --recursive {url} LOCAL)"
+WRITE_LOCALLY = "arrowmt writes to local disk only: write there, then upload the folder (e.g. aws s3 sync)"
+
+
+def local_output(path: str | os.PathLike[str], name: str = "out") -> Path:
+    """The local path an output ``path`` names (:func:`local_only_path`): every file and folder arrowmt writes."""
+    return local_only_path(path, name, "a local path to write", WRITE_LOCALLY)
 
 
 def without_credentials(url: str) -> str:

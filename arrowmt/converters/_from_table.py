@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
-from arrowmt.converters._output import OutputFolder, column, special_ids_of
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
+from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.format import (
     IPC_FILE_MAGIC,
     SOURCE,

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._pairs import parse_pair
-
-from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.format import SOURCE, TARGET, TOKENS, ColumnData, Dictionary, Manifest, check_same_rows
+from arrowmt.storage import DOWNLOAD_FIRST, local_only_path, local_output
 
 logger = logging.getLogger(__name__)
 
@@ -72,21 +72,22 @@ def convert_fairseq(
     with several pairs, every pair becomes splits ``{split}.{src}-{tgt}`` of one
     folder (:mod:`arrowmt.converters._multi_pair`), or ``pair="de-en"`` picks one.
     """
-    data_bin = Path(data_bin)
+    data_bin = local_only_path(data_bin, "data_bin", "a local fairseq data-bin folder", DOWNLOAD_FIRST)
     found = discover(data_bin)
+    out = local_output(out)
     if len(found.pairs) > 1 and pair is None:
         from arrowmt.converters._multi_pair import convert_multi_pair
 
-        return convert_multi_pair(data_bin, Path(out), found, overwrite, progress)
+        return convert_multi_pair(data_bin, out, found, overwrite, progress)
     if found.pairs or pair:
         src, tgt = _choose_pair(data_bin, found, pair)
         if found.mono:
             logger.warning(
                 "%s: monolingual splits %s are not converted with pair %s-%s", data_bin, found.mono, src, tgt
             )
-        return _convert_pair(data_bin, Path(out), src, tgt, found.pairs[(src, tgt)], overwrite, progress)
+        return _convert_pair(data_bin, out, src, tgt, found.pairs[(src, tgt)], overwrite, progress)
     if found.mono:
-        return _convert_mono(data_bin, Path(out), found.mono, found.mono_lang, overwrite, progress)
+        return _convert_mono(data_bin, out, found.mono, found.mono_lang, overwrite, progress)
     raise InputDataError(
         f"{data_bin}: no fairseq binarized data found (expected files like train.de-en.de.idx or train.idx)"
     )

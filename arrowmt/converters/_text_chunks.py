@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+
+from arrowmt._errors import OutputWriteError, VocabularyError
 from arrowmt.converters._output import special_ids_of
 from arrowmt.converters._text import (
     GZIP_ERRORS,
@@ -38,8 +40,6 @@ from arrowmt.converters._text import (
     split_lines,
     token_ids,
 )
-
-from arrowmt._errors import OutputWriteError, VocabularyError
 from arrowmt.format import (
     DEFAULT_ROWS_PER_BATCH,
     MAX_LIST_VALUES,

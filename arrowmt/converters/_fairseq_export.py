@@ -10,10 +10,10 @@ import struct
 from pathlib import Path
 
 import numpy as np
-from arrowmt.converters._fairseq_binary import MMAP_MAGIC
-from arrowmt.converters._pairs import fairseq_split_name
 
 from arrowmt._errors import FormatError
+from arrowmt.converters._fairseq_binary import MMAP_MAGIC
+from arrowmt.converters._pairs import fairseq_split_name
 from arrowmt.format import (
     SOURCE,
     TARGET,

@@ -18,12 +18,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arrowmt.converters._pairs import check_distinct_splits, check_language, pair_split, parse_pair
-from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
-
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt.converters._pairs import check_distinct_splits, check_language, pair_split, parse_pair
+from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
 from arrowmt.format import SOURCE, TARGET, TOKENS
+from arrowmt.storage import DOWNLOAD_FIRST, local_only_path
 
 SPLITS = ("train", "valid", "test")
 MAX_WORKERS = 4096  # local worker processes
@@ -62,6 +62,9 @@ class TextConversion:
     shards: dict[str, list[str]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in ("srcdict", "tgtdict", "spm_model"):
+            if getattr(self, name):
+                object.__setattr__(self, name, str(_local(getattr(self, name), name, "a local file")))
         object.__setattr__(self, "pairs", self._resolve_pairs())
         self._check_dictionary_options()
         check_integer("workers", self.workers, 1, MAX_WORKERS)
@@ -75,11 +78,12 @@ class TextConversion:
             )
         for split, value in self.prefixes.items():
             if value:
-                self.shards[split] = value.split(",")
-                if not all(self.shards[split]):
+                if not all(value.split(",")):
                     raise InvalidParameterError(
                         f"{split}pref: expected file prefixes separated by commas, got an empty one in {value!r}"
                     )
+                where = "the prefix of local text files"
+                self.shards[split] = [str(_local(prefix, f"{split}pref", where)) for prefix in value.split(",")]
 
     @property
     def multi(self) -> bool:
@@ -291,3 +295,8 @@ def pair_files(prefix: str, src: str, tgt: str) -> dict[str, Path]:
             f"file for the other language; name both {own}.{src} and {own}.{tgt}, or neither"
         )
     return files
+
+
+def _local(path: str, name: str, expected: str) -> Path:
+    """The local path option ``name`` gives (a ``file://`` URL's path); InvalidParameterError for another URL."""
+    return local_only_path(path, name, expected, DOWNLOAD_FIRST)

@@ -25,6 +25,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm import tqdm
+
+from arrowmt._errors import InvalidParameterError
+from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import split_lang_pairs
 from arrowmt.converters._tasks import TaskRunner, open_runner
@@ -53,10 +57,6 @@ from arrowmt.converters._text_inputs import (
     column_roles,
     prefix_files,
 )
-from tqdm import tqdm
-
-from arrowmt._errors import InvalidParameterError
-from arrowmt._version import __version__
 from arrowmt.format import (
     SOURCE,
     TARGET,

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from arrowmt.converters._output import OutputFolder, column
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.converters._output import OutputFolder, column
 from arrowmt.format import (
+    ORDERED_BY_KEY,
     PIECE_ROWS,
     ROW_ORDER_KEY,
     STRETCH_PIECE_ROWS,
@@ -27,6 +28,7 @@ from arrowmt.format import (
     Ragged,
     RowSource,
     Split,
+    order_marker,
     order_name,
     refuse_block_order,
     refuse_row_order,
@@ -65,13 +67,14 @@ def write_reordered(
     split: str,
     order: np.ndarray,
     plan_offsets: np.ndarray,
-    provenance: dict[str, object],
+    ordered: dict[str, object],
     *,
     overwrite: bool = False,
     progress: bool = True,
 ) -> Manifest:
     """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows),
-    whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.format.write_row_order`)."""
+    whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.format.write_row_order`);
+    ``ordered``: the manifest's :data:`~arrowmt.format.ORDERED_BY_KEY` entry naming that plan."""
 
     def stored(data: Split) -> dict[str, RowSource]:
         rows = len(data)
@@ -81,9 +84,10 @@ def write_reordered(
 
     def side(folder: Path) -> dict[str, object]:
         write_row_order(folder / order_name(split), order, plan_offsets)
-        return {**provenance, ROW_ORDER_KEY: {split: order_name(split)}}
+        return {ORDERED_BY_KEY: ordered, ROW_ORDER_KEY: {split: order_name(split)}}
 
-    return write_copy(corpus, out, split, stored, side, overwrite=overwrite, progress=progress)
+    marker = order_marker(split, ordered)
+    return write_copy(corpus, out, split, stored, side, overwrite=overwrite, progress=progress, marker=marker)
 
 
 def write_copy(
@@ -95,10 +99,12 @@ def write_copy(
     *,
     overwrite: bool = False,
     progress: bool = True,
+    marker: dict[str, str] | None = None,
 ) -> Manifest:
     """Copy the folder ``corpus`` to ``out`` with split ``split``'s columns stored as ``stored(split)`` gives
     them (checked before anything is written); ``side(folder)`` writes the split's side file in the staging folder
-    and returns the provenance entries naming it (added to the source's)."""
+    and returns the provenance entries naming it (added to the source's); ``marker``: what the split's file records
+    of the order it is stored in (:func:`arrowmt.format.order_marker`)."""
     source_manifest = Manifest.load(corpus)
     refuse_row_order(source_manifest, Path(corpus), "order")
     refuse_block_order(source_manifest, Path(corpus), "order")
@@ -115,7 +121,9 @@ def write_copy(
         for name, data in splits.items():
             sources = rows if name == split else {c: OrderedRows(data, c, np.arange(len(data))) for c in data.columns}
             pieces = STRETCH_PIECE_ROWS if name == split else PIECE_ROWS  # read in stretches: small pieces
-            folder.write(name, _columns(data, sources, folder), data.special_ids, pieces)
+            folder.write(
+                name, _columns(data, sources, folder), data.special_ids, pieces, marker if name == split else None
+            )
         folder.manifest.provenance = {**source_manifest.provenance, **side(folder.path)}
         return folder.finish()
 

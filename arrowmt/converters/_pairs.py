@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import re
 
-from arrowmt.converters._output import OutputFolder
-
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.converters._output import OutputFolder
 
 SHARD_NUMBER = "[1-9][0-9]*"  # after a split's name in its shards' names: train1, train2, ... (fairseq's)
 SHARD = re.compile(rf"(?P<base>.*?)(?P<k>{SHARD_NUMBER})")

@@ -125,9 +125,15 @@ class OutputFolder:
         return self.path / file
 
     def write(
-        self, name: str, columns: dict[str, ColumnData], special_ids: SpecialIds, piece_rows: int = PIECE_ROWS
+        self,
+        name: str,
+        columns: dict[str, ColumnData],
+        special_ids: SpecialIds,
+        piece_rows: int = PIECE_ROWS,
+        stored_order: dict[str, str] | None = None,
     ) -> None:
-        """Write one split (or shard) file and record it (``piece_rows``: rows per offsets checksum piece)."""
+        """Write one split (or shard) file and record it (``piece_rows``: rows per offsets checksum piece;
+        ``stored_order``: what a copy in plan order records of it, see :func:`arrowmt.format.order_marker`)."""
         path = self.split_file(name)
         meta = write_split(
             path,
@@ -137,6 +143,7 @@ class OutputFolder:
             source_format=self.manifest.source_format,
             progress=self.progress,
             piece_rows=piece_rows,
+            stored_order=stored_order,
         )
         self.manifest.files[name] = file_entry(path, meta.rows)
 

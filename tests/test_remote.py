@@ -417,6 +417,16 @@ def test_a_url_for_local_inputs_is_refused_naming_the_option(tmp_path: Path, opt
     assert not (tmp_path / "out").exists()
 
 
+def test_a_view_by_url_is_refused_naming_what_was_given(corpus: Path, tmp_path: Path) -> None:
+    """A view file or its corpus given as a URL was read as the local path s3:/bucket/... ("no view file")."""
+    view = tmp_path / "v.view"
+    arrowmt.build_view(corpus, view, max_len=20)
+    with pytest.raises(InvalidParameterError, match=rf"^path: expected a local view file, got the URL s3://{BUCKET}/v"):
+        arrowmt.open_view(f"s3://key:secret@{BUCKET}/v.view", corpus)
+    with pytest.raises(InvalidParameterError, match=r"^corpus: expected a local arrowmt folder .* got the URL s3://"):
+        arrowmt.open_view_dataset(view, f"s3://{BUCKET}/val")
+
+
 def test_file_urls_name_local_inputs_and_outputs(tmp_path: Path) -> None:
     out = tmp_path / "out"
     arrowmt.convert_text((MULTI30K / "val").as_uri(), out.as_uri(), src_lang="de", tgt_lang="en", progress=False)

@@ -72,6 +72,7 @@ from arrowmt.format._sidefile import VIEW_FORMAT, SideFile, open_side_file, writ
 from arrowmt.format._spans import Spans, take_flat
 from arrowmt.format._split import Split
 from arrowmt.io import WordRanges
+from arrowmt.storage import DOWNLOAD_FIRST, local_only_path
 
 if TYPE_CHECKING:
     from arrowmt.format._vocab import Dictionary
@@ -470,8 +471,8 @@ class View:
     """
 
     def __init__(self, path: str | os.PathLike[str], corpus: str | os.PathLike[str] | None = None) -> None:
-        self.view_path = Path(path)
-        corpus_path = default_corpus(self.view_path) if corpus is None else Path(corpus)
+        self.view_path = local_only_path(path, "path", "a local view file", DOWNLOAD_FIRST)
+        corpus_path = default_corpus(self.view_path) if corpus is None else local_only(corpus, "corpus", "a view")
         side, self.description, self._rows = _open_view(self.view_path)
         self.identity, self.header, self._side = FileIdentity.of_stat(side.stat), _header_of(side.values), side
         self.corpus = Split(corpus_path, str(self.description["split"]))

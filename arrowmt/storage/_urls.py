@@ -38,7 +38,7 @@ def local_only_path(path: str | os.PathLike[str], name: str, expected: str, fix:
     return local_path(path)
 
 
-DOWNLOAD_FIRST = "this reads local files only: download it first (e.g. aws s3 cp --recursive {url} LOCAL)"
+DOWNLOAD_FIRST = "this reads local files only: download it first (e.g. aws s3 cp {url} LOCAL; --recursive for a folder)"
 WRITE_LOCALLY = "arrowmt writes to local disk only: write there, then upload the folder (e.g. aws s3 sync)"
 
 

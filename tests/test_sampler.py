@@ -20,7 +20,7 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._heap import release_free_heap
 from arrowmt.format._schema import CACHE_DIR_NAME
 from arrowmt.plans._bucketing import batch_by_size, ordered_indices
-from arrowmt.plans._plan import PlanParams, build_plan, side_lengths
+from arrowmt.plans._plan import PlanParams, build_plan, sides
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._sampler import PlanSampler, TokenBatchSampler
 
@@ -72,7 +72,7 @@ def test_resume_mid_epoch_continues_identically(valid_ds: ArrowMTDataset, cache:
 
 
 def test_batches_are_fairseq_batches(valid_ds: ArrowMTDataset, cache: Path) -> None:
-    src, tgt = side_lengths(valid_ds)
+    src, tgt = sides({column: valid_ds.lengths(column) for column in valid_ds.columns})
     order = ordered_indices(src, tgt, 1)
     flat, offsets = batch_by_size(order, np.maximum(src, tgt)[order], 512, None, 8)
     sampler = TokenBatchSampler(valid_ds, max_tokens=512, required_batch_size_multiple=8, cache_dir=cache)

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
         TARGET,
         TOKEN_TYPE,
         TOKENS,
+        canonical_json,
     )
     from arrowmt.format._sidefile import (
         BLOCKS_FORMAT,

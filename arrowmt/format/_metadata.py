@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from arrowmt._errors import FormatError
-from arrowmt.format._schema import FORMAT_NAME, READABLE_SPLIT_VERSIONS, SPLIT_FORMAT_VERSION
+from arrowmt.format._schema import FORMAT_NAME, READABLE_SPLIT_VERSIONS, SPLIT_FORMAT_VERSION, canonical_json
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class SplitMetadata:
         fields = asdict(self)
         if fields["stored_order"] is None:
             del fields["stored_order"]
-        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        return canonical_json(fields)
 
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> SplitMetadata:

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
+from arrowmt.format._schema import canonical_json
 from arrowmt.io import WORD, CrcPieces, ManyPieces, spread
 
 OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # version 1: one CRC per column (JSON)
@@ -84,16 +85,12 @@ def encode_offsets_crcs(offsets: Mapping[str, np.ndarray], piece_rows: int = PIE
     return {OFFSETS_PIECES_BINARY_KEY: BINARY_PREFIX.pack(piece_rows, len(offsets)) + crcs.tobytes()}
 
 
-def _json(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
-
-
 def encode_legacy_offsets_crcs(offsets: Mapping[str, np.ndarray], piece_rows: int = PIECE_ROWS) -> dict[bytes, bytes]:
     """What a version 1 writer recorded (JSON): for tests of the files written before version 2."""
     pieces = {"rows": piece_rows, "crcs": {c: piece_crcs(o, piece_rows) for c, o in offsets.items()}}
     return {
-        OFFSETS_CRC_KEY: _json({c: offsets_crc(o) for c, o in offsets.items()}),
-        OFFSETS_PIECES_KEY: _json(pieces),
+        OFFSETS_CRC_KEY: canonical_json({c: offsets_crc(o) for c, o in offsets.items()}),
+        OFFSETS_PIECES_KEY: canonical_json(pieces),
     }
 
 

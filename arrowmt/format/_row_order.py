@@ -26,7 +26,6 @@ stored plan read) confirms it. Any other batch is translated row by row.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import ORDERED_BY_KEY, ROW_ORDER_KEY, Manifest, plain_name_error
 from arrowmt.format._reader import FileIdentity
+from arrowmt.format._schema import canonical_json
 from arrowmt.format._sidefile import SideFormat, check_batch_offsets, open_side_file, write_side_file
 from arrowmt.io import advise
 
@@ -207,7 +207,7 @@ def check_order_marker(folder: Path, manifest: Manifest, split: str, marker: Map
 
 
 def _digest(entry: object) -> str:
-    return hashlib.sha256(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json(entry)).hexdigest()
 
 
 def open_row_order(path: Path, rows: int) -> RowOrder:

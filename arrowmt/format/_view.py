@@ -67,7 +67,7 @@ from arrowmt.format._mirror import local_only
 from arrowmt.format._ratio import length_ratio
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
 from arrowmt.format._row_order import refuse_row_order
-from arrowmt.format._schema import MANIFEST_NAME
+from arrowmt.format._schema import MANIFEST_NAME, canonical_json
 from arrowmt.format._sidefile import VIEW_FORMAT, SideFile, open_side_file, write_side_file
 from arrowmt.format._spans import Spans, take_flat
 from arrowmt.format._split import Split
@@ -377,7 +377,7 @@ def write_view(
     itemsize = 4 if n <= 2**32 else 8
     rows = np.ascontiguousarray(kept, dtype=f"<u{itemsize}")
     _check_rows(Path(out), rows, n)
-    text = json.dumps(description, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    text = canonical_json(description)
     values = (
         itemsize,
         bytes.fromhex(source.fingerprint()),

@@ -97,12 +97,6 @@ def sides(lengths: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | N
     return next(iter(lengths.values())), None
 
 
-def side_lengths(dataset: Split) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`sides` of ``dataset``, reading (int64) only the columns it needs."""
-    wanted = [column for column in (SOURCE, TARGET) if column in dataset.columns] or list(dataset.columns[:1])
-    return sides({column: dataset.lengths(column) for column in wanted})
-
-
 def planned_sides(lengths: Mapping[str, np.ndarray], reverse: bool, where: str) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`sides`, swapped when ``reverse`` (InvalidParameterError naming ``where`` for rows without a target)."""
     src, tgt = sides(lengths)

@@ -42,7 +42,6 @@ rebuilds it; the batches of chunks found sound stay readable meanwhile.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -56,6 +55,7 @@ from arrowmt.format import (
     PLAN_FORMAT,
     CheckedArray,
     SideFile,
+    canonical_json,
     check_batch_offsets,
     indices_within,
     load_or_build,
@@ -198,8 +198,7 @@ def checked_batch(
 
 def plan_key(params: Mapping[str, object]) -> str:
     """Hex SHA-256 naming a plan: canonical JSON of ``params`` plus the plan format version."""
-    text = json.dumps({"plan_version": PLAN_VERSION, **params}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json({"plan_version": PLAN_VERSION, **params})).hexdigest()
 
 
 def plan_path(cache_dir: str | os.PathLike[str], key: str) -> Path:

@@ -257,7 +257,6 @@ class ReadAheadEpochBatchIterator(iterators.EpochBatchIterator):
     def __init__(self, prefetch: int, shuffle_window: int | None = None, plans: Any = None, **kwargs: Any) -> None:
         self.read_ahead = prefetch_source(kwargs.get("dataset"), prefetch)
         self.prefetch = prefetch
-        self.shuffle_window = shuffle_window
         self.window_order = None if shuffle_window is None else WindowShuffle(shuffle_window)
         self.plans = plans
         super().__init__(**kwargs)

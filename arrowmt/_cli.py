@@ -472,22 +472,12 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
         manifest = convert_text(
             args.trainpref,
             args.out,
-            src_lang=args.src_lang,
-            tgt_lang=args.tgt_lang,
-            lang_pairs=args.lang_pairs,
-            lang=args.lang,
-            validpref=args.validpref,
-            testpref=args.testpref,
-            srcdict=args.srcdict,
-            tgtdict=args.tgtdict,
-            joined_dictionary=args.joined_dictionary,
+            **_options(args, "src_lang", "tgt_lang", "lang_pairs", "lang", "validpref", "testpref", "srcdict"),
+            **_options(args, "tgtdict", "joined_dictionary", "spm_model", "shard_rows", "overwrite"),
             **_given(args, "thresholdsrc", "thresholdtgt", "nwordssrc", "nwordstgt"),
-            spm_model=args.spm_model,
             workers=workers,
             chunk_bytes=parse_byte_size(args.chunk_size, "--chunk-size"),
-            shard_rows=args.shard_rows,
             executor=executor,
-            overwrite=args.overwrite,
             progress=not args.quiet,
         )
     report, warnings = unknown_lines(manifest)
@@ -497,6 +487,11 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
         print(f"arrowmt: WARNING: {line}", file=sys.stderr)
     _report_converted(args.out, manifest.files)
     return 0
+
+
+def _options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options ``names`` as parsed, by name: what the command passes on to the API function of the same names."""
+    return {name: getattr(args, name) for name in names}
 
 
 def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
@@ -614,17 +609,8 @@ def _cmd_filter(args: argparse.Namespace) -> int:
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in FILTER_CRITERIA)
         raise InvalidParameterError(f"expected at least one of {flags}, got none (the view would keep every row)")
     rows = None if args.rows is None else _row_list(Path(args.rows))
-    report = build_view(
-        args.corpus,
-        args.out_view,
-        split=args.split,
-        max_len=args.max_len,
-        min_len=args.min_len,
-        max_len_ratio=args.max_len_ratio,
-        dedup=args.dedup,
-        rows=rows,
-        overwrite=args.overwrite,
-    )
+    criteria = _options(args, "split", "max_len", "min_len", "max_len_ratio", "dedup", "overwrite")
+    report = build_view(args.corpus, args.out_view, rows=rows, **criteria)
     dropped = ", ".join(f"{reason.replace('_', ' ')} {report.dropped[reason]}" for reason in REASONS[1:])
     print(
         f"kept {report.kept} of {report.corpus_rows} rows (dropped: {dropped}; not listed "

@@ -33,9 +33,9 @@ from arrowmt.format import (
 from arrowmt.plans import (
     BlockParams,
     BlockRows,
+    BlockSpec,
     PlanParams,
     TokenStream,
-    block_spec,
     cache_folder,
     check_monolingual,
     load_block_plan,
@@ -58,31 +58,19 @@ def order_copy(
     out: str | os.PathLike[str],
     *,
     split: str = "train",
-    max_tokens: int | None = 4096,
-    max_sentences: int | None = None,
-    required_batch_size_multiple: int = 1,
-    max_source_positions: int | None = None,
-    max_target_positions: int | None = None,
-    seed: int = 1,
-    skip_invalid_size_inputs: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    **batching: int | bool | None,
 ) -> Manifest:
     """Copy ``corpus`` to ``out`` with ``split`` stored in the order of the plan a
-    :class:`~arrowmt.TokenBatchSampler` with these options makes (same names, same defaults).
+    :class:`~arrowmt.TokenBatchSampler` with the options ``batching`` makes (its names and defaults:
+    ``max_tokens=4096``, ``max_sentences``, ``required_batch_size_multiple=1``, ``max_source_positions``,
+    ``max_target_positions``, ``seed=1``, ``skip_invalid_size_inputs=False``).
 
     ``cache_dir``: where the plan is read from or built into (default: a folder beside ``out``, removed after; the
     corpus is only read, so a read-only one is copied too). ``out`` must lie outside the corpus."""
-    params = PlanParams(
-        max_tokens,
-        max_sentences,
-        required_batch_size_multiple,
-        max_source_positions,
-        max_target_positions,
-        seed,
-        skip_invalid_size_inputs,
-    )
+    params = PlanParams.of_options(batching, "order_copy")
     check_out(corpus, out)
     data = Split(corpus, split)
     with plan_cache(out, cache_dir) as folder:
@@ -100,23 +88,21 @@ def order_blocks(
     tokens_per_sample: int | None = 1024,
     break_mode: str = "none",
     document_sep_len: int = 1,
-    max_tokens: int | None = 4096,
-    max_sentences: int | None = None,
-    required_batch_size_multiple: int = 1,
-    max_positions: int | None = None,
-    seed: int = 1,
-    skip_invalid_size_inputs: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    **batching: int | bool | None,
 ) -> Manifest:
     """Copy the monolingual ``corpus`` to ``out`` with the LM blocks of ``split`` (``tokens_per_sample``,
     ``break_mode``, ``document_sep_len`` as :func:`~arrowmt.open_blocks` takes them) stored in the order of the
-    plan a :class:`~arrowmt.BlockBatchSampler` with these options makes (same names, same defaults).
+    plan a :class:`~arrowmt.BlockBatchSampler` with the options ``batching`` makes (its names and defaults:
+    ``max_tokens=4096``, ``max_sentences``, ``required_batch_size_multiple=1``, ``max_positions``, ``seed=1``,
+    ``skip_invalid_size_inputs=False``).
 
     The copy gives the same blocks, batches and samples for those block options, and each of that plan's
     batches is one contiguous read; its rows are pieces of blocks, so only the LM block readers open it.
     ``cache_dir`` and ``out`` as in :func:`order_copy`."""
+    spec = BlockSpec.of_options(batching, "order_blocks")
     params = BlockParams(tokens_per_sample, break_mode, document_sep_len)
     if params.break_mode == "eos":
         raise InvalidParameterError(
@@ -128,8 +114,6 @@ def order_blocks(
     refuse_block_order(data.manifest, data.path, "order")
     check_monolingual(data)
     stream = TokenStream(data)
-    spec = block_spec(max_tokens, max_sentences, required_batch_size_multiple, max_positions, seed,
-                      skip_invalid_size_inputs)  # fmt: skip
     with plan_cache(out, cache_dir) as cache:
         table = load_blocks(stream, params, cache)
         plan = load_block_plan(table, spec, cache_folder(data, cache), f"{data.path} split {split!r}", params)

@@ -133,7 +133,7 @@ def _quote(text: str) -> str:
 
 def build_profile(path: Path) -> None:
     ds = open_dataset(path)
-    params = plan_mod.PlanParams(4096, None, 1, None, None, 1, False)
+    params = plan_mod.PlanParams(max_tokens=4096, seed=1)
     t = time.perf_counter()
     plan_mod.build_plan(ds, params)
     print(f"build_plan: {time.perf_counter() - t:.2f} s wall (first call)")

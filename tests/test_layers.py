@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import arrowmt
 from arrowmt._lazy import face_imports
-from tests.conftest import ROOT, fairseq_fixture
+from tests.conftest import MULTI30K, ROOT, fairseq_fixture
 
 # Lower number = lower layer. The top (CLI, info, demo) may import everything.
 LAYERS = {
@@ -195,22 +196,32 @@ def converted_fixture(tmp_path: Path) -> Path:
 
 def test_training_on_a_corpus_never_loads_pyarrow_compute(tmp_path: Path) -> None:
     """Opening a corpus (its dictionaries checked against the split), batching it with the training face's
-    classes and reading batches never imports the vocabulary's ``pyarrow.compute`` (about 2 MiB of private
-    memory a rank, with what it imports); loading a dictionary does."""
+    classes and reading batches (pairs, LM blocks of its target side, a mixture) never imports the vocabulary's
+    ``pyarrow.compute`` (about 2 MiB of private memory a rank, with what it imports) nor ``numpy.ma`` (about 1 MiB,
+    imported by ``np.unique``'s first call); loading a dictionary does import ``pyarrow.compute``."""
     out = converted_fixture(tmp_path)
+    arrowmt.convert_text(str(MULTI30K / "val"), tmp_path / "lm", lang="en", progress=False)  # LM blocks
     code = (
         "import sys\n"
         "import arrowmt\n"
-        "from arrowmt.training import FairseqCollater, TagCollater, TokenBatchSampler\n"
+        "from arrowmt.training import FairseqBlockCollater, FairseqCollater, TokenBatchSampler\n"
         "ds = arrowmt.open_dataset(sys.argv[1], 'train')\n"
         "collate = FairseqCollater(ds.special_ids)\n"
         "batches = [collate(ds.__getitems__(list(b))) for b in TokenBatchSampler(ds, max_tokens=64, seed=1)]\n"
         "assert len(batches) > 1, len(batches)\n"
+        "lm = arrowmt.open_blocks(sys.argv[2], 'train', tokens_per_sample=64, break_mode='none')\n"
+        "blocks = FairseqBlockCollater(lm.special_ids)\n"
+        "batches = [blocks(lm.__getitems__(list(b))) for b in arrowmt.BlockBatchSampler(lm, max_tokens=512)]\n"
+        "mix = arrowmt.open_mixture({'a': ds, 'b': arrowmt.open_dataset(sys.argv[1], 'train')})\n"
+        "sampler = arrowmt.MixtureBatchSampler(mix, max_tokens=64, temperature=2.0)\n"
+        "batches = [collate(mix.__getitems__(list(b))) for b in sampler]\n"
         "assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'\n"
+        "assert 'numpy.ma' not in sys.modules, 'numpy.ma was imported'\n"
         "ds.dictionary(ds.columns[0])\n"
         "assert 'pyarrow.compute' in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    args = [sys.executable, "-c", code, str(out), str(tmp_path / "lm")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
 
 

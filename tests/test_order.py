@@ -110,7 +110,7 @@ def test_each_planned_batch_is_one_stretch_of_the_file(ordered: Path) -> None:
 
 
 def params(seed: int = 3) -> PlanParams:
-    return PlanParams(MAX_TOKENS, None, 1, None, None, seed, False)
+    return PlanParams(max_tokens=MAX_TOKENS, seed=seed)
 
 
 def test_the_copy_serves_the_plan_it_is_stored_by(ordered: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -272,6 +271,8 @@ def data_bin_hint(folder: Path) -> str | None:
     indexed = any(n.endswith(".idx") and f"{n[:-4]}.bin" in names for n in names)
     if not indexed or not any(n.startswith("dict") and n.endswith(".txt") for n in names):
         return None
+    import shlex  # only for this hint: not loaded by every reading process
+
     command = f"arrowmt convert fairseq {shlex.quote(str(folder))} OUT"
     return f"it is a fairseq data-bin folder: convert it first with '{command}'"
 

@@ -62,6 +62,7 @@ from typing import TypeVar
 import numpy as np
 
 from arrowmt._errors import ArrowMTError, FormatError
+from arrowmt._heap import release_free_heap
 from arrowmt.format._atomic import atomic_output
 from arrowmt.format._chunks import (
     CHUNK_BYTES,
@@ -273,6 +274,7 @@ class SideFile:
                 with suppress(FormatError):
                     contents()
                     self.contents_checked = True
+                release_free_heap()  # the whole pass's temporaries: not kept by every process that reads
         return self.contents_checked
 
     def check_header(self) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from arrowmt._arrays import sorted_unique
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
 from arrowmt.format._dictionaries import check_split_dictionaries, load_column_dictionary
@@ -140,7 +141,7 @@ class Split:
         if len(self.shards) == 1:
             return self.shards[0].lengths(column, local, dtype)
         out = np.empty(shard.shape[0], dtype=dtype)
-        for k in np.unique(shard):
+        for k in sorted_unique(shard):
             mask = shard == k
             out[mask] = self.shards[k].lengths(column, local[mask], dtype)
         return out
@@ -176,7 +177,7 @@ class Split:
         """:meth:`column_spans` for indices already split by :meth:`locate`."""
         if len(self.shards) == 1:
             return _shard_spans(self.shards[0], column, local)
-        present = np.unique(shard)
+        present = sorted_unique(shard)
         if present.size == 1:
             return _shard_spans(self.shards[int(present[0])], column, local)
         if present.size == 0:
@@ -207,7 +208,7 @@ class Split:
         if len(self.shards) == 1:
             return [self.shards[0].word_ranges(c, local, values) for c in self.columns]
         out = []
-        for k in np.unique(shard).tolist():
+        for k in sorted_unique(shard).tolist():
             rows = local[shard == k]
             out.extend(self.shards[k].word_ranges(c, rows, values) for c in self.columns)
         return out

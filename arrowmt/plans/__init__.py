@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from arrowmt.plans._plan_cache import BatchPlan, PlanArrays
     from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, as_provider
     from arrowmt.plans._sources import check_row_ids, check_source
-    from arrowmt.plans._spec import BatchSpec, block_spec
+    from arrowmt.plans._spec import BatchSpec, BlockSpec
     from arrowmt.plans._stored_plan import StoredPlan, ordered_by
     from arrowmt.plans._token_stream import TokenStream, check_monolingual
 

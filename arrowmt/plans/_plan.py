@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +28,13 @@ from arrowmt.plans._bucketing import (
 )
 from arrowmt.plans._plan_cache import PLAN_VERSION, BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._sources import check_source
-from arrowmt.plans._spec import SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits
+from arrowmt.plans._spec import INTERNAL, SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits
 from arrowmt.plans._stored_plan import StoredPlan, stored_plan
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, kw_only=True)
 class PlanParams(BatchSpec):
-    """The :class:`~arrowmt.plans._spec.BatchSpec` of a parallel (or monolingual) split, in fairseq's argument order.
+    """The :class:`~arrowmt.plans._spec.BatchSpec` of a parallel (or monolingual) split, by name.
 
     ``seed`` seeds the order (fairseq's ``numpy_seed``; None: no shuffle). ``reverse``
     plans the reverse direction of a parallel split: its ``target`` column is the
@@ -44,30 +44,10 @@ class PlanParams(BatchSpec):
 
     max_source_positions: int | None = None
     max_target_positions: int | None = None
-    reverse: bool = False
-
-    def __init__(
-        self,
-        max_tokens: int | None,
-        max_sentences: int | None,
-        required_batch_size_multiple: int,
-        max_source_positions: int | None,
-        max_target_positions: int | None,
-        seed: int | None,
-        skip_invalid_size_inputs: bool,
-        reverse: bool = False,
-    ) -> None:
-        values = (max_tokens, max_sentences, required_batch_size_multiple, max_source_positions, max_target_positions)
-        names = (*PAIR_ORDER, "seed", "skip_invalid_size_inputs", "reverse")
-        for name, value in zip(names, (*values, seed, skip_invalid_size_inputs, reverse), strict=True):
-            object.__setattr__(self, name, value)
-        self.__post_init__()
+    reverse: bool = field(default=False, metadata=INTERNAL)
 
     def limits(self) -> Limits:
         return ((SOURCE_LIMIT, self.max_source_positions), (TARGET_LIMIT, self.max_target_positions))
-
-
-PAIR_ORDER = ("max_tokens", "max_sentences", "required_batch_size_multiple", SOURCE_LIMIT, TARGET_LIMIT)
 
 
 def column_lengths(dataset: Split) -> dict[str, np.ndarray]:

@@ -9,17 +9,22 @@ whether samples over a limit are skipped instead of refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TypeVar
 
+from arrowmt._errors import InvalidParameterError
 from arrowmt.plans._bucketing import check_limit, check_seed
 
 SOURCE_LIMIT = "max_source_positions"
 TARGET_LIMIT = "max_target_positions"
 BLOCK_LIMIT = "max_positions"
 Limits = tuple[tuple[str, int | None], ...]
+Spec = TypeVar("Spec", bound="BatchSpec")
+INTERNAL = {"option": False}  # a field's metadata: set by arrowmt itself, not a batching option of the public API
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchSpec:
     """Everything a plan depends on besides its rows: the batching, the named length limits, the order's seed.
 
@@ -27,14 +32,29 @@ class BatchSpec:
     (:class:`~arrowmt.plans._plan.PlanParams` for pairs, :class:`BlockSpec` for blocks).
     Every value is checked here, once, in this order: ``max_tokens``, ``max_sentences``,
     ``required_batch_size_multiple``, each limit (None or an integer >= 1), ``seed``
-    (None, or an integer in [0, 2**32)).
+    (None, or an integer in [0, 2**32)). Fields are passed by name; their defaults are the samplers'.
     """
 
-    max_tokens: int | None
-    max_sentences: int | None
-    required_batch_size_multiple: int
-    seed: int | None
-    skip_invalid_size_inputs: bool
+    max_tokens: int | None = 4096
+    max_sentences: int | None = None
+    required_batch_size_multiple: int = 1
+    seed: int | None = 1
+    skip_invalid_size_inputs: bool = False
+
+    @classmethod
+    def of_options(cls: type[Spec], options: Mapping[str, object], where: str) -> Spec:
+        """The spec of the batching ``options`` given to ``where`` by name (InvalidParameterError naming an unknown
+        one and the names it takes); the others keep their defaults."""
+        names = cls.option_names()
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise InvalidParameterError(f"{where}: unexpected option {unknown[0]!r} (expected any of {list(names)})")
+        return cls(**options)  # type: ignore[arg-type]
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """The batching options of this kind of spec, as the public API names them."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("option", True))
 
     def __post_init__(self) -> None:
         for name, value in self.budget() + self.limits():
@@ -68,7 +88,7 @@ class BatchSpec:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BlockSpec(BatchSpec):
     """The spec of a plan of language-model blocks: one length limit, fairseq's ``max_positions``."""
 
@@ -76,16 +96,3 @@ class BlockSpec(BatchSpec):
 
     def limits(self) -> Limits:
         return ((BLOCK_LIMIT, self.max_positions),)
-
-
-def block_spec(
-    max_tokens: int | None,
-    max_sentences: int | None,
-    required_batch_size_multiple: int,
-    max_positions: int | None,
-    seed: int | None,
-    skip_invalid_size_inputs: bool,
-) -> BlockSpec:
-    """The spec of a plan of language-model blocks, in fairseq's argument order."""
-    budget = (max_tokens, max_sentences, required_batch_size_multiple)
-    return BlockSpec(*budget, seed, skip_invalid_size_inputs, max_positions=max_positions)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arrowmt._arrays import sorted_unique
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format import TOKENS, Spans, Split, exclusive_cumsum, flat_positions, refuse_row_order
 from arrowmt.io import WordRanges
@@ -114,7 +115,7 @@ class TokenStream:
         out = np.empty(int(lengths.sum()), dtype=np.int32)
         into = exclusive_cumsum(seg.length)
         source = seg.words_start(self)
-        for k in np.unique(shards).tolist():
+        for k in sorted_unique(shards).tolist():
             sel = np.flatnonzero(shards == k)
             n = seg.length[sel]
             out[flat_positions(into[sel], n)] = self.split.shards[k].copy_words(source[sel], n)
@@ -125,7 +126,7 @@ class TokenStream:
         seg = self.segments(starts, ends)
         where, shards = seg.words_start(self), self.shard[seg.piece]
         out = []
-        for k in np.unique(shards).tolist():
+        for k in sorted_unique(shards).tolist():
             sel = shards == k
             out.append(self.split.shards[k].ranges(where[sel], seg.length[sel]))
         return out
@@ -138,7 +139,7 @@ class TokenStream:
         if len(self.words) == 1 and not self.remote:
             return self.words[0][where]
         out = np.empty(positions.shape, dtype=np.int32)
-        for k in np.unique(shards).tolist():
+        for k in sorted_unique(shards).tolist():
             sel = shards == k
             out[sel] = self.split.shards[k].copy_words(where[sel], np.ones(int(sel.sum()), dtype=np.int64))
         return out
@@ -151,7 +152,7 @@ class TokenStream:
         blocks = [seg.block[seg.start > starts[seg.block]]]  # a piece boundary inside a range starts a row
         positions = [seg.start[seg.start > starts[seg.block]]]
         seg_end = seg.start + seg.length
-        for p in np.unique(seg.piece).tolist():
+        for p in sorted_unique(seg.piece).tolist():
             sel = np.flatnonzero(seg.piece == p)
             shift = self.first_offset[p] - self.flat_start[p]
             offsets = self.checked_offsets(p)
@@ -179,7 +180,7 @@ class TokenStream:
         shard, local = self.split.locate(np.asarray(rows, dtype=np.int64))
         starts = np.empty(shard.shape, dtype=np.int64)
         lengths = np.empty(shard.shape, dtype=np.int64)
-        for k in np.unique(shard).tolist():
+        for k in sorted_unique(shard).tolist():
             sel = shard == k
             part = self.split.shards[k]
             where, n = part.spans(self.column, local[sel])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from arrowmt._arrays import sorted_unique
+
 
 def _range_blocks(starts: np.ndarray, ends: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The non-empty ranges (mask), the first block of each, and how many blocks each touches."""
@@ -31,8 +33,8 @@ def covered_blocks(starts: np.ndarray, ends: np.ndarray, block_size: int) -> np.
     if not count.size:
         return np.zeros(0, dtype=np.int64)
     if int(count.max()) == 1:
-        return np.unique(first)
-    return np.unique(_expand(first, count))
+        return sorted_unique(first)
+    return sorted_unique(_expand(first, count))
 
 
 def block_uses(

@@ -32,6 +32,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from arrowmt._arrays import sorted_unique
 from arrowmt._errors import StorageError
 from arrowmt.storage._punch import punch_hole
 from arrowmt.storage._ranges import block_runs, block_uses, covered_blocks
@@ -350,7 +351,7 @@ class BlockStore:
         """(file, first block within it, block count) of the runs of sorted unique ``blocks``, within files."""
         k = np.searchsorted(self.base, blocks, side="right") - 1
         runs = []
-        for f in np.unique(k).tolist():
+        for f in sorted_unique(k).tolist():
             first, count = block_runs(blocks[k == f] - self.base[f], max_run)
             runs += [(f, a, n) for a, n in zip(first.tolist(), count.tolist(), strict=True)]
         return runs

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from arrowmt._arrays import sorted_unique
 from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format import SpecialIds, exclusive_cumsum
@@ -129,7 +130,7 @@ def document_offsets(lengths: np.ndarray, blocks: np.ndarray, starts: np.ndarray
     """``cu_seqlens``: offsets of every document in the blocks' tokens laid end to end (int64, from 0)."""
     row_start = exclusive_cumsum(lengths)
     points = np.concatenate((row_start[lengths > 0], row_start[blocks] + starts, [int(lengths.sum())]))
-    return np.unique(points)
+    return sorted_unique(points)
 
 
 @dataclass(frozen=True)

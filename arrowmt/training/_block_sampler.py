@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from arrowmt.io import DEFAULT_DEPTH
-from arrowmt.plans import block_spec, cache_folder, check_source, load_block_plan
+from arrowmt.plans import BlockSpec, cache_folder, check_source, load_block_plan
 from arrowmt.training._block_dataset import BlockDataset
 from arrowmt.training._sampler import PlanSampler, walk_of
 
@@ -42,13 +42,13 @@ class BlockBatchSampler(PlanSampler):
     ) -> None:
         check_source("dataset", dataset, BLOCK_SOURCE, ("split", "table", "cache_dir"))
         walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
-        params = block_spec(
-            max_tokens,
-            max_sentences,
-            required_batch_size_multiple,
-            max_positions,
-            walk.plan_seed,
-            skip_invalid_size_inputs,
+        params = BlockSpec(
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            required_batch_size_multiple=required_batch_size_multiple,
+            max_positions=max_positions,
+            seed=walk.plan_seed,
+            skip_invalid_size_inputs=skip_invalid_size_inputs,
         )
         split = dataset.split
         folder = cache_folder(split, cache_dir if cache_dir is not None else dataset.cache_dir)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from arrowmt._arrays import sorted_unique
 from arrowmt.format import Split
 from arrowmt.io import PassRanges, WordRanges
 from arrowmt.plans import StoredPlan
@@ -48,7 +49,7 @@ def window_end_steps(starts: np.ndarray, start: int, k: int, steps: int) -> np.n
     successors begin at positions ``starts`` (:func:`arrowmt.plans.window_starts`), the last step included: the step
     holding a window's last position (it may hold the next window's first few too). Sorted, unique."""
     ends = (starts[starts > start] - 1 - start) // k
-    return np.unique(np.append(ends[ends < steps - 1], steps - 1))
+    return sorted_unique(np.append(ends[ends < steps - 1], steps - 1))
 
 
 def stored_copy(plan: object, source: object) -> tuple[Split, StoredPlan] | None:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from arrowmt._arrays import sorted_unique
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format import CacheOptions, Manifest, Spans, SpecialIds, check_indices, local_folder
@@ -151,7 +152,7 @@ class Mixture(Dataset):
             return found
         corpus, local = self.locate(indices)
         out: list[WordRanges] = []
-        for k in np.unique(corpus).tolist():
+        for k in sorted_unique(corpus).tolist():
             out.extend(self.corpora[k].word_ranges(local[corpus == k], values))  # type: ignore[attr-defined]
         return out
 
@@ -190,7 +191,7 @@ class Mixture(Dataset):
         return self._gather or None
 
     def _column_spans(self, column: str, corpus: np.ndarray, local: np.ndarray) -> Spans:
-        present = np.unique(corpus)
+        present = sorted_unique(corpus)
         if present.size == 1:
             return self.corpora[int(present[0])].column_spans(column, local)
         if present.size == 0:
@@ -346,13 +347,13 @@ class MixtureBatchSampler(PlanSampler):
             raise InvalidParameterError(f"temperature: expected None when weights are given, got {temperature!r}")
         self.mixture = mixture
         self.params = PlanParams(
-            max_tokens,
-            max_sentences,
-            required_batch_size_multiple,
-            max_source_positions,
-            max_target_positions,
-            walk.plan_seed,
-            skip_invalid_size_inputs,
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            required_batch_size_multiple=required_batch_size_multiple,
+            max_source_positions=max_source_positions,
+            max_target_positions=max_target_positions,
+            seed=walk.plan_seed,
+            skip_invalid_size_inputs=skip_invalid_size_inputs,
         )
         self.epoch_size = None if epoch_size is None else check_integer("epoch_size", epoch_size, 1)
         self.resample_seed = seed if resample_seed is None else int(resample_seed)

@@ -186,7 +186,7 @@ class MixtureGather:
         """Replace the rows of corpora stored in plan order by their stored positions (in place; each ``where``
         chunk checked on first use); False if one lies outside its split (a corrupt ``where``)."""
         ordered = self.ordered[corpus]
-        for k in np.unique(corpus[ordered]).tolist():
+        for k in sorted_unique(corpus[ordered]).tolist():
             sel = corpus == k
             rows[sel] = self.row_orders[k].where.take(rows[sel])
         return not (rows[ordered] >= self.split_rows[corpus[ordered]]).any()

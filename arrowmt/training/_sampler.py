@@ -410,13 +410,13 @@ class TokenBatchSampler(PlanSampler):
     ) -> None:
         walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
         params = PlanParams(
-            max_tokens,
-            max_sentences,
-            required_batch_size_multiple,
-            max_source_positions,
-            max_target_positions,
-            walk.plan_seed,
-            skip_invalid_size_inputs,
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            required_batch_size_multiple=required_batch_size_multiple,
+            max_source_positions=max_source_positions,
+            max_target_positions=max_target_positions,
+            seed=walk.plan_seed,
+            skip_invalid_size_inputs=skip_invalid_size_inputs,
         )
         manifest = getattr(dataset, "manifest", None)  # a split or a view (a mixture checks each of its sources)
         if manifest is not None:

@@ -34,7 +34,7 @@ from fairseq.data import iterators
 from arrowmt._errors import InvalidParameterError
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, check_depth, prefetch_source
-from arrowmt.plans import BatchSpec, PlanParams, WindowShuffle, batch_order, block_spec, load_plan
+from arrowmt.plans import BatchSpec, BlockSpec, PlanParams, WindowShuffle, batch_order, load_plan
 from arrowmt.training import every_rank, stored_copy, stretch_ranges, window_end_steps
 
 logger = logging.getLogger(__name__)
@@ -121,14 +121,23 @@ def pair_spec(opts: IteratorOptions, seed: int | None, reverse: bool = False) ->
     """fairseq's batching arguments as the spec of a pair plan whose order is seeded with ``seed`` (None: no
     shuffle); the one place the translation tasks turn fairseq's options into arrowmt's."""
     max_source, max_target = position_limits(opts.max_positions)
-    budget = (opts.max_tokens, opts.max_sentences, opts.required_batch_size_multiple)
-    return PlanParams(*budget, max_source, max_target, seed, opts.ignore_invalid_inputs, reverse=reverse)
+    limits = {"max_source_positions": max_source, "max_target_positions": max_target}
+    return PlanParams(**_budget(opts), **limits, seed=seed, reverse=reverse)
 
 
 def block_batch_spec(opts: IteratorOptions, seed: int) -> BatchSpec:
     """fairseq's batching arguments as the spec of a plan of language-model blocks (the source limit applies)."""
-    budget = (opts.max_tokens, opts.max_sentences, opts.required_batch_size_multiple)
-    return block_spec(*budget, position_limits(opts.max_positions)[0], seed, opts.ignore_invalid_inputs)
+    return BlockSpec(**_budget(opts), max_positions=position_limits(opts.max_positions)[0], seed=seed)
+
+
+def _budget(opts: IteratorOptions) -> dict[str, Any]:
+    """fairseq's ``batch_by_size`` options and its ``ignore_invalid_inputs``, by arrowmt's names."""
+    return {
+        "max_tokens": opts.max_tokens,
+        "max_sentences": opts.max_sentences,
+        "required_batch_size_multiple": opts.required_batch_size_multiple,
+        "skip_invalid_size_inputs": opts.ignore_invalid_inputs,
+    }
 
 
 def plan_params(dataset: ArrowPairDataset, opts: IteratorOptions, epoch: int) -> PlanParams:

@@ -35,8 +35,8 @@ from arrowmt._version import __version__
 
 if TYPE_CHECKING:
     from arrowmt._info import ColumnSummary, SplitSummary, summarize
-    from arrowmt._order import order_blocks, order_copy
     from arrowmt.converters import convert_fairseq, convert_table, convert_text, export_fairseq, export_parquet
+    from arrowmt.copies import order_blocks, order_copy
     from arrowmt.format import (
         Dictionary,
         FileEntry,

@@ -304,7 +304,7 @@ BLOCK_ORDER_OPTIONS = ("max_positions", "sample_break_mode", "document_sep_len")
 
 
 def _cmd_order(args: argparse.Namespace) -> int:
-    from arrowmt._order import order_blocks, order_copy
+    from arrowmt.copies import order_blocks, order_copy
 
     common = ("split", "max_tokens", "max_sentences", "required_batch_size_multiple", "seed",
               "skip_invalid_size_inputs", "cache_dir", "overwrite")  # fmt: skip

@@ -24,8 +24,9 @@ from torch.utils.data import DataLoader
 
 import arrowmt
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.copies import cut_lengths, stored_starts
 from arrowmt.format import MANIFEST_NAME, block_order_name, verify_dataset
-from arrowmt.plans import cut_lengths, stored_starts, window_starts, windowed_batch_order
+from arrowmt.plans import window_starts, windowed_batch_order
 from arrowmt.training._block_collate import PlainBlockCollater
 from tests.builders import multi30k_dataset
 from tests.lm_data import fairseq_mono

@@ -30,16 +30,18 @@ LAYERS = {
     "arrowmt.format": 3,
     "arrowmt.converters": 4,
     "arrowmt.plans": 5,
-    "arrowmt.training": 6,
-    "arrowmt.integrations": 7,
+    "arrowmt.copies": 6,
+    "arrowmt.training": 7,
+    "arrowmt.integrations": 8,
 }
-TOP = 8
+TOP = 9
 TORCH_FREE = (
     "arrowmt.storage",
     "arrowmt.io",
     "arrowmt.format",
     "arrowmt.converters",
     "arrowmt.plans",
+    "arrowmt.copies",
     "arrowmt._info",
     "arrowmt._cli",
     "arrowmt.integrations.hf",

@@ -15,8 +15,8 @@ from state_helpers import check_resume, check_resume_in_fresh_process, torch_rou
 from test_view import random_pairs, write_rows
 
 from arrowmt._errors import FormatError, InvalidParameterError, VocabularyError
-from arrowmt._order import order_copy
 from arrowmt.converters import convert_text
+from arrowmt.copies import order_copy
 from arrowmt.format._schema import SOURCE, TARGET
 from arrowmt.format._split import Split
 from arrowmt.format._view import build_view

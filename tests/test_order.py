@@ -334,6 +334,17 @@ def test_readers_of_rows_as_stored_refuse_the_copy(ordered: Path, tmp_path: Path
         arrowmt.order_copy(ordered, tmp_path / "again", progress=False)
 
 
+def test_an_unknown_batching_option_is_refused_by_name_before_anything_is_written(corpus: Path, tmp_path: Path) -> None:
+    """The batching options are keywords into one spec: a misspelt one is named with the options taken."""
+    with pytest.raises(InvalidParameterError, match=r"order_copy: unexpected option 'max_token' \(expected any of"):
+        arrowmt.order_copy(corpus, tmp_path / "typo", max_token=700, progress=False)
+    with pytest.raises(InvalidParameterError, match=r"order_blocks: unexpected option 'max_source_positions'"):
+        arrowmt.order_blocks(corpus, tmp_path / "typo", max_source_positions=8, progress=False)
+    with pytest.raises(InvalidParameterError, match="max_tokens"):  # the spec checks each value, as the samplers do
+        arrowmt.order_copy(corpus, tmp_path / "typo", max_tokens=0, progress=False)
+    assert not (tmp_path / "typo").exists()
+
+
 def test_order_command(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "cli"
     command = [sys.executable, "-m", "arrowmt", "order", str(corpus), str(out), "--max-tokens", "700", "--seed", "3"]

@@ -1,4 +1,5 @@
-"""Layer 4, conversion (installed as ``arrowmt.converters``): fairseq data-bin and raw text in, fairseq out.
+"""Layer 4, conversion (installed as ``arrowmt.converters``): fairseq data-bin and raw text in, fairseq out; the
+output folder every writer of a corpus fills (``OutputFolder``, also the copies' writer).
 
 Imports the format layer only; never torch.
 Other packages import from here, not from the private modules. Each name loads its module on first use
@@ -17,9 +18,9 @@ if TYPE_CHECKING:
     from arrowmt.converters._fairseq_export import export_fairseq
     from arrowmt.converters._fairseq_folder import convert_fairseq, discover
     from arrowmt.converters._from_table import convert_table, read_table_file
+    from arrowmt.converters._output import OutputFolder, column
     from arrowmt.converters._parallel_text import convert_text, convert_with_options, parse_byte_size, unknown_lines
     from arrowmt.converters._parquet_export import export_parquet
-    from arrowmt.converters._reorder import write_copy, write_reordered
     from arrowmt.converters._tasks import dask_executor
     from arrowmt.converters._text_inputs import TextConversion
 

@@ -30,8 +30,7 @@ from arrowmt.format import (
     progress_bar,
     read_json,
     reading,
-    refuse_block_order,
-    refuse_row_order,
+    refuse_stored_order,
     write_bytes_atomic,
 )
 
@@ -70,8 +69,7 @@ def export_fairseq(path: str | Path, out: str | Path, overwrite: bool = False, p
     folder = local_only(path, "path", "export")
     with reading(folder):  # the manifest and every split file from one publish
         manifest = Manifest.load(folder)
-        refuse_row_order(manifest, folder, "export")
-        refuse_block_order(manifest, folder, "export")
+        refuse_stored_order(manifest, folder, "export")
         shards = {split: open_shard(folder, manifest, split, "sequential") for split in manifest.files}
     with StagedOutput.begin(out, overwrite) as staged:
         earlier = earlier_export(staged.target)

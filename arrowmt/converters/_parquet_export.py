@@ -33,8 +33,7 @@ from arrowmt.format import (
     local_only,
     progress_bar,
     reading,
-    refuse_block_order,
-    refuse_row_order,
+    refuse_stored_order,
 )
 
 PARQUET_SUFFIX = ".parquet"
@@ -59,8 +58,7 @@ def export_parquet(
     folder = local_only(path, "path", "export")
     with reading(folder):  # the manifest and every split from one publish
         manifest = Manifest.load(folder)
-        refuse_row_order(manifest, folder, "export")
-        refuse_block_order(manifest, folder, "export")
+        refuse_stored_order(manifest, folder, "export")
         splits = [Split(folder, split, manifest, access="sequential") for split in manifest.splits()]
     with StagedOutput.begin(out, overwrite) as staged:
         names = _copy_dictionaries(folder, manifest, staged.path)

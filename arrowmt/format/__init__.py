@@ -29,7 +29,6 @@ if TYPE_CHECKING:
         block_order_name,
         block_orders,
         read_block_order,
-        refuse_block_order,
     )
     from arrowmt.format._chunks import CheckedArray
     from arrowmt.format._dictionaries import check_split_dictionaries, mismatch_error
@@ -70,7 +69,6 @@ if TYPE_CHECKING:
         open_row_order,
         order_marker,
         order_name,
-        refuse_row_order,
         write_row_order,
     )
     from arrowmt.format._schema import (
@@ -102,6 +100,7 @@ if TYPE_CHECKING:
     from arrowmt.format._spans import Spans, exclusive_cumsum, flat_positions, take_flat
     from arrowmt.format._split import Split, open_shard, open_split
     from arrowmt.format._stage import stage
+    from arrowmt.format._stored_order import BLOCKS, ROWS, refuse_stored_order, stored_orders
     from arrowmt.format._verify import VerifyReport, find_views, verify_dataset
     from arrowmt.format._view import REASONS, VIEW_SUFFIX, View, ViewReport, build_view, listed_mask, open_view
     from arrowmt.format._vocab import Dictionary, id_outside, symbols_sha256, unterminated_row

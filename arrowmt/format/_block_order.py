@@ -4,7 +4,7 @@ Such a copy stores each token block of the original split together, one after an
 in the order a block batch plan reads them: its rows are the pieces of the original rows
 each block covers, so they are not sentences. Its block table (``<split>.lm-blocks``, a
 block table side file indexed by the original block numbers; see
-:mod:`arrowmt.plans._block_copy`) is listed in the manifest's provenance under
+:mod:`arrowmt.copies._block_rows`) is listed in the manifest's provenance under
 :data:`BLOCK_ORDER_KEY` with the key of the original's table and the block options it
 was made for and the batching options of the plan it is stored by::
 
@@ -15,8 +15,8 @@ was made for and the batching options of the plan it is stored by::
 The table key is the hash of ``source`` and ``blocks`` (as the original's block table is
 named), so block options edited in the manifest no longer match it.
 
-Readers of rows as sentences refuse such a copy (:func:`refuse_block_order`); the LM
-block readers read its table.
+Readers of rows as sentences refuse such a copy (:func:`~arrowmt.format._stored_order.refuse_stored_order`);
+the LM block readers read its table.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt._errors import FormatError
 from arrowmt.format._manifest import BLOCK_ORDER_KEY, SHA256_HEX, Manifest, plain_name_error
 
 BLOCKS_SUFFIX = ".lm-blocks"  # not ".blocks": that ends the block index of a split file
@@ -75,14 +75,3 @@ def read_block_order(folder: Path, manifest: Manifest, split: str) -> BlockOrder
         return None
     parts = (dict(entry[name]) for name in ("source", "blocks", "plan"))  # type: ignore[call-overload]
     return BlockOrder(folder / str(entry["file"]), str(entry["table"]), *parts)
-
-
-def refuse_block_order(manifest: Manifest, folder: Path, what: str, split: str | None = None) -> None:
-    """InvalidParameterError when ``folder`` stores LM blocks in plan order (in split ``split``; None: in any):
-    ``what`` reads rows as sentences."""
-    listed = block_orders(manifest)
-    if split in listed if split is not None else listed:
-        raise InvalidParameterError(
-            f"path: {folder} stores LM blocks in plan order (made by `arrowmt order --tokens-per-sample`): its rows "
-            f"are pieces of blocks, not sentences; {what} the original corpus instead, or read it with open_blocks"
-        )

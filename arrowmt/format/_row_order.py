@@ -247,11 +247,3 @@ def check_row_order(path: Path, rows: int) -> RowOrder:
         )
     check_batch_offsets(path, maps.offsets.whole(), maps.planned)
     return maps
-
-
-def refuse_row_order(manifest: Manifest, folder: Path, what: str) -> None:
-    """InvalidParameterError when ``folder`` stores a split in another row order: ``what`` reads rows as stored."""
-    if order_files(manifest):
-        raise InvalidParameterError(
-            f"path: {folder} stores rows in plan order (made by `arrowmt order`); {what} the original corpus instead"
-        )

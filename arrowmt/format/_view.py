@@ -59,18 +59,17 @@ import numpy as np
 
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._block_order import refuse_block_order
 from arrowmt.format._chunks import CheckedArray
 from arrowmt.format._manifest import Manifest, plain_name_error
 from arrowmt.format._metadata import SpecialIds, SplitMetadata
 from arrowmt.format._mirror import local_only
 from arrowmt.format._ratio import length_ratio
 from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
-from arrowmt.format._row_order import refuse_row_order
 from arrowmt.format._schema import MANIFEST_NAME, canonical_json
 from arrowmt.format._sidefile import VIEW_FORMAT, SideFile, open_side_file, write_side_file
 from arrowmt.format._spans import Spans, take_flat
 from arrowmt.format._split import Split
+from arrowmt.format._stored_order import refuse_stored_order
 from arrowmt.io import WordRanges
 from arrowmt.storage import DOWNLOAD_FIRST, local_only_path
 
@@ -359,8 +358,7 @@ def build_view(
     started = time.perf_counter()
     filters = ViewFilters(max_len, min_len, max_len_ratio, bool(dedup))
     source = Split(local_only(corpus, "corpus", "build_view (`arrowmt filter`)"), split, access="sequential")
-    refuse_row_order(source.manifest, source.path, "filter")
-    refuse_block_order(source.manifest, source.path, "filter")
+    refuse_stored_order(source.manifest, source.path, "filter")
     keep, dropped = select_rows(source, filters, rows)
     kept = np.flatnonzero(keep)
     del keep

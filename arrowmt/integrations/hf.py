@@ -68,8 +68,7 @@ from arrowmt.format import (
     atomic_path,
     ensure_offsets_checked,
     open_split,
-    refuse_block_order,
-    refuse_row_order,
+    refuse_stored_order,
     remove_unlisted,
     split_path,
     temp_prefix,
@@ -208,8 +207,7 @@ def _earlier_data_files(out: Path) -> frozenset[str]:
 def _checked_split(path: str | os.PathLike[str], split: str, what: str) -> Split:
     """Split ``split`` of ``path``, its rows as converted (not a copy in plan order), its offsets checked."""
     dataset = open_split(path, split)
-    refuse_row_order(dataset.manifest, dataset.path, what)
-    refuse_block_order(dataset.manifest, dataset.path, what, split)
+    refuse_stored_order(dataset.manifest, dataset.path, what, split)
     _check_offsets(dataset)
     return dataset
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
-    from arrowmt.plans._block_copy import BlockRows, cut_lengths, stored_starts
     from arrowmt.plans._block_plan import (
         BlockParams,
         BlockTable,

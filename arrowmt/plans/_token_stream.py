@@ -17,7 +17,7 @@ import numpy as np
 
 from arrowmt._arrays import sorted_unique
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import TOKENS, Spans, Split, exclusive_cumsum, flat_positions, refuse_row_order
+from arrowmt.format import BLOCKS, TOKENS, Spans, Split, exclusive_cumsum, flat_positions, refuse_stored_order
 from arrowmt.io import WordRanges
 
 
@@ -51,7 +51,7 @@ class TokenStream:
             raise InvalidParameterError(
                 f"column: expected one of {list(split.columns)} in {split.path} split {split.split!r}, got {column!r}"
             )
-        refuse_row_order(split.manifest, split.path, "LM blocks read")
+        refuse_stored_order(split.manifest, split.path, "LM blocks read", reads=(BLOCKS,))
         self.split = split
         self.column = column
         self.words = [shard.words for shard in split.shards]

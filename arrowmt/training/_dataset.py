@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt.format import Split, refuse_block_order
+from arrowmt.format import ROWS, Split, refuse_stored_order
 from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.training._batch import GatheredBatch
 
@@ -24,7 +24,7 @@ class ArrowMTDataset(Split, Dataset):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        refuse_block_order(self.manifest, self.path, "open_dataset", self.split)
+        refuse_stored_order(self.manifest, self.path, "open_dataset", self.split, reads=(ROWS,))
 
     def row(self, column: str, index: int) -> torch.Tensor:
         """Row ``index`` of ``column`` as an int32 tensor viewing the map (no copy)."""

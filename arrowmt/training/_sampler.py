@@ -35,7 +35,7 @@ from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import Split, refuse_block_order
+from arrowmt.format import ROWS, Split, refuse_stored_order
 from arrowmt.io import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -420,7 +420,7 @@ class TokenBatchSampler(PlanSampler):
         )
         manifest = getattr(dataset, "manifest", None)  # a split or a view (a mixture checks each of its sources)
         if manifest is not None:
-            refuse_block_order(manifest, dataset.path, "batch", dataset.split)
+            refuse_stored_order(manifest, dataset.path, "batch", dataset.split, reads=(ROWS,))
         self._begin(load_plan(dataset, params, cache_dir), walk, dataset)
 
 

@@ -44,8 +44,8 @@ require("fairseq", "fairseq", "the fairseq plugin")
 
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig  # noqa: E402
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset  # noqa: E402
-from arrowmt.integrations.fairseq_plugin._lm_task import LanguageModelingArrowTask  # noqa: E402, F401
-from arrowmt.integrations.fairseq_plugin._multi_task import TranslationMultiSimpleEpochArrowTask  # noqa: E402, F401
+from arrowmt.integrations.fairseq_plugin._lm_task import LanguageModelingArrowTask  # noqa: E402
+from arrowmt.integrations.fairseq_plugin._multi_task import TranslationMultiSimpleEpochArrowTask  # noqa: E402
 from arrowmt.integrations.fairseq_plugin._task import TASK_NAME, TranslationArrowTask  # noqa: E402
 
 __all__ = ["TASK_NAME", "ArrowPairDataset", "TranslationArrowConfig", "TranslationArrowTask"]

@@ -20,19 +20,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.converters import write_copy, write_reordered
+from arrowmt.copies._block_rows import BlockRows
+from arrowmt.copies._write import write_copy, write_reordered
 from arrowmt.format import (
     BLOCK_ORDER_KEY,
+    ROWS,
     TOKENS,
     Manifest,
     Split,
     block_order_name,
     local_only,
-    refuse_block_order,
+    refuse_stored_order,
 )
 from arrowmt.plans import (
     BlockParams,
-    BlockRows,
     BlockSpec,
     PlanParams,
     TokenStream,
@@ -111,7 +112,7 @@ def order_blocks(
         )
     check_out(corpus, out)
     data = Split(corpus, split)
-    refuse_block_order(data.manifest, data.path, "order")
+    refuse_stored_order(data.manifest, data.path, "order", reads=(ROWS,))
     check_monolingual(data)
     stream = TokenStream(data)
     with plan_cache(out, cache_dir) as cache:

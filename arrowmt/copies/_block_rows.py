@@ -22,8 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from arrowmt.format import Ragged, exclusive_cumsum
-from arrowmt.plans._block_plan import BlockTable
-from arrowmt.plans._token_stream import TokenStream
+from arrowmt.plans import BlockTable, TokenStream
 
 
 def cut_lengths(lengths: np.ndarray, cut_range: np.ndarray, cut_at: np.ndarray) -> np.ndarray:

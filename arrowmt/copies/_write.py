@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.converters._output import OutputFolder, column
+from arrowmt.converters import OutputFolder, column
 from arrowmt.format import (
     ORDERED_BY_KEY,
     PIECE_ROWS,
@@ -30,8 +30,7 @@ from arrowmt.format import (
     Split,
     order_marker,
     order_name,
-    refuse_block_order,
-    refuse_row_order,
+    refuse_stored_order,
     write_row_order,
 )
 
@@ -106,8 +105,7 @@ def write_copy(
     and returns the provenance entries naming it (added to the source's); ``marker``: what the split's file records
     of the order it is stored in (:func:`arrowmt.format.order_marker`)."""
     source_manifest = Manifest.load(corpus)
-    refuse_row_order(source_manifest, Path(corpus), "order")
-    refuse_block_order(source_manifest, Path(corpus), "order")
+    refuse_stored_order(source_manifest, Path(corpus), "order")
     splits = {name: Split(corpus, name, source_manifest) for name in source_manifest.splits()}
     if split not in splits:
         raise InvalidParameterError(f"split: expected one of {sorted(splits)}, got {split!r}")

@@ -1,0 +1,45 @@
+"""How a corpus stores its splits, asked of its manifest once, and the one refusal of a reader that cannot read it.
+
+A split is stored as converted (its rows in their own order), or in a copy made by ``arrowmt order``: rows in the
+order a batch plan reads them (:data:`ROWS`, :mod:`arrowmt.format._row_order`; the split's readers translate row
+numbers, so datasets and samplers read the original's rows), or LM blocks in plan order (:data:`BLOCKS`,
+:mod:`arrowmt.format._block_order`; its rows are pieces of blocks, read by the LM block readers only). A reader
+states which stored orders it reads; :func:`refuse_stored_order` refuses the others, naming the folder and what
+to read instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format._block_order import block_orders
+from arrowmt.format._manifest import Manifest
+from arrowmt.format._row_order import order_files
+
+ROWS = "rows"  # rows in plan order: `arrowmt order`
+BLOCKS = "blocks"  # LM blocks in plan order: `arrowmt order --tokens-per-sample`
+_REFUSALS = {
+    ROWS: "path: {folder} stores rows in plan order (made by `arrowmt order`); {what} the original corpus instead",
+    BLOCKS: "path: {folder} stores LM blocks in plan order (made by `arrowmt order --tokens-per-sample`): its rows "
+    "are pieces of blocks, not sentences; {what} the original corpus instead, or read it with open_blocks",
+}
+
+
+def stored_orders(manifest: Manifest, split: str | None = None) -> tuple[str, ...]:
+    """The plan orders ``manifest`` stores: :data:`ROWS` when any split is a copy's rows in plan order,
+    :data:`BLOCKS` when ``split`` (None: any split) holds LM blocks in plan order; () for a corpus as converted."""
+    blocks = block_orders(manifest)
+    has_blocks = split in blocks if split is not None else bool(blocks)
+    return (*((ROWS,) if order_files(manifest) else ()), *((BLOCKS,) if has_blocks else ()))
+
+
+def refuse_stored_order(
+    manifest: Manifest, folder: Path, what: str, split: str | None = None, reads: Collection[str] = ()
+) -> None:
+    """InvalidParameterError when ``folder`` (whose manifest is ``manifest``) stores a plan order that ``what`` does
+    not read (``reads``: the ones it does; see :func:`stored_orders` for ``split``)."""
+    for kind in stored_orders(manifest, split):
+        if kind not in reads:
+            raise InvalidParameterError(_REFUSALS[kind].format(folder=folder, what=what))

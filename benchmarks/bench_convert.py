@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE))
 
 import make_text_corpus  # noqa: E402
 
-from arrowmt.converters._fairseq_binary import read_indexed  # noqa: E402
+from arrowmt.testing import read_indexed  # noqa: E402
 
 LANGS = ("de", "en")
 POLL_SECONDS = 0.05

@@ -52,7 +52,7 @@ def read_bytes() -> int:
 
 def crc_every_offset(split: object) -> int:
     """CRC-32 of every record batch's offsets of every column: bytes covered."""
-    from arrowmt.format._offsets_crc import offsets_crc
+    from arrowmt.testing import offsets_crc
 
     covered = 0
     for shard in split.shards:  # type: ignore[attr-defined]
@@ -71,9 +71,7 @@ def measure(mode: str, corpus: str, batches: int) -> dict[str, float]:
 
     import arrowmt  # noqa: F401  (imports outside the timing)
     from arrowmt.format import _offsets_crc
-    from arrowmt.format._split import open_split
-    from arrowmt.training._dataset import open_dataset
-    from arrowmt.training._sampler import TokenBatchSampler
+    from arrowmt.testing import TokenBatchSampler, open_dataset, open_split
 
     before, started = read_bytes(), time.perf_counter()
     if mode == "open":
@@ -157,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.measure, str(args.out), args.batches)))
         return 0
     if not (args.out / "arrowmt.json").exists():
-        from arrowmt.converters._fairseq_folder import convert_fairseq
+        from arrowmt.testing import convert_fairseq
 
         started = time.perf_counter()
         convert_fairseq(args.data_bin, args.out, progress=False)

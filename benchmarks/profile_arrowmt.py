@@ -41,8 +41,7 @@ import arrowmt.format._spans as spans_mod
 import arrowmt.plans._plan as plan_mod
 import arrowmt.training._collate as collate
 import arrowmt.training._sampler as sampler_mod
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.training._dataset import open_dataset
+from arrowmt.testing import SOURCE, TARGET, open_dataset
 
 
 def best_cpu(fn: Callable[[], object], repeat: int = 3) -> float:

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from arrowmt.io._advice import PAGE, WordRanges, will_need, word_page_runs
+from arrowmt.testing import PAGE, WordRanges, will_need, word_page_runs
 from benchmarks.run_one import read_bytes
 
 METHODS = ("none", "madvise", "fadvise", "preadv")
@@ -73,9 +73,7 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=4096)
     args = p.parse_args()
 
-    from arrowmt.training._collate import FairseqCollater
-    from arrowmt.training._dataset import open_dataset
-    from arrowmt.training._sampler import TokenBatchSampler
+    from arrowmt.testing import FairseqCollater, TokenBatchSampler, open_dataset
 
     ds = open_dataset(args.data / "arrowmt")
     sampler = TokenBatchSampler(ds, args.max_tokens, num_replicas=args.world, rank=0, prefetch=0)

@@ -6,12 +6,19 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt._errors import FormatError
-from arrowmt.converters._fairseq_binary import read_indexed
-from arrowmt.format._manifest import Manifest, file_entry, file_sha256, split_path
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.testing import (
+    SOURCE,
+    TARGET,
+    ColumnData,
+    FormatError,
+    Manifest,
+    Ragged,
+    file_entry,
+    file_sha256,
+    read_indexed,
+    split_path,
+    write_split,
+)
 from tests.conftest import fairseq_fixture
 
 PAIR = "de-en"

@@ -77,7 +77,7 @@ def native_data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def native_corpus(native_data_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``native_data_bin`` converted by ``arrowmt.convert_fairseq``."""
-    from arrowmt.converters._fairseq_folder import convert_fairseq
+    from arrowmt.testing import convert_fairseq
 
     out = tmp_path_factory.mktemp("arrow") / "multi30k"
     convert_fairseq(native_data_bin, out, progress=False)
@@ -102,7 +102,7 @@ def fairseq_lazy_dir(tmp_path: Path) -> Path:
 
 def text_options(**kw: object) -> Any:
     """A de-en ``TextConversion`` of Multi30k val (train) and test (test) unless ``prefixes`` says."""
-    from arrowmt.converters._text_inputs import TextConversion
+    from arrowmt.testing import TextConversion
 
     prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test")})
     return TextConversion(src_lang="de", tgt_lang="en", prefixes=prefixes, **kw)  # type: ignore[arg-type]

@@ -9,8 +9,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from arrowmt.format._chunks import TABLE_PREFIX, chunk_crcs, pack_table, parse_table_prefix, table_bytes
-from arrowmt.format._sidefile import BLOCKS_FORMAT, HEADER_BYTES, PLAN_FORMAT, VIEW_FORMAT
+from arrowmt.testing import (
+    BLOCKS_FORMAT,
+    HEADER_BYTES,
+    PLAN_FORMAT,
+    TABLE_PREFIX,
+    VIEW_FORMAT,
+    chunk_crcs,
+    pack_table,
+    parse_table_prefix,
+    table_bytes,
+)
 
 
 def fifo_at(path: Path) -> Path:

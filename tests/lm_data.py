@@ -7,11 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.format._manifest import file_sha256
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import TOKENS
-from arrowmt.format._writer import ColumnData
+from arrowmt.testing import TOKENS, ColumnData, Ragged, convert_fairseq, file_sha256
 from tests.builders import NUM_SPECIALS, fairseq_mmap, write_columns
 from tests.conftest import MULTI30K, fairseq_preprocess
 

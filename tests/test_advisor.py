@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from arrowmt.io import _advice, _advisor
-from arrowmt.io._advice import PAGE, WordRanges, sample_pages, spread, will_need
-from arrowmt.io._advisor import Advisor, probe_vector_madvise
+from arrowmt.testing import PAGE, Advisor, WordRanges, probe_vector_madvise, sample_pages, spread, will_need
 
 
 class RecordingVector:

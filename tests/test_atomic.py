@@ -28,31 +28,30 @@ import pyarrow as pa
 import pytest
 
 import arrowmt
-from arrowmt._errors import (
+from arrowmt.testing import (
+    STAGING_MARK,
+    TEMP_PREFIX,
     ArrowMTError,
+    ColumnData,
+    Dictionary,
     FormatError,
     InputDataError,
     InvalidParameterError,
     OutputExistsError,
-    StorageError,
-)
-from arrowmt.converters._output import OutputFolder
-from arrowmt.format._atomic import (
-    STAGING_MARK,
-    TEMP_PREFIX,
+    OutputFolder,
+    Ragged,
+    SpecialIds,
+    SplitFile,
     StagedOutput,
+    StorageError,
     atomic_output,
     atomic_path,
     deferred_signals,
+    open_split,
     remove_stale_staging,
     remove_stale_temps,
+    write_split,
 )
-from arrowmt.format._metadata import SpecialIds
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._split import open_split
-from arrowmt.format._vocab import Dictionary
-from arrowmt.format._writer import ColumnData, write_split
 from tests.conftest import MULTI30K, fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,15 +21,23 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
-from arrowmt.converters._fairseq_folder import convert_fairseq, discover
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._sidefile import HEADER_BYTES
-from arrowmt.format._split import Split
-from arrowmt.plans._blocks import BREAK_MODES, block_bounds, row_starts
-from arrowmt.training._block_collate import FairseqBlockCollater, PlainBlockCollater
-from arrowmt.training._block_dataset import open_blocks
-from arrowmt.training._block_sampler import BlockBatchSampler
+from arrowmt.testing import (
+    BREAK_MODES,
+    HEADER_BYTES,
+    BlockBatchSampler,
+    FairseqBlockCollater,
+    FormatError,
+    InputDataError,
+    InvalidParameterError,
+    Manifest,
+    PlainBlockCollater,
+    Split,
+    block_bounds,
+    convert_fairseq,
+    discover,
+    open_blocks,
+    row_starts,
+)
 from tests.builders import multi30k_dataset
 from tests.conftest import fairseq_rows, import_fairseq
 from tests.hostile_files import body_start, fifo_at, flip_bit, reseal, unblocking

@@ -23,11 +23,10 @@ import pytest
 from torch.utils.data import DataLoader
 
 import arrowmt
-from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.copies import cut_lengths, stored_starts
 from arrowmt.format import MANIFEST_NAME, block_order_name, verify_dataset
 from arrowmt.plans import window_starts, windowed_batch_order
-from arrowmt.training._block_collate import PlainBlockCollater
+from arrowmt.testing import FormatError, InvalidParameterError, PlainBlockCollater
 from tests.builders import multi30k_dataset
 from tests.lm_data import fairseq_mono
 from tests.state_helpers import SamplerLoader, check_resume
@@ -50,7 +49,7 @@ def test_stored_starts_exact() -> None:
 
 
 def test_a_table_whose_heads_start_before_the_tokens_is_refused(tmp_path: Path) -> None:
-    from arrowmt.plans._block_plan import MappedBlocks, write_table
+    from arrowmt.testing import MappedBlocks, write_table
 
     path, key = tmp_path / "t.lm-blocks", "ab" * 32
     write_table(path, key, 2, 10, np.array([4, 0]), np.array([8, 4]), np.array([1, 1], dtype=np.uint8))

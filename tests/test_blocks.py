@@ -7,9 +7,9 @@ import types
 import numpy as np
 import pytest
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.plans._blocks import (
+from arrowmt.testing import (
     BREAK_MODES,
+    InvalidParameterError,
     block_bounds,
     lm_order,
     none_bounds,

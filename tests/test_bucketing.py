@@ -11,11 +11,13 @@ from builders import fixture_lengths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arrowmt._checks import check_integer, check_optional_integer
-from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.plans._bucketing import (
+from arrowmt.testing import (
+    InputDataError,
+    InvalidParameterError,
     batch_by_size,
+    check_integer,
     check_limit,
+    check_optional_integer,
     check_rank,
     check_seed,
     compact_counts,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys
+from arrowmt.testing import NO_USE, CacheState, add_use, use_keys
 
 N = NO_USE
 

@@ -9,17 +9,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt._errors import FormatError
-from arrowmt.format._chunks import (
+from arrowmt.testing import (
     CHUNK_BYTES,
+    HEADER_BYTES,
     CheckedArray,
+    FormatError,
+    SideFile,
+    SideFormat,
     chunk_count,
     chunk_crcs,
+    open_side_file,
     pack_table,
     parse_table_prefix,
     table_bytes,
+    write_side_file,
 )
-from arrowmt.format._sidefile import HEADER_BYTES, SideFile, SideFormat, open_side_file, write_side_file
 from tests.hostile_files import flip_bit
 
 TEST_FORMAT = SideFormat("test file", b"ARROWMT-TEST\x00\x00\x00\x00", 1, "Q", "rebuild it", cache=False)

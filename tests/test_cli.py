@@ -23,13 +23,20 @@ import numpy as np
 import pytest
 
 from arrowmt import _cli
-from arrowmt._errors import FormatError, InvalidParameterError, OutputExistsError
-from arrowmt._info import summarize
-from arrowmt.converters._output import OutputFolder, column, special_ids_of
-from arrowmt.format._manifest import Manifest, split_path
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import MANIFEST_NAME
-from arrowmt.format._vocab import Dictionary
+from arrowmt.testing import (
+    MANIFEST_NAME,
+    Dictionary,
+    FormatError,
+    InvalidParameterError,
+    Manifest,
+    OutputExistsError,
+    OutputFolder,
+    Ragged,
+    column,
+    special_ids_of,
+    split_path,
+    summarize,
+)
 from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,7 +199,7 @@ def test_existing_output_names_the_flag(dataset: Path, tmp_path: Path) -> None:
     line = assert_one_line_error(run("export", "fairseq", str(dataset), str(out)), "pass --overwrite to replace it")
     assert "overwrite=True" not in line
     with pytest.raises(OutputExistsError, match="pass overwrite=True to replace it"):  # the API speaks Python
-        from arrowmt.converters._fairseq_export import export_fairseq
+        from arrowmt.testing import export_fairseq
 
         export_fairseq(dataset, out, progress=False)
 
@@ -332,7 +339,7 @@ def test_info_json_parses_and_matches_the_data(dataset: Path) -> None:
 
 def test_unk_count_is_per_record_batch(tmp_path: Path) -> None:
     """Many small record batches: the vectorized count equals a plain count over every row."""
-    from arrowmt.format._writer import ColumnData, write_split
+    from arrowmt.testing import ColumnData, write_split
 
     rng = np.random.default_rng(5)
     rows = [rng.integers(0, 12, rng.integers(0, 9)).tolist() for _ in range(500)]
@@ -342,7 +349,7 @@ def test_unk_count_is_per_record_batch(tmp_path: Path) -> None:
     d.save(folder / "dict.txt")
     data = ColumnData(Ragged.from_rows(rows), None, "dict.txt", d.sha256(), len(d), "test")
     meta = write_split(split_path(folder, "train"), "train", {"tokens": data}, rows_per_batch=7)
-    from arrowmt.format._manifest import file_entry
+    from arrowmt.testing import file_entry
 
     manifest = Manifest(languages={"tokens": None}, dictionaries={"": "dict.txt"}, source_format="test")
     manifest.files["train"] = file_entry(split_path(folder, "train"), meta.rows)
@@ -462,7 +469,7 @@ def test_opening_a_data_bin_says_to_convert_it_first() -> None:
 
 
 def test_info_shows_nested_and_long_provenance_readably() -> None:
-    from arrowmt._info import _readable
+    from arrowmt.testing import _readable
 
     value = {"plan": {"seed": 1, "max_tokens": 4096}, "rows": list(range(400)), "note": "x"}
     assert _readable("order", value, "  ") == [

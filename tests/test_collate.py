@@ -16,15 +16,21 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._metadata import SpecialIds
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._vocab import Dictionary
-from arrowmt.format._writer import ColumnData, write_split
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._collate import FairseqCollater, PlainCollater
-from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.testing import (
+    ArrowMTDataset,
+    ColumnData,
+    Dictionary,
+    FairseqCollater,
+    GatheredBatch,
+    InvalidParameterError,
+    Manifest,
+    PlainCollater,
+    Ragged,
+    SpecialIds,
+    file_entry,
+    split_path,
+    write_split,
+)
 from tests.conftest import fairseq_fixture
 
 LANGS = ("de", "en")

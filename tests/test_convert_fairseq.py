@@ -15,17 +15,27 @@ import pytest
 
 import arrowmt.converters._fairseq_export as fairseq_export
 import arrowmt.converters._output as output
-from arrowmt._cli import INTERRUPTED_MESSAGE, TERMINATED_MESSAGE
-from arrowmt._errors import ArrowMTError, FormatError, InputDataError, InvalidParameterError, OutputExistsError
-from arrowmt.converters._fairseq_export import export_fairseq
-from arrowmt.converters._fairseq_folder import convert_fairseq, discover
-from arrowmt.format._atomic import STAGING_MARK, TEMP_PREFIX, StagedOutput
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._schema import CACHE_DIR_NAME
-from arrowmt.format._verify import verify_dataset
-from arrowmt.format._vocab import Dictionary
-from arrowmt.training._dataset import open_dataset
+from arrowmt.testing import (
+    CACHE_DIR_NAME,
+    INTERRUPTED_MESSAGE,
+    STAGING_MARK,
+    TEMP_PREFIX,
+    TERMINATED_MESSAGE,
+    ArrowMTError,
+    Dictionary,
+    FormatError,
+    InputDataError,
+    InvalidParameterError,
+    Manifest,
+    OutputExistsError,
+    SplitFile,
+    StagedOutput,
+    convert_fairseq,
+    discover,
+    export_fairseq,
+    open_dataset,
+    verify_dataset,
+)
 from tests.conftest import fairseq_rows
 
 SPLITS = ("train", "valid", "test")

@@ -10,11 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.converters._parallel_text import convert_with_options
-from arrowmt.converters._text_inputs import TextConversion
-from arrowmt.format._vocab import Dictionary
-from arrowmt.training._dataset import open_dataset
+from arrowmt.testing import (
+    Dictionary,
+    InputDataError,
+    InvalidParameterError,
+    TextConversion,
+    convert_with_options,
+    open_dataset,
+)
 from tests.conftest import (
     MULTI30K,
     fairseq_fixture,

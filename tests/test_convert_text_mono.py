@@ -11,10 +11,7 @@ import numpy as np
 import pytest
 
 from arrowmt import open_blocks
-from arrowmt._errors import InvalidParameterError
-from arrowmt.converters._parallel_text import convert_text
-from arrowmt.format._schema import TOKENS
-from arrowmt.format._split import open_split
+from arrowmt.testing import TOKENS, InvalidParameterError, convert_text, open_split
 from tests.conftest import MULTI30K, fairseq_preprocess, fairseq_rows, gz_lines
 
 

@@ -22,15 +22,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt._cli import main
-from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._parallel_text import convert_text
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._vocab import Dictionary
-from arrowmt.training._dataset import open_dataset
-from arrowmt.training._mixture import open_mixture
+from arrowmt.testing import (
+    SOURCE,
+    TARGET,
+    Dictionary,
+    InputDataError,
+    InvalidParameterError,
+    Manifest,
+    convert_fairseq,
+    convert_text,
+    main,
+    open_dataset,
+    open_mixture,
+)
 from tests.conftest import fairseq_preprocess, fairseq_rows, import_fairseq, multi30k
 from tests.test_fairseq_multi import (
     LANGTOKS,

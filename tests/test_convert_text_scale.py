@@ -12,16 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.converters._parallel_text import (
+from arrowmt.testing import (
     UNKNOWN_WARNING_RATE,
+    Dictionary,
+    InputDataError,
+    InvalidParameterError,
+    Manifest,
     convert_with_options,
+    open_dataset,
     parse_byte_size,
     unknown_lines,
 )
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._vocab import Dictionary
-from arrowmt.training._dataset import open_dataset
 from tests.conftest import MULTI30K, ROOT, fairseq_fixture, gz_lines, import_fairseq, text_options
 
 DATA_FILES = ("train.arrow", "test.arrow", "dict.de.txt", "dict.en.txt", "arrowmt.json")

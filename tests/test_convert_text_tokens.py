@@ -10,10 +10,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from arrowmt.converters._parallel_text import Spilled, _parallelism
-from arrowmt.converters._tasks import open_runner
-from arrowmt.converters._text import UNSPLIT_WHITESPACE, token_ids, tokenize
-from arrowmt.converters._text_inputs import TextConversion, prefix_files
+from arrowmt.testing import (
+    UNSPLIT_WHITESPACE,
+    Spilled,
+    TextConversion,
+    _parallelism,
+    open_runner,
+    prefix_files,
+    token_ids,
+    tokenize,
+)
 
 
 def _kept_whole_by_ascii_split(char: str) -> bool:

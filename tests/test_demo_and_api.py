@@ -74,7 +74,7 @@ def test_collaters_are_public_and_the_mode_switch_is_gone() -> None:
 def test_optional_dependency_message_names_feature_package_and_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from arrowmt._optional import require
+    from arrowmt.testing import require
 
     with pytest.raises(arrowmt.MissingDependencyError) as missing:
         require("arrowmt_absent_module.sub", "hf", "the test feature")

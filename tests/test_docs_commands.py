@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from arrowmt._cli import build_parser
+from arrowmt.testing import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]

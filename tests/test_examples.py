@@ -15,9 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
 
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._from_table import convert_table
-from arrowmt.format._split import open_split
+from arrowmt.testing import convert_fairseq, convert_table, open_split
 from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from arrowmt._errors import FormatError, InputDataError
-from arrowmt.converters._fairseq_binary import detect_index_format, read_document_index, read_indexed
-from arrowmt.format._ragged import Ragged
+from arrowmt.testing import FormatError, InputDataError, Ragged, detect_index_format, read_document_index, read_indexed
 
 SPLITS = ("train", "valid", "test")
 LANGS = ("de", "en")

@@ -21,10 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.format._view import build_view
-from arrowmt.plans._mixing import resample_counts, temperature_ratios
+from arrowmt.testing import InvalidParameterError, build_view, convert_fairseq, resample_counts, temperature_ratios
 from tests.conftest import PLUGIN_DIR, TINY_TRANSFORMER, fairseq_preprocess, import_fairseq, multi30k, quiet
 
 TASK = "translation_multi_simple_epoch_arrow"

@@ -18,11 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt._errors import InvalidParameterError
 from arrowmt.plans import windowed_batch_order
-from arrowmt.plans._plan import PlanParams, load_plan
-from arrowmt.plans._plan_cache import plan_key
-from arrowmt.training._dataset import open_dataset
+from arrowmt.testing import InvalidParameterError, PlanParams, load_plan, open_dataset, plan_key
 from tests.conftest import import_fairseq, quiet
 
 MAX_TOKENS = 1024

@@ -12,14 +12,21 @@ import pyarrow.parquet as pq
 import pytest
 
 import arrowmt
-from arrowmt._cli import main
-from arrowmt._errors import FormatError, InputDataError, InvalidParameterError, OutputExistsError
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._from_table import convert_table, read_table_file
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._split import Split, open_split
-from arrowmt.format._verify import verify_dataset
-from arrowmt.format._vocab import Dictionary
+from arrowmt.testing import (
+    Dictionary,
+    FormatError,
+    InputDataError,
+    InvalidParameterError,
+    Manifest,
+    OutputExistsError,
+    Split,
+    convert_fairseq,
+    convert_table,
+    main,
+    open_split,
+    read_table_file,
+    verify_dataset,
+)
 from tests.conftest import fairseq_fixture
 
 COLUMNS = ("source", "target")

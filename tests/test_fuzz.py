@@ -29,8 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_reader_hostile import SPLIT, ReadWorker, assert_consistent, make_dataset
 
-from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._reader import SplitFile
+from arrowmt.testing import Manifest, SplitFile, file_entry, split_path
 
 Mutation = tuple[
     object, ...

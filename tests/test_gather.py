@@ -12,10 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.format._spans import Spans, as_spans, take_flat
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._gather import gather_padded, gather_padded_shifted, padded_width, valid_mask
+from arrowmt.testing import (
+    GatheredBatch,
+    InvalidParameterError,
+    Spans,
+    as_spans,
+    gather_padded,
+    gather_padded_shifted,
+    padded_width,
+    take_flat,
+    valid_mask,
+)
 
 # rows: [10 11 12] at 0, [] at 3, [20 21] at 5, [30] at 9
 WORDS = np.array([10, 11, 12, 99, 99, 20, 21, 99, 99, 30], dtype=np.int32)

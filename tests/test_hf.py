@@ -16,25 +16,30 @@ import pyarrow.compute as pc
 import pytest
 import torch
 
-from arrowmt._errors import (
+from arrowmt.integrations import hf
+from arrowmt.testing import (
+    ArrowMTDataset,
+    BlockBatchSampler,
+    ColumnData,
+    Dictionary,
+    FairseqCollater,
     FormatError,
     InvalidParameterError,
+    Manifest,
     MissingDependencyError,
     OutputExistsError,
     OutputWriteError,
+    PlainCollater,
+    Ragged,
+    SplitFile,
+    TokenBatchSampler,
+    convert_fairseq,
+    file_entry,
+    open_dataset,
+    read_indexed,
+    split_path,
+    write_split,
 )
-from arrowmt.converters._fairseq_binary import read_indexed
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._vocab import Dictionary
-from arrowmt.format._writer import ColumnData, write_split
-from arrowmt.integrations import hf
-from arrowmt.training._block_sampler import BlockBatchSampler
-from arrowmt.training._collate import FairseqCollater, PlainCollater
-from arrowmt.training._dataset import ArrowMTDataset, open_dataset
-from arrowmt.training._sampler import TokenBatchSampler
 from tests.builders import fairseq_mmap as fixture_mmap
 
 datasets = pytest.importorskip("datasets")

@@ -28,31 +28,43 @@ import pyarrow.ipc as ipc
 import pytest
 
 from arrowmt import _cli
-from arrowmt._errors import (
+from arrowmt.testing import (
+    COMPLETED_NOTE,
+    LOCK_SUFFIX,
+    METADATA_KEY,
+    SOURCE,
+    TARGET,
+    TEMP_PREFIX,
     ArrowMTError,
+    Dictionary,
     FormatError,
     InputDataError,
     InvalidParameterError,
+    Manifest,
     OutputExistsError,
+    OutputFolder,
+    OutputLock,
     OutputWriteError,
+    Ragged,
+    StagedOutput,
     VocabularyError,
+    build_view,
+    check_weights,
+    column,
+    convert_text,
+    deferred_signals,
+    export_parquet,
+    file_digest,
+    file_entry,
+    lock_path,
+    open_split,
+    open_view,
+    special_ids_of,
+    split_path,
+    summarize,
+    text_symbols_digest,
+    verify_dataset,
 )
-from arrowmt._info import summarize
-from arrowmt.converters._output import OutputFolder, column, special_ids_of
-from arrowmt.converters._parallel_text import convert_text
-from arrowmt.converters._parquet_export import export_parquet
-from arrowmt.format._atomic import COMPLETED_NOTE, TEMP_PREFIX, StagedOutput, deferred_signals
-from arrowmt.format._dictionaries import file_digest
-from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, lock_path
-from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import METADATA_KEY, SOURCE, TARGET
-from arrowmt.format._split import open_split
-from arrowmt.format._symbols import text_symbols_digest
-from arrowmt.format._verify import verify_dataset
-from arrowmt.format._view import build_view, open_view
-from arrowmt.format._vocab import Dictionary
-from arrowmt.plans._mixing import check_weights
 from tests.conftest import MULTI30K, ROOT, gz_lines
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
@@ -421,8 +433,7 @@ def test_fairseq_plugin_refuses_a_dictionary_of_the_same_size(corpus_a: Path) ->
     pytest.importorskip("fairseq")
     from fairseq.data import Dictionary as FairseqDictionary
 
-    from arrowmt.integrations.fairseq_plugin._task import _check_dictionary
-    from arrowmt.training._dataset import open_dataset
+    from arrowmt.testing import _check_dictionary, open_dataset
 
     dataset = open_dataset(corpus_a)
     same = FairseqDictionary.load(str(corpus_a / "dict.de.txt"))
@@ -590,7 +601,7 @@ def test_empty_prefixes_are_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize(("row", "found"), [([], "is empty"), ([5, 6], "ends with id 6")])
 def test_convert_table_rows_end_with_eos(corpus_a: Path, tmp_path: Path, row: list[int], found: str) -> None:
-    from arrowmt.converters._from_table import convert_table
+    from arrowmt.testing import convert_table
 
     table = pa.table({SOURCE: [[4, 2], row], TARGET: [[4, 2], [5, 2]]})
     with pytest.raises(InputDataError, match=rf"column 'source': row 1 {found}, expected ids ending with </s>"):

@@ -16,8 +16,7 @@ import pytest
 
 import arrowmt
 from arrowmt import _info
-from arrowmt.format._split import Split
-from arrowmt.format._view import build_view
+from arrowmt.testing import Split, build_view
 from tests.conftest import MULTI30K
 
 

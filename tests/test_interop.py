@@ -12,8 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
 
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+from arrowmt.testing import ArrowMTDataset, convert_fairseq, open_dataset
 from tests.conftest import fairseq_fixture
 
 duckdb = pytest.importorskip("duckdb")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import arrowmt
-from arrowmt._lazy import face_imports
+import arrowmt._lazy as lazy_faces  # the module under test here
 from tests.conftest import MULTI30K, ROOT, fairseq_fixture
 
 # Lower number = lower layer. The top (CLI, info, demo) may import everything.
@@ -35,6 +35,7 @@ LAYERS = {
     "arrowmt.integrations": 8,
 }
 TOP = 9
+TEST_SUPPORT = "arrowmt.testing"  # the tests' and benchmarks' table of private names
 TORCH_FREE = (
     "arrowmt.storage",
     "arrowmt.io",
@@ -130,9 +131,11 @@ def private_package(name: str) -> str | None:
 
 def test_no_module_imports_another_packages_private_module() -> None:
     """Other packages import a package's public face (its ``__init__``); the core (``arrowmt._errors``, ...) is
-    everyone's."""
+    everyone's. ``arrowmt.testing``, the tests' and benchmarks' one table of private names, is the exception."""
     violations = []
     for module, path in modules().items():
+        if module == TEST_SUPPORT:
+            continue
         own = module if path.name == "__init__.py" else module.rpartition(".")[0]
         for name in imported(path, module):
             package = private_package(name)
@@ -143,8 +146,21 @@ def test_no_module_imports_another_packages_private_module() -> None:
     assert violations == []
 
 
+def test_tests_and_benchmarks_reach_private_names_through_the_test_support_module() -> None:
+    """``from arrowmt.<package>._<module> import ...`` appears nowhere under tests/ or benchmarks/: private names
+    come from ``arrowmt.testing``'s table (a private module itself may still be imported, to monkeypatch it)."""
+    found = []
+    for folder in ("tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and private_package(node.module or ""):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports from {node.module}")
+    assert found == []
+
+
 @pytest.mark.parametrize(
-    "name", ["arrowmt.io", "arrowmt.plans", "arrowmt.training", "arrowmt.format", "arrowmt.converters"]
+    "name",
+    ["arrowmt.io", "arrowmt.plans", "arrowmt.training", "arrowmt.format", "arrowmt.converters", "arrowmt.copies"],
 )
 def test_faces_export_what_they_import(name: str) -> None:
     face = importlib.import_module(name)
@@ -152,7 +168,7 @@ def test_faces_export_what_they_import(name: str) -> None:
 
 
 FACES = ["arrowmt", "arrowmt.storage", "arrowmt.io", "arrowmt.format", "arrowmt.converters", "arrowmt.plans",
-         "arrowmt.training"]  # fmt: skip
+         "arrowmt.copies", "arrowmt.training"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", FACES)
@@ -160,7 +176,7 @@ def test_faces_name_each_export_once(name: str) -> None:
     """A face's imports are its one table of exports (``arrowmt._lazy.attach`` reads them back): ``__all__`` and
     ``dir`` are exactly those names, each once, and each resolves to what its module defines."""
     face = importlib.import_module(name)
-    eager, lazy = face_imports(modules()[name])
+    eager, lazy = lazy_faces.face_imports(modules()[name])
     listed = eager + [export for names in lazy.values() for export in names]
     assert len(listed) == len(set(listed)) and face.__all__ == sorted(listed) == dir(face)
     for module, names in lazy.items():
@@ -189,7 +205,7 @@ def test_lazy_faces_load_only_what_is_used() -> None:
 
 def converted_fixture(tmp_path: Path) -> Path:
     """The fairseq fixture's mmap data-bin converted into ``tmp_path / "corpus"``."""
-    from arrowmt.converters._fairseq_folder import convert_fairseq
+    from arrowmt.testing import convert_fairseq
 
     out = tmp_path / "corpus"
     convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)

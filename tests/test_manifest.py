@@ -22,16 +22,23 @@ from typing import Any
 
 import pytest
 
-from arrowmt._errors import FormatError
-from arrowmt._info import summarize
-from arrowmt.converters._fairseq_export import export_fairseq
-from arrowmt.converters._output import OutputFolder, column, special_ids_of
-from arrowmt.format._manifest import MAX_JSON_BYTES, FileEntry, Manifest, plain_name_error
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import MANIFEST_NAME
-from arrowmt.format._split import open_split
-from arrowmt.format._verify import verify_dataset
-from arrowmt.format._vocab import Dictionary
+from arrowmt.testing import (
+    MANIFEST_NAME,
+    MAX_JSON_BYTES,
+    Dictionary,
+    FileEntry,
+    FormatError,
+    Manifest,
+    OutputFolder,
+    Ragged,
+    column,
+    export_fairseq,
+    open_split,
+    plain_name_error,
+    special_ids_of,
+    summarize,
+    verify_dataset,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGS = {"source": "de", "target": "en"}
@@ -141,7 +148,7 @@ def _hf(name: str) -> Callable[[Path, Path], object]:
 
 
 def _open_dataset(folder: Path, _out: Path) -> object:
-    from arrowmt.training._dataset import open_dataset
+    from arrowmt.testing import open_dataset
 
     return open_dataset(folder, "train")
 

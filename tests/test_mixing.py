@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 
-from arrowmt._errors import InvalidParameterError
 from arrowmt.plans import _mixing as mixing
+from arrowmt.testing import InvalidParameterError
 from tests.conftest import import_fairseq
 
 

@@ -14,20 +14,30 @@ from conftest import MULTI30K
 from state_helpers import check_resume, check_resume_in_fresh_process, torch_roundtrip
 from test_view import random_pairs, write_rows
 
-from arrowmt._errors import FormatError, InvalidParameterError, VocabularyError
 from arrowmt.converters import convert_text
 from arrowmt.copies import order_copy
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._split import Split
-from arrowmt.format._view import build_view
-from arrowmt.plans._bucketing import windowed_batch_order
-from arrowmt.plans._mixing import resample, resample_counts, temperature_ratios
-from arrowmt.plans._mixture_plan import plan_folder
-from arrowmt.training._collate import FairseqCollater, PlainCollater
-from arrowmt.training._dataset import open_dataset
-from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture
-from arrowmt.training._sampler import TokenBatchSampler
-from arrowmt.training._tags import Tags
+from arrowmt.testing import (
+    SOURCE,
+    TARGET,
+    FairseqCollater,
+    FormatError,
+    InvalidParameterError,
+    Mixture,
+    MixtureBatchSampler,
+    PlainCollater,
+    Split,
+    Tags,
+    TokenBatchSampler,
+    VocabularyError,
+    build_view,
+    open_dataset,
+    open_mixture,
+    plan_folder,
+    resample,
+    resample_counts,
+    temperature_ratios,
+    windowed_batch_order,
+)
 
 MAX_TOKENS = 64
 SIZES = (37, 120, 9)

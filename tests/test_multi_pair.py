@@ -8,15 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt._cli import main
-from arrowmt._errors import FormatError
-from arrowmt.converters._fairseq_export import export_fairseq
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._pairs import arrow_split_names, fairseq_split_name
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.training._dataset import open_dataset
-from arrowmt.training._mixture import open_mixture
+from arrowmt.testing import (
+    SOURCE,
+    TARGET,
+    FormatError,
+    Manifest,
+    arrow_split_names,
+    convert_fairseq,
+    export_fairseq,
+    fairseq_split_name,
+    main,
+    open_dataset,
+    open_mixture,
+)
 from tests.conftest import fairseq_fixture, fairseq_rows
 
 PAIRS = (("cs", "en"), ("de", "en"), ("fr", "en"))

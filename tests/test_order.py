@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import arrowmt
-from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import (
     CACHE_DIR_NAME,
     MANIFEST_NAME,
@@ -27,13 +26,23 @@ from arrowmt.format import (
     verify_dataset,
     write_side_file,
 )
-from arrowmt.format._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS
-from arrowmt.format._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
-from arrowmt.format._writer import write_split
 from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
-from arrowmt.plans._order import plan_order
-from arrowmt.plans._plan import build_plan, key_fields
-from arrowmt.plans._plan_cache import plan_key
+from arrowmt.testing import (
+    NOTED,
+    ORDER_FORMAT,
+    PIECE_ROWS,
+    STRETCH_PIECE_ROWS,
+    FormatError,
+    InvalidParameterError,
+    build_plan,
+    inverse_order,
+    key_fields,
+    open_row_order,
+    plan_key,
+    plan_order,
+    write_row_order,
+    write_split,
+)
 from tests.conftest import MULTI30K
 from tests.state_helpers import check_resume
 

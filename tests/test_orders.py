@@ -18,8 +18,8 @@ from arrowmt.plans import (
     window_starts,
     windowed_batch_order,
 )
+from arrowmt.testing import World
 from arrowmt.training import PlanSampler, Walk, walk_of
-from arrowmt.training._world import World
 from tests.test_sampler import MinimalPlan
 
 

@@ -14,15 +14,17 @@ import pyarrow.parquet as pq
 import pytest
 
 import arrowmt
-from arrowmt._cli import main
-from arrowmt._errors import OutputExistsError
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.converters._from_table import convert_table
-from arrowmt.converters._parquet_export import export_parquet
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._split import open_split
-from arrowmt.format._verify import verify_dataset
-from arrowmt.format._vocab import Dictionary
+from arrowmt.testing import (
+    Dictionary,
+    Manifest,
+    OutputExistsError,
+    convert_fairseq,
+    convert_table,
+    export_parquet,
+    main,
+    open_split,
+    verify_dataset,
+)
 from tests.conftest import ROOT, fairseq_fixture
 
 duckdb = pytest.importorskip("duckdb")

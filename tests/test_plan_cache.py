@@ -14,21 +14,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import _chunks
-from arrowmt.format._chunks import CHUNK_BYTES, table_bytes
-from arrowmt.format._schema import CACHE_DIR_NAME
-from arrowmt.format._sidefile import HEADER_BYTES
-from arrowmt.plans._plan_cache import (
+from arrowmt.testing import (
+    CACHE_DIR_NAME,
+    CHUNK_BYTES,
+    HEADER_BYTES,
+    FormatError,
+    InvalidParameterError,
     PlanArrays,
+    TokenBatchSampler,
     load_or_build_plan,
+    open_dataset,
     plan_key,
     plan_path,
     read_plan,
+    table_bytes,
     write_plan,
 )
-from arrowmt.training._dataset import open_dataset
-from arrowmt.training._sampler import TokenBatchSampler
 from tests.builders import lengths_dataset
 from tests.hostile_files import body_start, fifo_at, reseal, unblocking
 

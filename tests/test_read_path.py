@@ -16,16 +16,24 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import _reader
-from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._metadata import SplitMetadata
-from arrowmt.format._offsets_crc import OFFSETS_CRC_KEY, OFFSETS_PIECES_BINARY_KEY, encode_legacy_offsets_crcs
-from arrowmt.format._reader import SplitFile, open_split_file
-from arrowmt.format._schema import METADATA_KEY
-from arrowmt.format._split import Split
-from arrowmt.format._view import build_view
 from arrowmt.io import PAGE, CrcPieces, Residency, WordRanges, _residency
+from arrowmt.testing import (
+    METADATA_KEY,
+    OFFSETS_CRC_KEY,
+    OFFSETS_PIECES_BINARY_KEY,
+    FormatError,
+    InvalidParameterError,
+    Manifest,
+    Split,
+    SplitFile,
+    SplitMetadata,
+    build_view,
+    encode_legacy_offsets_crcs,
+    file_entry,
+    open_split_file,
+    split_path,
+)
 from arrowmt.training import (
     FairseqCollater,
     Mixture,

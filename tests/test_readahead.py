@@ -14,14 +14,20 @@ from builders import multi30k_dataset
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.format._split import Split
 from arrowmt.io import _advice, _prefetch, _residency
-from arrowmt.io._advice import PAGE, WordRanges, check_access, page_runs, will_need
-from arrowmt.io._prefetch import Prefetcher
-from arrowmt.training._collate import PlainCollater
-from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._sampler import TokenBatchSampler
+from arrowmt.testing import (
+    PAGE,
+    ArrowMTDataset,
+    InvalidParameterError,
+    PlainCollater,
+    Prefetcher,
+    Split,
+    TokenBatchSampler,
+    WordRanges,
+    check_access,
+    page_runs,
+    will_need,
+)
 
 
 class FakeMap:
@@ -437,7 +443,7 @@ def test_plugin_iterator_reads_ahead_and_keeps_fairseqs_batches(
     pytest.importorskip("fairseq")
     from fairseq.data import iterators
 
-    from arrowmt.integrations.fairseq_plugin._batches import ReadAheadBatches, ReadAheadEpochBatchIterator
+    from arrowmt.testing import ReadAheadBatches, ReadAheadEpochBatchIterator
 
     ds = ArrowMTDataset(valid_folder, "valid")
     plan = TokenBatchSampler(ds, 300, cache_dir=tmp_path, prefetch=0).plan
@@ -492,7 +498,7 @@ def _positions(parts: list[WordRanges]) -> set[tuple[int, int]]:
 def test_block_read_ahead_names_each_blocks_tokens(tmp_path: Path, mode: str, shards: int) -> None:
     from lm_data import mono_corpus
 
-    from arrowmt.training._block_dataset import open_blocks
+    from arrowmt.testing import open_blocks
 
     rng = np.random.default_rng(5)
     rows = [[*rng.integers(4, 900, int(n)).tolist(), 2] for n in rng.integers(1, 40, 300)]
@@ -525,7 +531,7 @@ def test_block_read_ahead_names_each_blocks_tokens(tmp_path: Path, mode: str, sh
 def test_mixture_read_ahead_names_each_corpus_rows(tmp_path: Path) -> None:
     from builders import lengths_dataset
 
-    from arrowmt.training._mixture import open_mixture
+    from arrowmt.testing import open_mixture
 
     sizes = {"a": 30, "b": 50}
     folders = {k: lengths_dataset(tmp_path / k, np.arange(1, n + 1), np.arange(n, 0, -1)) for k, n in sizes.items()}
@@ -543,7 +549,7 @@ def test_mixture_read_ahead_names_each_corpus_rows(tmp_path: Path) -> None:
 def test_offsets_checks_read_their_pieces_ahead_together() -> None:
     """Pieces about to be checked for the first time are asked for together (their bytes, one request), file by file;
     a piece already checked, or a single one left, asks for nothing."""
-    from arrowmt.format._offsets_crc import ManyOffsetChecks, OffsetChecks, offsets_crc
+    from arrowmt.testing import ManyOffsetChecks, OffsetChecks, offsets_crc
 
     words = np.concatenate([np.arange(b, b + 5, dtype=np.int32) for b in range(6)])  # 6 batches of 4 rows
     expected = np.array([[offsets_crc(words[5 * b : 5 * b + 5])] for b in range(6)], dtype=np.uint32)

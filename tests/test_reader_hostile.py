@@ -30,27 +30,34 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from arrowmt._errors import FormatError
-from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.format import _reader as reader_module
-from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._offsets_crc import (
+from arrowmt.testing import (
+    MANIFEST_NAME,
+    METADATA_KEY,
     OFFSETS_CRC_KEY,
     OFFSETS_PIECES_BINARY_KEY,
     OFFSETS_PIECES_KEY,
     PIECE_ROWS,
+    SPECIALS,
+    ArrowMTDataset,
+    ColumnData,
+    Dictionary,
+    FormatError,
+    Manifest,
+    OutputFolder,
+    Ragged,
+    SplitFile,
+    TokenBatchSampler,
+    ensure_offsets_checked,
+    file_entry,
     offsets_crc,
+    open_blocks,
+    open_mixture,
+    special_ids_of,
+    split_path,
+    verify_dataset,
+    write_split,
 )
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._reader import SplitFile, ensure_offsets_checked
-from arrowmt.format._schema import MANIFEST_NAME, METADATA_KEY
-from arrowmt.format._verify import verify_dataset
-from arrowmt.format._vocab import SPECIALS, Dictionary
-from arrowmt.format._writer import ColumnData, write_split
-from arrowmt.training._block_dataset import open_blocks
-from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._mixture import open_mixture
-from arrowmt.training._sampler import TokenBatchSampler
 from tests.builders import lengths_dataset
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,18 +23,28 @@ import torch
 from torch.utils.data import DataLoader
 
 import arrowmt
-from arrowmt._errors import FormatError, InvalidParameterError, OutputWriteError, StorageError
 from arrowmt.format import _mirror
-from arrowmt.format._block_index import INDEX_FORMAT, index_name, pinned_at, read_block_index
-from arrowmt.format._indexing import write_block_indexes
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._mirror import attached_file, check_cache_limit
-from arrowmt.format._sidefile import write_side_file
 from arrowmt.io import WordRanges, _prefetch, _residency
 from arrowmt.storage import RemoteFolder, _remote, _store, block_runs, block_uses, covered_blocks, request_buffer
-from arrowmt.storage._state import NO_USE
-from arrowmt.storage._store import BlockStore, furthest
-from arrowmt.training._sampler import PlanSampler
+from arrowmt.testing import (
+    INDEX_FORMAT,
+    NO_USE,
+    BlockStore,
+    FormatError,
+    InvalidParameterError,
+    Manifest,
+    OutputWriteError,
+    PlanSampler,
+    StorageError,
+    attached_file,
+    check_cache_limit,
+    furthest,
+    index_name,
+    pinned_at,
+    read_block_index,
+    write_block_indexes,
+    write_side_file,
+)
 from tests.conftest import MULTI30K
 from tests.s3_server import BUCKET, s3, upload
 from tests.state_helpers import check_resume

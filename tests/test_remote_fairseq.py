@@ -11,10 +11,9 @@ import pyarrow.fs as pafs
 import pytest
 
 import arrowmt
-from arrowmt.format._indexing import write_block_indexes
-from arrowmt.format._manifest import Manifest
 from arrowmt.io import _prefetch
 from arrowmt.plans import StoredPlan, windowed_batch_order
+from arrowmt.testing import Manifest, write_block_indexes
 from tests.conftest import PLUGIN_DIR, import_fairseq, quiet
 from tests.s3_server import s3, upload
 from tests.test_fairseq_native import EPOCH_UPDATES, MAX_TOKENS, Side, assert_same_training, train

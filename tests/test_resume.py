@@ -14,13 +14,19 @@ from builders import multi30k_dataset
 from state_helpers import SamplerLoader, check_resume, check_resume_in_fresh_process, interrupt, torch_roundtrip
 from torch.utils.data import DataLoader
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.format._metadata import SpecialIds
-from arrowmt.plans._bucketing import epoch_batch_order, shard_batches, windowed_batch_order
-from arrowmt.training._collate import PlainCollater
-from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._resume import load_loader_state, sampler_state, saved_workers
-from arrowmt.training._sampler import TokenBatchSampler
+from arrowmt.testing import (
+    ArrowMTDataset,
+    InvalidParameterError,
+    PlainCollater,
+    SpecialIds,
+    TokenBatchSampler,
+    epoch_batch_order,
+    load_loader_state,
+    sampler_state,
+    saved_workers,
+    shard_batches,
+    windowed_batch_order,
+)
 
 stateful_dataloader = pytest.importorskip("torchdata.stateful_dataloader")
 StatefulDataLoader = stateful_dataloader.StatefulDataLoader

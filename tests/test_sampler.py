@@ -16,13 +16,20 @@ from builders import fixture_lengths, lengths_dataset, multi30k_dataset
 from state_helpers import check_resume
 from torch.utils.data import DataLoader
 
-from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt._heap import release_free_heap
-from arrowmt.format._schema import CACHE_DIR_NAME
-from arrowmt.plans._bucketing import batch_by_size, ordered_indices
-from arrowmt.plans._plan import PlanParams, build_plan, sides
-from arrowmt.training._dataset import ArrowMTDataset
-from arrowmt.training._sampler import PlanSampler, TokenBatchSampler
+from arrowmt.testing import (
+    CACHE_DIR_NAME,
+    ArrowMTDataset,
+    InputDataError,
+    InvalidParameterError,
+    PlanParams,
+    PlanSampler,
+    TokenBatchSampler,
+    batch_by_size,
+    build_plan,
+    ordered_indices,
+    release_free_heap,
+    sides,
+)
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,20 @@ import numpy as np
 import pytest
 
 import arrowmt.format._writer as writer
-from arrowmt._errors import FormatError, InputDataError, InvalidParameterError
-from arrowmt.converters._fairseq_binary import open_indexed, read_indexed
-from arrowmt.converters._fairseq_folder import convert_fairseq
-from arrowmt.format._metadata import SplitMetadata
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._writer import (
+from arrowmt.testing import (
     ColumnData,
+    FormatError,
+    InputDataError,
+    InvalidParameterError,
+    Ragged,
+    SplitMetadata,
     choose_rows_per_batch,
     choose_rows_per_batch_streaming,
     column_info,
+    convert_fairseq,
+    open_indexed,
     open_split_writer,
+    read_indexed,
     write_split,
 )
 from tests.conftest import fairseq_fixture

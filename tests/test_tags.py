@@ -10,14 +10,21 @@ import pytest
 import torch
 from builders import fairseq_mmap, multi30k_dataset
 
-from arrowmt._errors import InvalidParameterError
-from arrowmt.format._schema import SOURCE, TARGET
-from arrowmt.format._spans import Spans
-from arrowmt.format._vocab import Dictionary
-from arrowmt.training._batch import GatheredBatch
-from arrowmt.training._collate import FairseqCollater, PlainCollater
-from arrowmt.training._mixture import open_mixture
-from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
+from arrowmt.testing import (
+    SOURCE,
+    TARGET,
+    Dictionary,
+    FairseqCollater,
+    GatheredBatch,
+    InvalidParameterError,
+    PlainCollater,
+    Spans,
+    TagCollater,
+    Tags,
+    langtok_tags,
+    language_token_ids,
+    open_mixture,
+)
 from tests.conftest import import_fairseq
 
 LANGS = ["cs", "de", "en", "fr"]

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from arrowmt._errors import InvalidParameterError, MissingDependencyError
-from arrowmt.converters._tasks import (
+from arrowmt.testing import (
     FALLBACK_PARALLELISM,
+    InvalidParameterError,
+    MissingDependencyError,
     TaskRunner,
     WorkerLostError,
     dask_executor,

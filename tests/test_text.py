@@ -15,10 +15,16 @@ import pyarrow as pa
 import pytest
 from conftest import MULTI30K, fairseq_fixture
 
-from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
-from arrowmt.converters._text import (
+from arrowmt.testing import (
     BadUtf8,
+    Dictionary,
     Encoded,
+    InputDataError,
+    InvalidParameterError,
+    MissingDependencyError,
+    TokenizeTask,
+    VocabularyError,
+    _read_spill,
     check_same_line_count,
     encode,
     encode_sentencepiece,
@@ -26,10 +32,10 @@ from arrowmt.converters._text import (
     read_lines,
     sentencepiece_pieces,
     split_lines,
+    text_chunks,
     tokenize,
+    tokenize_chunk,
 )
-from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
-from arrowmt.format._vocab import Dictionary
 
 VAL_DE_FIRST = "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
 

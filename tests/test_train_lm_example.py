@@ -13,9 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
-from arrowmt.format._split import Split
-from arrowmt.training._block_dataset import open_blocks
-from arrowmt.training._block_sampler import BlockBatchSampler
+from arrowmt.testing import BlockBatchSampler, Split, open_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_lm.py"

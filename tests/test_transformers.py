@@ -27,8 +27,7 @@ from arrowmt import (
     open_dataset,
     open_view_dataset,
 )
-from arrowmt._errors import InputDataError, InvalidParameterError, MissingDependencyError
-from arrowmt.format._vocab import Dictionary
+from arrowmt.testing import Dictionary, InputDataError, InvalidParameterError, MissingDependencyError
 from tests.conftest import MULTI30K
 
 transformers = pytest.importorskip("transformers")

@@ -10,24 +10,34 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt._cli import main
-from arrowmt._errors import FormatError, InvalidParameterError, OutputExistsError
 from arrowmt.format import _view
-from arrowmt.format._chunks import CHUNK_BYTES
-from arrowmt.format._manifest import Manifest, file_entry, split_path
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import CACHE_DIR_NAME, SOURCE, TARGET
-from arrowmt.format._sidefile import HEADER_BYTES
-from arrowmt.format._split import Split
-from arrowmt.format._verify import verify_dataset
-from arrowmt.format._view import build_view, open_view
-from arrowmt.format._writer import ColumnData, write_split
-from arrowmt.plans._block_plan import write_table
-from arrowmt.plans._plan_cache import plan_key
-from arrowmt.training._collate import FairseqCollater
-from arrowmt.training._dataset import open_dataset
-from arrowmt.training._sampler import TokenBatchSampler
-from arrowmt.training._view_dataset import open_view_dataset
+from arrowmt.testing import (
+    CACHE_DIR_NAME,
+    CHUNK_BYTES,
+    HEADER_BYTES,
+    SOURCE,
+    TARGET,
+    ColumnData,
+    FairseqCollater,
+    FormatError,
+    InvalidParameterError,
+    Manifest,
+    OutputExistsError,
+    Ragged,
+    Split,
+    TokenBatchSampler,
+    build_view,
+    file_entry,
+    main,
+    open_dataset,
+    open_view,
+    open_view_dataset,
+    plan_key,
+    split_path,
+    verify_dataset,
+    write_split,
+    write_table,
+)
 from tests.builders import lengths_dataset, multi30k_dataset
 from tests.hostile_files import body_start, fifo_at, flip_bit, reseal, unblocking
 
@@ -293,7 +303,7 @@ def test_a_corrupt_chunk_of_a_view_fails_the_rows_in_it_and_keeps_the_file(tmp_p
 
 def test_a_mixture_checks_the_chunks_of_its_views(tmp_path: Path) -> None:
     """The mixture's gather reads a view's rows through the address space: only after their chunks are checked."""
-    from arrowmt.training._mixture import open_mixture
+    from arrowmt.testing import open_mixture
 
     corpus, path, _ = big_view(tmp_path)
     mixture = open_mixture({"view": path, "corpus": corpus})
@@ -463,7 +473,7 @@ def test_cli_filter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_translation_arrow_trains_on_a_view(tmp_path: Path) -> None:
     import warnings
 
-    from arrowmt.converters._fairseq_folder import convert_fairseq
+    from arrowmt.testing import convert_fairseq
     from tests.conftest import fairseq_fixture, import_fairseq
 
     import_fairseq()
@@ -490,8 +500,7 @@ def test_every_public_member_of_a_dataset_works_on_a_view_dataset(tmp_path: Path
     ``i``, what the dataset gives for the corpus row the view keeps there (the table below must name every one)."""
     import inspect
 
-    from arrowmt.converters._fairseq_folder import convert_fairseq
-    from arrowmt.training._dataset import ArrowMTDataset
+    from arrowmt.testing import ArrowMTDataset, convert_fairseq
     from tests.conftest import fairseq_fixture
 
     corpus = tmp_path / "c"

@@ -15,9 +15,7 @@ import pytest
 import torch
 from conftest import MULTI30K, fairseq_fixture
 
-from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.converters._text import read_lines, tokenize
-from arrowmt.format._vocab import Dictionary
+from arrowmt.testing import Dictionary, InvalidParameterError, VocabularyError, read_lines, tokenize
 
 
 def dict_file(lang: str) -> Path:

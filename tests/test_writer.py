@@ -10,11 +10,16 @@ import pyarrow.ipc as ipc
 import pytest
 
 import arrowmt.format._writer as writer
-from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.converters._fairseq_binary import read_indexed
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._writer import ColumnData, choose_rows_per_batch, write_split
+from arrowmt.testing import (
+    ColumnData,
+    InputDataError,
+    InvalidParameterError,
+    Ragged,
+    SplitFile,
+    choose_rows_per_batch,
+    read_indexed,
+    write_split,
+)
 from tests.conftest import fairseq_fixture
 
 

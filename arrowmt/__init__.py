@@ -37,23 +37,8 @@ if TYPE_CHECKING:
     from arrowmt._info import ColumnSummary, SplitSummary, summarize
     from arrowmt.converters import convert_fairseq, convert_table, convert_text, export_fairseq, export_parquet
     from arrowmt.copies import order_blocks, order_copy
-    from arrowmt.format import (
-        Dictionary,
-        FileEntry,
-        Manifest,
-        SpecialIds,
-        Split,
-        VerifyReport,
-        View,
-        ViewReport,
-        build_view,
-        length_ratio,
-        open_split,
-        open_view,
-        stage,
-        verify_dataset,
-        write_folder_indexes,
-    )
+    from arrowmt.format import Dictionary, FileEntry, Manifest, SpecialIds
+    from arrowmt.splits import Split, open_split
     from arrowmt.training import (
         ArrowMTDataset,
         ArrowMTViewDataset,
@@ -78,5 +63,7 @@ if TYPE_CHECKING:
         open_mixture,
         open_view_dataset,
     )
+    from arrowmt.views import VerifyReport, View, ViewReport, build_view, length_ratio, open_view, verify_dataset
+    from arrowmt.writing import stage, write_folder_indexes
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -116,7 +116,7 @@ def _leave_now(code: int) -> int:
 
 def _stopped_message(exc: KeyboardInterrupt) -> str:
     """What Ctrl-C or SIGTERM left: nothing new, or (held while publishing) the complete new output."""
-    from arrowmt.format import COMPLETED_NOTE
+    from arrowmt.files import COMPLETED_NOTE
 
     how = "terminated" if isinstance(exc, Terminated) else "interrupted"
     return (STOPPED_AFTER if COMPLETED_NOTE in getattr(exc, "__notes__", ()) else STOPPED).format(how)
@@ -267,7 +267,7 @@ def _add_index(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    from arrowmt.format import write_folder_indexes
+    from arrowmt.writing import write_folder_indexes
 
     names = write_folder_indexes(args.path)
     print(f"{args.path}: wrote {len(names)} block index(es): {', '.join(names)}")
@@ -338,7 +338,7 @@ def _add_stage(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from arrowmt.format import stage
+    from arrowmt.writing import stage
 
     manifest = stage(args.url, args.out, overwrite=args.overwrite, progress=not args.quiet)
     size = sum(entry.size for entry in manifest.files.values())
@@ -506,7 +506,7 @@ def _report_converted(out: str, files: dict) -> None:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from arrowmt._info import format_summary, summarize, summary_dict
-    from arrowmt.format import local_folder
+    from arrowmt.reading import local_folder
 
     path = local_folder(args.path, args.cache_dir, args.cache_limit)
     summaries = summarize(path, progress=not args.quiet)
@@ -518,7 +518,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from arrowmt.format import verify_dataset
+    from arrowmt.views import verify_dataset
 
     report = verify_dataset(args.path, progress=not args.quiet, cache_dir=args.cache_dir, cache_limit=args.cache_limit)
     for problem in report.problems:
@@ -603,7 +603,7 @@ FILTER_CRITERIA = ("max_len", "min_len", "max_len_ratio", "dedup", "rows")
 
 
 def _cmd_filter(args: argparse.Namespace) -> int:
-    from arrowmt.format import REASONS, build_view
+    from arrowmt.views import REASONS, build_view
 
     if not any(getattr(args, name) not in (None, False) for name in FILTER_CRITERIA):
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in FILTER_CRITERIA)

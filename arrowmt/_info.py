@@ -20,7 +20,10 @@ import numpy as np
 from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError
-from arrowmt.format import VIEW_FORMAT, VIEW_SUFFIX, Manifest, Split, View, find_views, listed_mask, progress_bar
+from arrowmt.files import VIEW_FORMAT, progress_bar
+from arrowmt.format import Manifest
+from arrowmt.splits import Split
+from arrowmt.views import VIEW_SUFFIX, View, find_views, listed_mask
 
 PERCENTILES = (50, 90, 99)
 SHOWN_PROVENANCE_CHARS = 160

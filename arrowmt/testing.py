@@ -30,6 +30,45 @@ if TYPE_CHECKING:
     from arrowmt._heap import release_free_heap
     from arrowmt._info import _readable, summarize
     from arrowmt._optional import require
+    from arrowmt.blocks._block_plan import MappedBlocks, write_table
+    from arrowmt.blocks._blocks import (
+        BREAK_MODES,
+        block_bounds,
+        lm_order,
+        none_bounds,
+        offsets_in_rows,
+        packed_bounds,
+        row_starts,
+        shifted_heads,
+    )
+    from arrowmt.bucketing._bucketing import (
+        batch_by_size,
+        check_limit,
+        check_rank,
+        check_seed,
+        compact_counts,
+        drop_too_long,
+        emitted_length,
+        epoch_batch_order,
+        filter_by_size,
+        first_full_position,
+        index_dtype,
+        order_keys,
+        ordered_indices,
+        resume_start,
+        shard_batches,
+        shard_length,
+        shuffled_range,
+        smallest_uint,
+        sort_key,
+        stable_order,
+        tail_overflows,
+        too_long_error,
+        window_chunk,
+        window_starts,
+        windowed_batch_order,
+    )
+    from arrowmt.bucketing._order import plan_order
     from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed, read_document_index, read_indexed
     from arrowmt.converters._fairseq_export import export_fairseq
     from arrowmt.converters._fairseq_folder import convert_fairseq, discover
@@ -70,7 +109,7 @@ if TYPE_CHECKING:
     )
     from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
     from arrowmt.converters._text_inputs import TextConversion, prefix_files
-    from arrowmt.format._atomic import (
+    from arrowmt.files._atomic import (
         COMPLETED_NOTE,
         STAGING_MARK,
         TEMP_PREFIX,
@@ -81,8 +120,7 @@ if TYPE_CHECKING:
         remove_stale_staging,
         remove_stale_temps,
     )
-    from arrowmt.format._block_index import INDEX_FORMAT, index_name, pinned_at, read_block_index
-    from arrowmt.format._chunks import (
+    from arrowmt.files._chunks import (
         CHUNK_BYTES,
         TABLE_PREFIX,
         CheckedArray,
@@ -92,9 +130,17 @@ if TYPE_CHECKING:
         parse_table_prefix,
         table_bytes,
     )
-    from arrowmt.format._dictionaries import file_digest
-    from arrowmt.format._indexing import write_block_indexes
-    from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, lock_path
+    from arrowmt.files._locks import LOCK_SUFFIX, OutputLock, lock_path
+    from arrowmt.files._sidefile import (
+        BLOCKS_FORMAT,
+        HEADER_BYTES,
+        PLAN_FORMAT,
+        VIEW_FORMAT,
+        SideFile,
+        SideFormat,
+        open_side_file,
+        write_side_file,
+    )
     from arrowmt.format._manifest import (
         MAX_JSON_BYTES,
         FileEntry,
@@ -105,46 +151,9 @@ if TYPE_CHECKING:
         split_path,
     )
     from arrowmt.format._metadata import SpecialIds, SplitMetadata
-    from arrowmt.format._mirror import attached_file, check_cache_limit
-    from arrowmt.format._offsets_crc import (
-        OFFSETS_CRC_KEY,
-        OFFSETS_PIECES_BINARY_KEY,
-        OFFSETS_PIECES_KEY,
-        PIECE_ROWS,
-        STRETCH_PIECE_ROWS,
-        ManyOffsetChecks,
-        OffsetChecks,
-        encode_legacy_offsets_crcs,
-        offsets_crc,
-    )
-    from arrowmt.format._ragged import Ragged
-    from arrowmt.format._reader import SplitFile, ensure_offsets_checked, open_split_file
-    from arrowmt.format._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
     from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME, METADATA_KEY, SOURCE, TARGET, TOKENS
-    from arrowmt.format._sidefile import (
-        BLOCKS_FORMAT,
-        HEADER_BYTES,
-        PLAN_FORMAT,
-        VIEW_FORMAT,
-        SideFile,
-        SideFormat,
-        open_side_file,
-        write_side_file,
-    )
-    from arrowmt.format._spans import Spans, as_spans, take_flat
-    from arrowmt.format._split import Split, open_split
     from arrowmt.format._symbols import text_symbols_digest
-    from arrowmt.format._verify import verify_dataset
-    from arrowmt.format._view import build_view, open_view
     from arrowmt.format._vocab import SPECIALS, Dictionary
-    from arrowmt.format._writer import (
-        ColumnData,
-        choose_rows_per_batch,
-        choose_rows_per_batch_streaming,
-        column_info,
-        open_split_writer,
-        write_split,
-    )
     from arrowmt.integrations.fairseq_plugin._batches import ReadAheadBatches, ReadAheadEpochBatchIterator
     from arrowmt.integrations.fairseq_plugin._task import _check_dictionary
     from arrowmt.io._advice import (
@@ -159,49 +168,30 @@ if TYPE_CHECKING:
     )
     from arrowmt.io._advisor import Advisor, probe_vector_madvise
     from arrowmt.io._prefetch import Prefetcher
-    from arrowmt.plans._block_plan import MappedBlocks, write_table
-    from arrowmt.plans._blocks import (
-        BREAK_MODES,
-        block_bounds,
-        lm_order,
-        none_bounds,
-        offsets_in_rows,
-        packed_bounds,
-        row_starts,
-        shifted_heads,
-    )
-    from arrowmt.plans._bucketing import (
-        batch_by_size,
-        check_limit,
-        check_rank,
-        check_seed,
-        compact_counts,
-        drop_too_long,
-        emitted_length,
-        epoch_batch_order,
-        filter_by_size,
-        first_full_position,
-        index_dtype,
-        order_keys,
-        ordered_indices,
-        resume_start,
-        shard_batches,
-        shard_length,
-        shuffled_range,
-        smallest_uint,
-        sort_key,
-        stable_order,
-        tail_overflows,
-        too_long_error,
-        window_chunk,
-        window_starts,
-        windowed_batch_order,
-    )
-    from arrowmt.plans._mixing import check_weights, resample, resample_counts, temperature_ratios
-    from arrowmt.plans._mixture_plan import plan_folder
-    from arrowmt.plans._order import plan_order
+    from arrowmt.mixing._mixing import check_weights, resample, resample_counts, temperature_ratios
+    from arrowmt.mixing._mixture_plan import plan_folder
+    from arrowmt.plans._orders import BATCH_ORDERS, PlanOrder, Shuffle
     from arrowmt.plans._plan import PlanParams, build_plan, key_fields, load_plan, sides
     from arrowmt.plans._plan_cache import PlanArrays, load_or_build_plan, plan_key, plan_path, read_plan, write_plan
+    from arrowmt.reading._block_index import INDEX_FORMAT, index_name, pinned_at, read_block_index
+    from arrowmt.reading._mirror import attached_file, check_cache_limit
+    from arrowmt.reading._offsets_crc import (
+        OFFSETS_CRC_KEY,
+        OFFSETS_PIECES_BINARY_KEY,
+        OFFSETS_PIECES_KEY,
+        PIECE_ROWS,
+        STRETCH_PIECE_ROWS,
+        ManyOffsetChecks,
+        OffsetChecks,
+        encode_legacy_offsets_crcs,
+        offsets_crc,
+    )
+    from arrowmt.reading._ragged import Ragged
+    from arrowmt.reading._reader import SplitFile, ensure_offsets_checked, open_split_file
+    from arrowmt.reading._spans import Spans, as_spans, take_flat
+    from arrowmt.splits._dictionaries import file_digest
+    from arrowmt.splits._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
+    from arrowmt.splits._split import Split, open_split
     from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys
     from arrowmt.storage._store import BlockStore, furthest
     from arrowmt.training._batch import GatheredBatch
@@ -218,5 +208,16 @@ if TYPE_CHECKING:
     from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
     from arrowmt.training._view_dataset import open_view_dataset
     from arrowmt.training._world import World
+    from arrowmt.views._verify import verify_dataset
+    from arrowmt.views._view import build_view, open_view
+    from arrowmt.writing._indexing import write_block_indexes
+    from arrowmt.writing._writer import (
+        ColumnData,
+        choose_rows_per_batch,
+        choose_rows_per_batch_streaming,
+        column_info,
+        open_split_writer,
+        write_split,
+    )
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -70,7 +70,7 @@ def measure(mode: str, corpus: str, batches: int) -> dict[str, float]:
     import pyarrow.ipc as ipc
 
     import arrowmt  # noqa: F401  (imports outside the timing)
-    from arrowmt.format import _offsets_crc
+    from arrowmt.reading import _offsets_crc
     from arrowmt.testing import TokenBatchSampler, open_dataset, open_split
 
     before, started = read_bytes(), time.perf_counter()

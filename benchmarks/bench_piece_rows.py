@@ -1,6 +1,6 @@
 """Rows per offsets-checksum piece: the first pass over a corpus in the page cache, pieces of N rows against M.
 
-Every record batch records a CRC-32 per piece of its offsets (``arrowmt.format._offsets_crc``),
+Every record batch records a CRC-32 per piece of its offsets (``arrowmt.reading._offsets_crc``),
 and a reader checks a piece the first time one of its rows is used. A batch of random rows
 touches one piece per row, so the piece size is the bytes checked per row on a first pass.
 This converts the same fairseq data-bin (``benchmarks/make_corpus.py``) once per piece size
@@ -54,7 +54,7 @@ def convert(data_bin: Path, out: Path, piece_rows: int) -> Path:
     folder = out / f"pieces-{piece_rows}"
     if not (folder / "arrowmt.json").exists():
         code = (
-            "import sys; import arrowmt.format._offsets_crc as o; o.PIECE_ROWS = int(sys.argv[1]); import arrowmt; "
+            "import sys; import arrowmt.reading._offsets_crc as o; o.PIECE_ROWS = int(sys.argv[1]); import arrowmt; "
             "arrowmt.convert_fairseq(sys.argv[2], sys.argv[3], progress=False)"
         )
         subprocess.run([sys.executable, "-c", code, str(piece_rows), str(data_bin), str(folder)], check=True)

@@ -37,8 +37,8 @@ import numpy.ma
 import torch
 from torch.utils.data import DataLoader
 
-import arrowmt.format._spans as spans_mod
 import arrowmt.plans._plan as plan_mod
+import arrowmt.reading._spans as spans_mod
 import arrowmt.training._collate as collate
 import arrowmt.training._sampler as sampler_mod
 from arrowmt.testing import SOURCE, TARGET, open_dataset

@@ -1,6 +1,6 @@
 """Crash-safe output: a killed, interrupted or failing writer never leaves a partial split file.
 
-Every writer goes through ``arrowmt.format._atomic.atomic_path``: data goes to a
+Every writer goes through ``arrowmt.files._atomic.atomic_path``: data goes to a
 ``.arrowmt-tmp-*`` file beside the target, is fsynced and renamed over the target
 only when complete. A SIGKILL can leave that temp file behind (nothing runs on
 SIGKILL); ``remove_stale_temps`` and the next conversion's ``OutputFolder.prepare``
@@ -63,8 +63,8 @@ KILL_AFTER_BYTES = 1 << 20
 BIG_WRITER = f"""
 import sys
 import numpy as np
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.reading._ragged import Ragged
+from arrowmt.writing._writer import ColumnData, write_split
 rng = np.random.default_rng(0)
 lengths = rng.integers(1, 20, {BIG_ROWS})
 values = rng.integers(4, {VOCAB}, int(lengths.sum()), dtype=np.int32)
@@ -448,8 +448,8 @@ def test_deferred_signals_delivered_once_to_the_previous_handler() -> None:
 WORKER = """
 import sys
 import numpy as np
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._writer import ColumnData, write_split
+from arrowmt.reading._ragged import Ragged
+from arrowmt.writing._writer import ColumnData, write_split
 ragged = Ragged.from_lengths(np.array([2, 3]), np.array([5, 6, 7, 8, 2], dtype=np.int32))
 column = ColumnData(ragged, None, "dict.txt", "0" * 64, 10, "worker")
 write_split(sys.argv[1], "train1", {"tokens": column})

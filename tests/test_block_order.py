@@ -24,9 +24,10 @@ from torch.utils.data import DataLoader
 
 import arrowmt
 from arrowmt.copies import cut_lengths, stored_starts
-from arrowmt.format import MANIFEST_NAME, block_order_name, verify_dataset
-from arrowmt.plans import window_starts, windowed_batch_order
-from arrowmt.testing import FormatError, InvalidParameterError, PlainBlockCollater
+from arrowmt.format import MANIFEST_NAME
+from arrowmt.splits import block_order_name
+from arrowmt.testing import FormatError, InvalidParameterError, PlainBlockCollater, window_starts, windowed_batch_order
+from arrowmt.views import verify_dataset
 from tests.builders import multi30k_dataset
 from tests.lm_data import fairseq_mono
 from tests.state_helpers import SamplerLoader, check_resume

@@ -1,4 +1,4 @@
-"""Block arithmetic (``arrowmt.plans._blocks``): exact values, and fairseq's ``TokenBlockDataset`` itself."""
+"""Block arithmetic (``arrowmt.blocks._blocks``): exact values, and fairseq's ``TokenBlockDataset`` itself."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for arrowmt.plans._bucketing: exact values on hand-made inputs and equality with fairseq 0.12."""
+"""Tests for arrowmt.bucketing._bucketing: exact values on hand-made inputs and equality with fairseq 0.12."""
 
 from __future__ import annotations
 

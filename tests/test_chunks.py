@@ -1,4 +1,4 @@
-"""Tests for arrowmt.format._chunks: the chunk table's arithmetic and layout, and checks on first use."""
+"""Tests for arrowmt.files._chunks: the chunk table's arithmetic and layout, and checks on first use."""
 
 from __future__ import annotations
 

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt.plans import windowed_batch_order
-from arrowmt.testing import InvalidParameterError, PlanParams, load_plan, open_dataset, plan_key
+from arrowmt.testing import InvalidParameterError, PlanParams, load_plan, open_dataset, plan_key, windowed_batch_order
 from tests.conftest import import_fairseq, quiet
 
 MAX_TOKENS = 1024

@@ -558,12 +558,12 @@ def test_build_view_removes_killed_writers_temporaries(corpus_a: Path, tmp_path:
 
 SIGKILLED_FILTER = """
 import os, signal, sys
-from arrowmt.format import _atomic
+from arrowmt.files import _atomic
 real = _atomic._fsync_file
 def killed(path):
     os.kill(os.getpid(), signal.SIGKILL)
 _atomic._fsync_file = killed
-from arrowmt.format._view import build_view
+from arrowmt.views._view import build_view
 build_view(sys.argv[1], sys.argv[2])
 """
 
@@ -679,7 +679,7 @@ def test_dictionary_digest_from_bytes_equals_the_loaded_one(tmp_path: Path, text
 def private_mb_to_open(corpus: Path) -> float:
     """Private memory (RssAnon, MiB) that opening ``corpus``'s split train adds to a fresh process."""
     script = (
-        "import arrowmt._demo as d, arrowmt.format._split as s\n"
+        "import arrowmt._demo as d, arrowmt.splits._split as s\n"
         "before = d.private_mb()\n"
         f"s.open_split({str(corpus)!r})\n"
         "print(d.private_mb() - before)\n"

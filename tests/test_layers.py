@@ -27,21 +27,41 @@ LAYERS = {
     "arrowmt._version": 0,
     "arrowmt.storage": 1,
     "arrowmt.io": 2,
-    "arrowmt.format": 3,
-    "arrowmt.converters": 4,
-    "arrowmt.plans": 5,
-    "arrowmt.copies": 6,
-    "arrowmt.training": 7,
-    "arrowmt.integrations": 8,
+    "arrowmt.files": 3,
+    "arrowmt.format": 4,
+    "arrowmt.reading": 5,
+    "arrowmt.splits": 6,
+    "arrowmt.writing": 7,
+    "arrowmt.views": 8,
+    "arrowmt.converters": 9,
+    "arrowmt.bucketing": 10,
+    "arrowmt.plans": 11,
+    "arrowmt.blocks": 12,
+    "arrowmt.mixing": 12,
+    "arrowmt.copies": 13,
+    "arrowmt.training": 14,
+    "arrowmt.integrations": 15,
 }
-TOP = 9
+TOP = 16
+FACES = ["arrowmt", "arrowmt.storage", "arrowmt.io", "arrowmt.files", "arrowmt.format", "arrowmt.reading",
+         "arrowmt.splits", "arrowmt.writing", "arrowmt.views",
+         "arrowmt.converters", "arrowmt.bucketing", "arrowmt.plans", "arrowmt.blocks", "arrowmt.mixing",
+         "arrowmt.copies", "arrowmt.training"]  # fmt: skip
 TEST_SUPPORT = "arrowmt.testing"  # the tests' and benchmarks' table of private names
 TORCH_FREE = (
     "arrowmt.storage",
     "arrowmt.io",
+    "arrowmt.files",
     "arrowmt.format",
+    "arrowmt.reading",
+    "arrowmt.splits",
+    "arrowmt.writing",
+    "arrowmt.views",
     "arrowmt.converters",
+    "arrowmt.bucketing",
     "arrowmt.plans",
+    "arrowmt.blocks",
+    "arrowmt.mixing",
     "arrowmt.copies",
     "arrowmt._info",
     "arrowmt._cli",
@@ -86,7 +106,7 @@ def imported(path: Path, module: str) -> list[str]:
 
 def test_no_module_imports_a_higher_layer() -> None:
     found = modules()
-    assert "arrowmt.format._reader" in found and "arrowmt.converters._output" in found
+    assert "arrowmt.reading._reader" in found and "arrowmt.converters._output" in found
     violations = []
     for module, path in found.items():
         if module == "arrowmt":  # the public API re-exports every layer lazily
@@ -109,12 +129,15 @@ def test_torch_free_layers_never_import_torch() -> None:
 
 
 def test_plans_import_only_the_core_and_the_format() -> None:
-    """The plan layer sits between format and training: no torch, no training, no conversion, no integration."""
-    allowed = ("arrowmt._", "arrowmt.storage", "arrowmt.io", "arrowmt.format", "arrowmt.plans")
+    """The plan layers sit between the corpus layers and training: no torch, no training, no conversion, no views,
+    no integration."""
+    planning = ("arrowmt.bucketing", "arrowmt.plans", "arrowmt.blocks", "arrowmt.mixing")
+    allowed = ("arrowmt._", "arrowmt.storage", "arrowmt.io", "arrowmt.files", "arrowmt.format", "arrowmt.reading",
+               "arrowmt.splits", *planning)  # fmt: skip
     bad = [
         f"{module} imports {name}"
         for module, path in modules().items()
-        if module.startswith("arrowmt.plans")
+        if module.startswith(planning)
         for name in imported(path, module)
         if name.startswith("arrowmt") and not name.startswith(allowed)
     ]
@@ -158,17 +181,10 @@ def test_tests_and_benchmarks_reach_private_names_through_the_test_support_modul
     assert found == []
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["arrowmt.io", "arrowmt.plans", "arrowmt.training", "arrowmt.format", "arrowmt.converters", "arrowmt.copies"],
-)
+@pytest.mark.parametrize("name", FACES[1:])
 def test_faces_export_what_they_import(name: str) -> None:
     face = importlib.import_module(name)
     assert face.__all__ and all(hasattr(face, export) for export in face.__all__)
-
-
-FACES = ["arrowmt", "arrowmt.storage", "arrowmt.io", "arrowmt.format", "arrowmt.converters", "arrowmt.plans",
-         "arrowmt.copies", "arrowmt.training"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", FACES)
@@ -187,17 +203,20 @@ def test_faces_name_each_export_once(name: str) -> None:
 
 
 def test_lazy_faces_load_only_what_is_used() -> None:
-    """Importing the format and converter faces loads none of their modules; a reading process that takes the
-    reader, the manifest and the schema from the format face never loads the writer, verification or the
+    """Importing the faces loads none of their modules; a reading process that takes the reader from the reading
+    face and the manifest and the schema from the format face never loads the writer, verification or the
     vocabulary's ``pyarrow.compute``."""
+    lazy = [f for f in FACES[1:] if not lazy_faces.face_imports(modules()[f])[0]]  # faces that load nothing eagerly
+    assert {"arrowmt.format", "arrowmt.reading", "arrowmt.converters"} <= set(lazy)
     code = (
         "import sys\n"
-        "import arrowmt.converters, arrowmt.format\n"
-        "loaded = [m for m in sys.modules if m.startswith(('arrowmt.format.', 'arrowmt.converters.'))]\n"
+        f"import {', '.join(lazy)}\n"
+        f"loaded = [m for m in sys.modules if m.startswith(tuple(f + '.' for f in {lazy!r}))]\n"
         "assert loaded == [], loaded\n"
-        "from arrowmt.format import TOKENS, Manifest, SplitFile\n"
+        "from arrowmt.format import TOKENS, Manifest\n"
+        "from arrowmt.reading import SplitFile\n"
         "assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'\n"
-        "assert 'arrowmt.format._writer' not in sys.modules and 'arrowmt.format._verify' not in sys.modules\n"
+        "assert 'arrowmt.writing._writer' not in sys.modules and 'arrowmt.views._verify' not in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr

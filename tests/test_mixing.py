@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 
-from arrowmt.plans import _mixing as mixing
+from arrowmt.mixing import _mixing as mixing
 from arrowmt.testing import InvalidParameterError
 from tests.conftest import import_fairseq
 

@@ -17,16 +17,11 @@ import numpy as np
 import pytest
 
 import arrowmt
-from arrowmt.format import (
-    CACHE_DIR_NAME,
-    MANIFEST_NAME,
-    Split,
-    SplitFile,
-    order_marker,
-    verify_dataset,
-    write_side_file,
-)
+from arrowmt.files import write_side_file
+from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME
 from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
+from arrowmt.reading import SplitFile
+from arrowmt.splits import Split, order_marker
 from arrowmt.testing import (
     NOTED,
     ORDER_FORMAT,
@@ -43,6 +38,7 @@ from arrowmt.testing import (
     write_row_order,
     write_split,
 )
+from arrowmt.views import verify_dataset
 from tests.conftest import MULTI30K
 from tests.state_helpers import check_resume
 

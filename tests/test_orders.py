@@ -8,17 +8,16 @@ import numpy as np
 import pytest
 
 from arrowmt import InvalidParameterError
-from arrowmt.plans import (
+from arrowmt.plans import WindowShuffle, batch_order
+from arrowmt.testing import (
     BATCH_ORDERS,
     PlanOrder,
     Shuffle,
-    WindowShuffle,
-    batch_order,
+    World,
     epoch_batch_order,
     window_starts,
     windowed_batch_order,
 )
-from arrowmt.testing import World
 from arrowmt.training import PlanSampler, Walk, walk_of
 from tests.test_sampler import MinimalPlan
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt.format import _chunks
+from arrowmt.files import _chunks
 from arrowmt.testing import (
     CACHE_DIR_NAME,
     CHUNK_BYTES,

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt.format import _reader
 from arrowmt.io import PAGE, CrcPieces, Residency, WordRanges, _residency
+from arrowmt.reading import _reader
 from arrowmt.testing import (
     METADATA_KEY,
     OFFSETS_CRC_KEY,

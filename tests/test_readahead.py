@@ -130,7 +130,7 @@ def test_maps_are_random_access_by_default_and_sequential_when_asked(
 ) -> None:
     advised: list[str] = []
     real = _advice.advise
-    monkeypatch.setattr("arrowmt.format._reader.advise", lambda m, a: (advised.append(a), real(m, a)))
+    monkeypatch.setattr("arrowmt.reading._reader.advise", lambda m, a: (advised.append(a), real(m, a)))
     split = Split(valid_folder, "valid")
     assert (split.access, advised) == ("random", ["random"])
     split.advise("sequential")
@@ -155,7 +155,7 @@ def test_sequential_readers_ask_for_sequential_read_ahead(valid_folder: Path, mo
     import arrowmt
 
     advised: list[str] = []
-    monkeypatch.setattr("arrowmt.format._reader.advise", lambda m, a: advised.append(a))
+    monkeypatch.setattr("arrowmt.reading._reader.advise", lambda m, a: advised.append(a))
     arrowmt.verify_dataset(valid_folder)
     arrowmt.summarize(valid_folder)
     assert advised and set(advised) == {"sequential"}

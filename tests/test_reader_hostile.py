@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from arrowmt.format import _reader as reader_module
+from arrowmt.reading import _reader as reader_module
 from arrowmt.testing import (
     MANIFEST_NAME,
     METADATA_KEY,
@@ -74,8 +74,8 @@ import json, sys, traceback
 import pyarrow as pa
 import pyarrow.ipc as ipc
 from arrowmt._errors import ArrowMTError
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._verify import verify_dataset
+from arrowmt.reading._reader import SplitFile
+from arrowmt.views._verify import verify_dataset
 
 def read_arrowmt(path):
     try:
@@ -950,7 +950,7 @@ def test_touching_a_truncated_mapped_page_is_sigbus(split_file: Path) -> None:
     script = (
         "import os, sys\n"
         "from arrowmt._errors import FormatError\n"
-        "from arrowmt.format._reader import SplitFile\n"
+        "from arrowmt.reading._reader import SplitFile\n"
         "split = SplitFile(sys.argv[1])\n"
         "split.row('target', 29)\n"
         "os.truncate(sys.argv[1], 0)\n"

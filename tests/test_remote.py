@@ -23,8 +23,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import arrowmt
-from arrowmt.format import _mirror
 from arrowmt.io import WordRanges, _prefetch, _residency
+from arrowmt.reading import _mirror
 from arrowmt.storage import RemoteFolder, _remote, _store, block_runs, block_uses, covered_blocks, request_buffer
 from arrowmt.testing import (
     INDEX_FORMAT,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import arrowmt.format._writer as writer
+import arrowmt.writing._writer as writer
 from arrowmt.testing import (
     ColumnData,
     FormatError,

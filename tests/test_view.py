@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt.format import _view
 from arrowmt.testing import (
     CACHE_DIR_NAME,
     CHUNK_BYTES,
@@ -38,6 +37,7 @@ from arrowmt.testing import (
     write_split,
     write_table,
 )
+from arrowmt.views import _view
 from tests.builders import lengths_dataset, multi30k_dataset
 from tests.hostile_files import body_start, fifo_at, flip_bit, reseal, unblocking
 

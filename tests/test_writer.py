@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-import arrowmt.format._writer as writer
+import arrowmt.writing._writer as writer
 from arrowmt.testing import (
     ColumnData,
     InputDataError,

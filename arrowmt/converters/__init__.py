@@ -1,7 +1,7 @@
-"""Layer 4, conversion (installed as ``arrowmt.converters``): fairseq data-bin and raw text in, fairseq out; the
+"""Layer 9, conversion (installed as ``arrowmt.converters``): fairseq data-bin and raw text in, fairseq out; the
 output folder every writer of a corpus fills (``OutputFolder``, also the copies' writer).
 
-Imports the format layer only; never torch.
+Imports the corpus layers below it (files to views); never torch.
 Other packages import from here, not from the private modules. Each name loads its module on first use
 (:mod:`arrowmt._lazy`), so a process loads only the converter it runs: the CLI's ``convert`` never loads the text
 converter, and a spawned text-conversion worker (which imports its task's module, hence this face) never loads the

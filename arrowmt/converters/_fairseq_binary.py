@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InputDataError, expect
-from arrowmt.format import Ragged
+from arrowmt.reading import Ragged
 
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
 LEGACY_MAGIC = b"TNTIDX\x00\x00"

@@ -12,8 +12,9 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._pairs import parse_pair
-from arrowmt.format import SOURCE, TARGET, TOKENS, ColumnData, Dictionary, Manifest, check_same_rows
+from arrowmt.format import SOURCE, TARGET, TOKENS, Dictionary, Manifest
 from arrowmt.storage import DOWNLOAD_FIRST, local_only_path, local_output
+from arrowmt.writing import ColumnData, check_same_rows
 
 logger = logging.getLogger(__name__)
 

@@ -30,17 +30,9 @@ import pyarrow.parquet as pq
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
-from arrowmt.format import (
-    IPC_FILE_MAGIC,
-    SOURCE,
-    TARGET,
-    TOKENS,
-    Dictionary,
-    Manifest,
-    Ragged,
-    file_kind,
-    unterminated_row,
-)
+from arrowmt.files import file_kind
+from arrowmt.format import SOURCE, TARGET, TOKENS, Dictionary, Manifest, unterminated_row
+from arrowmt.reading import IPC_FILE_MAGIC, Ragged
 
 SOURCE_FORMAT = "table"
 COLUMN_SETS = ((SOURCE, TARGET), (TOKENS,))

@@ -20,7 +20,8 @@ from arrowmt.converters._fairseq_binary import detect_index_format
 from arrowmt.converters._fairseq_folder import Discovered, _load_dict, _read_splits, _Side
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import arrow_split_names
-from arrowmt.format import SOURCE, TARGET, ColumnData, Manifest
+from arrowmt.format import SOURCE, TARGET, Manifest
+from arrowmt.writing import ColumnData
 
 logger = logging.getLogger(__name__)
 

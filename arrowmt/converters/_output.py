@@ -10,30 +10,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.files import StagedOutput, atomic_path
 from arrowmt.format import (
     CACHE_DIR_NAME,
     DICTIONARY_SUFFIX,
     MANIFEST_NAME,
-    PIECE_ROWS,
     SPLIT_SUFFIX,
-    ColumnData,
     Dictionary,
     FileEntry,
     Manifest,
-    Ragged,
-    RowSource,
     SpecialIds,
-    SplitFile,
-    StagedOutput,
-    atomic_path,
     file_entry,
-    index_name,
     manifest_path,
     plain_name_error,
     read_json,
-    write_block_indexes,
-    write_split,
 )
+from arrowmt.reading import PIECE_ROWS, Ragged, SplitFile, index_name
+from arrowmt.writing import ColumnData, RowSource, write_block_indexes, write_split
 
 logger = logging.getLogger(__name__)
 

@@ -57,17 +57,8 @@ from arrowmt.converters._text_inputs import (
     column_roles,
     prefix_files,
 )
-from arrowmt.format import (
-    SOURCE,
-    TARGET,
-    TEMP_PREFIX,
-    TOKENS,
-    ColumnInfo,
-    Dictionary,
-    Manifest,
-    SpecialIds,
-    progress_bar,
-)
+from arrowmt.files import TEMP_PREFIX, progress_bar
+from arrowmt.format import SOURCE, TARGET, TOKENS, ColumnInfo, Dictionary, Manifest, SpecialIds
 
 SOURCE_FORMAT = "text"
 UNKNOWN_WARNING_RATE = 0.05  # above this share of <unk> per column, the CLI warns loudly

@@ -22,19 +22,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from arrowmt._errors import FormatError
-from arrowmt.format import (
-    TOKEN_TYPE,
-    Manifest,
-    Ragged,
-    Split,
-    StagedOutput,
-    atomic_path,
-    check_split_dictionaries,
-    local_only,
-    progress_bar,
-    reading,
-    refuse_stored_order,
-)
+from arrowmt.files import StagedOutput, atomic_path, progress_bar, reading
+from arrowmt.format import TOKEN_TYPE, Manifest
+from arrowmt.reading import Ragged, local_only
+from arrowmt.splits import Split, check_split_dictionaries, refuse_stored_order
 
 PARQUET_SUFFIX = ".parquet"
 ID_COLUMN = "id"

@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 
 from arrowmt._errors import InputDataError, InvalidParameterError, VocabularyError
 from arrowmt._optional import require
-from arrowmt.format import Dictionary, Ragged
+from arrowmt.format import Dictionary
+from arrowmt.reading import Ragged
 
 PathLike = str | os.PathLike[str]
 LineArray = pa.Array | pa.ChunkedArray

@@ -40,17 +40,9 @@ from arrowmt.converters._text import (
     split_lines,
     token_ids,
 )
-from arrowmt.format import (
-    DEFAULT_ROWS_PER_BATCH,
-    MAX_LIST_VALUES,
-    ColumnInfo,
-    Dictionary,
-    Ragged,
-    SpecialIds,
-    SplitMetadata,
-    choose_rows_per_batch_streaming,
-    open_split_writer,
-)
+from arrowmt.format import DEFAULT_ROWS_PER_BATCH, MAX_LIST_VALUES, ColumnInfo, Dictionary, SpecialIds, SplitMetadata
+from arrowmt.reading import Ragged
+from arrowmt.writing import choose_rows_per_batch_streaming, open_split_writer
 
 DEFAULT_CHUNK_BYTES = 32 << 20
 SCAN_BYTES = 1 << 16

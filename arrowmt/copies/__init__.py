@@ -1,4 +1,4 @@
-"""Layer 6, copies in plan order (``arrowmt order``): a copy of a corpus whose training split is stored in the
+"""Layer 13, copies in plan order (``arrowmt order``): a copy of a corpus whose training split is stored in the
 order its batch plan reads it, sentence rows or a monolingual split's LM blocks, so that each planned batch is
 one contiguous read (corpora larger than memory, object storage).
 

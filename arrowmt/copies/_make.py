@@ -5,7 +5,7 @@ Training reads each batch's rows from all over a split (fairseq's batches are ro
 similar length, drawn across the corpus). When the corpus does not fit in memory, or sits
 on object storage, every such row costs a page or a block. The copy stores the rows of each
 planned batch together, one batch after another (the batches are still shuffled per epoch),
-and keeps the original row numbers and the plan's batch offsets (:mod:`arrowmt.format._row_order`):
+and keeps the original row numbers and the plan's batch offsets (:mod:`arrowmt.splits._row_order`):
 a sampler with the same batching options reads that plan from the copy instead of building
 it (:mod:`arrowmt.plans._stored_plan`), and each batch is one contiguous read.
 Other options still give the original's batches, with less locality.
@@ -20,34 +20,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.copies._block_rows import BlockRows
-from arrowmt.copies._write import write_copy, write_reordered
-from arrowmt.format import (
-    BLOCK_ORDER_KEY,
-    ROWS,
-    TOKENS,
-    Manifest,
-    Split,
-    block_order_name,
-    local_only,
-    refuse_stored_order,
-)
-from arrowmt.plans import (
+from arrowmt.blocks import (
     BlockParams,
-    BlockSpec,
-    PlanParams,
     TokenStream,
     cache_folder,
     check_monolingual,
     load_block_plan,
     load_blocks,
-    load_plan,
-    ordered_by,
-    plan_fields,
-    plan_order,
     table_source,
     write_table,
 )
+from arrowmt.bucketing import plan_order
+from arrowmt.copies._block_rows import BlockRows
+from arrowmt.copies._write import write_copy, write_reordered
+from arrowmt.format import BLOCK_ORDER_KEY, TOKENS, Manifest
+from arrowmt.plans import BlockSpec, PlanParams, load_plan, ordered_by, plan_fields
+from arrowmt.reading import local_only
+from arrowmt.splits import ROWS, Split, block_order_name, refuse_stored_order
 from arrowmt.storage import local_output
 
 ORDER_CACHE_SUFFIX = ".arrowmt-order"  # the plan's folder beside OUT while the copy is made

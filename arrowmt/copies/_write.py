@@ -1,5 +1,5 @@
-"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.format._row_order``),
-or stored as pieces of its rows (LM blocks in plan order, see ``arrowmt.format._block_order``).
+"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.splits._row_order``),
+or stored as pieces of its rows (LM blocks in plan order, see ``arrowmt.splits._block_order``).
 
 The rows are gathered from the source in the new order block by block (never all in
 memory), written like any conversion (staging folder, manifest last), and the split's
@@ -18,26 +18,16 @@ import numpy as np
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.converters import OutputFolder, column
-from arrowmt.format import (
-    ORDERED_BY_KEY,
-    PIECE_ROWS,
-    ROW_ORDER_KEY,
-    STRETCH_PIECE_ROWS,
-    Dictionary,
-    Manifest,
-    Ragged,
-    RowSource,
-    Split,
-    order_marker,
-    order_name,
-    refuse_stored_order,
-    write_row_order,
-)
+from arrowmt.format import ORDERED_BY_KEY, ROW_ORDER_KEY, Dictionary, Manifest
+from arrowmt.reading import PIECE_ROWS, STRETCH_PIECE_ROWS, Ragged
+from arrowmt.splits import Split, order_marker, order_name, refuse_stored_order, write_row_order
+from arrowmt.writing import RowSource
 
 
 @dataclass(frozen=True)
 class OrderedRows:
-    """Column ``name`` of ``split``, rows ``order[0], order[1], ...`` (a :class:`~arrowmt.format._writer.RowSource`)."""
+    """Column ``name`` of ``split``, rows ``order[0], order[1], ...`` (a
+    :class:`~arrowmt.writing._writer.RowSource`)."""
 
     split: Split
     name: str

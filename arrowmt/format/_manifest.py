@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from arrowmt._errors import FormatError
-from arrowmt.format._atomic import write_bytes_atomic
+from arrowmt.files import not_regular_error, write_bytes_atomic
 from arrowmt.format._schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, SPLIT_SUFFIX
 
 HASH_CHUNK = 1 << 24
@@ -34,13 +34,6 @@ ORDERED_BY_KEY = "ordered_by"  # provenance key: {"split", "plan" (the original'
 BLOCK_ORDER_KEY = "block_order"  # provenance key: split -> block table entry of LM blocks stored in plan order
 ENTRY_KEYS = ("file", "rows", "size", "sha256")
 SHOWN_CHARS = 80
-FILE_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
 
 
 @dataclass(frozen=True)
@@ -125,8 +118,8 @@ class Manifest:
         return {entry.file for entry in self.files.values()} | set(self.dictionaries.values()) | self.row_order_files()
 
     def row_order_files(self) -> set[str]:
-        """The side files of splits stored in plan order: row orders (:mod:`arrowmt.format._row_order`) and block
-        tables (:mod:`arrowmt.format._block_order`)."""
+        """The side files of splits stored in plan order: row orders (:mod:`arrowmt.splits._row_order`) and block
+        tables (:mod:`arrowmt.splits._block_order`)."""
         rows = self.provenance.get(ROW_ORDER_KEY)
         blocks = self.provenance.get(BLOCK_ORDER_KEY)
         listed = list(rows.values()) if isinstance(rows, dict) else []
@@ -249,16 +242,6 @@ def _check_link_inside(folder: Path, path: Path, where: str) -> None:
         raise FormatError(
             f"{path} ({where}): expected a file inside {folder}, got a symbolic link to {target} (outside the folder)"
         )
-
-
-def not_regular_error(what: str, mode: int) -> FormatError:
-    """The error for ``what`` (a path, perhaps with its role) that is not a regular file."""
-    return FormatError(f"{what}: expected a regular file, got {file_kind(mode)}")
-
-
-def file_kind(mode: int) -> str:
-    """'a folder', 'a FIFO', ... for a non-regular file's ``st_mode``."""
-    return next((kind for test, kind in FILE_KINDS if test(mode)), "not a regular file")
 
 
 def data_bin_hint(folder: Path) -> str | None:

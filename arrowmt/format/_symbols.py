@@ -1,7 +1,7 @@
 """The rules of a dictionary's symbols that readers need, in numpy only: the specials and the symbols' digest.
 
 A process that only reads a corpus checks each split's dictionary files against the digests the
-split recorded (:mod:`arrowmt.format._dictionaries`) without loading them as
+split recorded (:mod:`arrowmt.splits._dictionaries`) without loading them as
 :class:`~arrowmt.format._vocab.Dictionary` objects, which needs ``pyarrow.compute`` (importing it
 costs about 2 MiB of private memory per process, with what it imports).
 """

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format._atomic import write_bytes_atomic
+from arrowmt.files import write_bytes_atomic
 from arrowmt.format._symbols import OVERWRITE_FLAG, SPECIALS, symbols_digest
 
 MADEUP_FORMAT = "madeupword{:04d}"

@@ -15,7 +15,7 @@ An arrowmt split file is an uncompressed Arrow IPC *stream*, which is exactly wh
 one corrupt middle offset makes ``ds[i]`` crash the process (SIGSEGV/SIGBUS) or return
 other rows. So every file first gets arrowmt's checks: manifest sizes and row counts,
 the structure (on open), and every offset of every column
-(:func:`arrowmt.format._reader.ensure_offsets_checked`, one vectorized pass over the
+(:func:`arrowmt.reading._reader.ensure_offsets_checked`, one vectorized pass over the
 offsets, about 4 bytes per row and column). A file that fails raises ``FormatError``
 before ``datasets`` sees it. The check is remembered in memory, per process, for the
 file's identity (device, inode, size, mtime, ctime), so loading the same unchanged file
@@ -60,20 +60,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from arrowmt._errors import ArrowMTError, FormatError, InvalidParameterError, OutputWriteError
 from arrowmt._optional import require
-from arrowmt.format import (
-    FileIdentity,
-    Manifest,
-    Split,
-    StagedOutput,
-    atomic_path,
-    ensure_offsets_checked,
-    open_split,
-    refuse_stored_order,
-    remove_unlisted,
-    split_path,
-    temp_prefix,
-    write_bytes_atomic,
-)
+from arrowmt.files import StagedOutput, atomic_path, remove_unlisted, temp_prefix, write_bytes_atomic
+from arrowmt.format import Manifest, split_path
+from arrowmt.reading import FileIdentity, ensure_offsets_checked
+from arrowmt.splits import Split, open_split, refuse_stored_order
 
 if TYPE_CHECKING:
     import datasets

@@ -49,7 +49,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._optional import require
-from arrowmt.format import SOURCE, TARGET, TOKENS, Spans, SpecialIds, write_bytes_atomic
+from arrowmt.files import write_bytes_atomic
+from arrowmt.format import SOURCE, TARGET, TOKENS, SpecialIds
+from arrowmt.reading import Spans
 from arrowmt.training import GatheredBatch, GatheredBlocks, PlanSampler, as_tensor, check_padding, pad_rows, pad_shifted
 
 _transformers = require("transformers", "transformers", "the transformers integration")

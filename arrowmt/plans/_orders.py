@@ -1,5 +1,5 @@
 """The order an epoch walks a plan's batches in, a strategy chosen by name: the plan's own order, fairseq's shuffle,
-or a shuffle within windows of runs of consecutive batches (:mod:`arrowmt.plans._bucketing` holds the arithmetic).
+or a shuffle within windows of runs of consecutive batches (:mod:`arrowmt.bucketing._bucketing` holds the arithmetic).
 
 Samplers and the fairseq plugin take their order from :func:`batch_order`, the one place that turns the options
 ``shuffle`` and ``shuffle_window`` into a strategy and checks them.
@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.plans._bucketing import epoch_batch_order, window_batches, window_starts, windowed_batch_order
+from arrowmt.bucketing import epoch_batch_order, window_batches, window_starts, windowed_batch_order
 
 
 class BatchOrder(ABC):
@@ -59,7 +59,7 @@ class PlanOrder(BatchOrder):
 
 @dataclass(frozen=True)
 class Shuffle(BatchOrder):
-    """fairseq's shuffle of every batch (:func:`~arrowmt.plans._bucketing.epoch_batch_order`)."""
+    """fairseq's shuffle of every batch (:func:`~arrowmt.bucketing._bucketing.epoch_batch_order`)."""
 
     name: ClassVar[str] = "shuffle"
 
@@ -73,7 +73,7 @@ class Shuffle(BatchOrder):
 @dataclass(frozen=True)
 class WindowShuffle(BatchOrder):
     """A shuffle within windows of ``window`` batches (rounded up to a multiple of 16), each 16 runs of consecutive
-    plan batches (:func:`~arrowmt.plans._bucketing.windowed_batch_order`): what a copy in plan order reads in long
+    plan batches (:func:`~arrowmt.bucketing._bucketing.windowed_batch_order`): what a copy in plan order reads in long
     stretches."""
 
     name: ClassVar[str] = "window"

@@ -16,8 +16,7 @@ import numpy as np
 
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._heap import release_free_heap
-from arrowmt.format import CACHE_DIR_NAME, SOURCE, TARGET, Split
-from arrowmt.plans._bucketing import (
+from arrowmt.bucketing import (
     batch_by_size,
     compact_counts,
     drop_too_long,
@@ -26,10 +25,12 @@ from arrowmt.plans._bucketing import (
     report_skipped,
     too_long_error,
 )
+from arrowmt.format import CACHE_DIR_NAME, SOURCE, TARGET
 from arrowmt.plans._plan_cache import PLAN_VERSION, BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._sources import check_source
 from arrowmt.plans._spec import INTERNAL, SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits
 from arrowmt.plans._stored_plan import StoredPlan, stored_plan
+from arrowmt.splits import Split
 
 
 @dataclass(frozen=True, kw_only=True)

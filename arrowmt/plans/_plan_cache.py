@@ -1,6 +1,6 @@
 """A batch plan (flat sample indices + batch offsets) computed once and shared through a mapped file.
 
-A plan file is a side file (:mod:`arrowmt.format._sidefile`: header, chunk table,
+A plan file is a side file (:mod:`arrowmt.files._sidefile`: header, chunk table,
 per-chunk CRC-32s, atomic write, build-once lock, read-only map). Layout (little-endian)::
 
     header (128 bytes): magic b"ARROWMT-PLAN\\0\\0\\0\\0", u32 version (3), u32 index itemsize (4 or 8),
@@ -8,7 +8,7 @@ per-chunk CRC-32s, atomic write, build-once lock, read-only map). Layout (little
                         u64 batch count, u64 samples dropped, u32 CRC-32 of the header fields and
                         the chunk table, zero padding
     chunk table:        u64 body bytes, u32 chunk bytes, u32 zero, a CRC-32 per chunk of the body
-                        (arrowmt.format._chunks), zero-padded to a multiple of 8 bytes
+                        (arrowmt.files._chunks), zero-padded to a multiple of 8 bytes
     indices:            int32 or int64 [index count], zero-padded to a multiple of 8 bytes
     offsets:            int64 [batch count + 1]
 
@@ -29,7 +29,7 @@ checked at open) are never read: the version is part of the key, so a version 3 
 looks for another file name and builds its plan once.
 
 The file is named by the key's hash and built by one process under the side-file lock
-(:func:`arrowmt.format._sidefile.load_or_build`); every other process waits on the
+(:func:`arrowmt.files._sidefile.load_or_build`); every other process waits on the
 lock, then maps the finished file read-only, so the plan lives in shared page cache and
 not in each rank's private memory. A file with a bad header or chunk table, another key,
 another row count or the wrong size is rebuilt when it is loaded; a FIFO, folder or
@@ -51,18 +51,18 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import (
+from arrowmt.files import (
     PLAN_FORMAT,
     CheckedArray,
     SideFile,
-    canonical_json,
     check_batch_offsets,
-    indices_within,
     load_or_build,
     open_side_file,
     write_side_file,
 )
+from arrowmt.format import canonical_json
 from arrowmt.io import WordRanges
+from arrowmt.reading import indices_within
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class BatchPlan:
     def batch(self, b: int) -> np.ndarray:
         """Sample indices of batch ``b`` (a read-only view of the map), from chunks checked on their first use, with
         its bounds and indices checked; nothing to check when the whole plan was checked at its first batch (a large
-        plan found in the page cache, :meth:`~arrowmt.format._sidefile.SideFile.trusted_whole`)."""
+        plan found in the page cache, :meth:`~arrowmt.files._sidefile.SideFile.trusted_whole`)."""
         if self._side.trusted_whole(self._check_contents) and 0 <= b < self.header.n_batches:
             offsets = self._offsets.raw
             return self._indices.raw[offsets[b] : offsets[b + 1]]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.plans._bucketing import check_limit, check_seed
+from arrowmt.bucketing import check_limit, check_seed
 
 SOURCE_LIMIT = "max_source_positions"
 TARGET_LIMIT = "max_target_positions"

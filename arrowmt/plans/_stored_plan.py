@@ -1,7 +1,7 @@
 """The plan a copy in plan order was stored by (``arrowmt order``), read from the copy instead of built.
 
 A copy made by :func:`arrowmt.order_copy` stores a split's rows batch after batch in the
-order of one plan, and its row order file (:mod:`arrowmt.format._row_order`) keeps that
+order of one plan, and its row order file (:mod:`arrowmt.splits._row_order`) keeps that
 plan's batch offsets; the manifest's provenance names the plan's fields under
 :data:`ORDERED_BY_KEY`. A sampler that asks the copy for that plan gets a
 :class:`StoredPlan`: batch ``b`` is ``order[offsets[b]:offsets[b + 1]]``, the very bytes that
@@ -23,8 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.format import ORDERED_BY_KEY, FileIdentity, RowOrder, Split, check_batch_offsets, open_row_order
+from arrowmt.files import check_batch_offsets
+from arrowmt.format import ORDERED_BY_KEY
 from arrowmt.plans._plan_cache import check_contents, checked_batch
+from arrowmt.reading import FileIdentity
+from arrowmt.splits import RowOrder, Split, open_row_order
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Layer 7, training: the sampler over any batch plan (rank and world detected in one place), the torch
+"""Layer 14, training: the sampler over any batch plan (rank and world detected in one place), the torch
 datasets, collation, the read-ahead loader.
 
 Imports the I/O, format and plan layers only; the one layer that imports torch.

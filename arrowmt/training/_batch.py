@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import Spans, exclusive_cumsum
 from arrowmt.plans import check_row_ids
+from arrowmt.reading import Spans, exclusive_cumsum
 
 Sample = dict[str, "torch.Tensor | int"]
 

@@ -36,7 +36,8 @@ import torch
 from arrowmt._arrays import sorted_unique
 from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import SpecialIds, exclusive_cumsum
+from arrowmt.format import SpecialIds
+from arrowmt.reading import exclusive_cumsum
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._block_dataset import GatheredBlocks
 from arrowmt.training._collate import as_tensor, check_padding, pad_rows

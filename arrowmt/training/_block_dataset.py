@@ -1,13 +1,13 @@
 """Token blocks of a monolingual split as a torch Dataset: fairseq's ``TokenBlockDataset`` (``include_targets``).
 
-Block ``i`` (see :mod:`arrowmt.plans._blocks` for the break modes) gives the
+Block ``i`` (see :mod:`arrowmt.blocks._blocks` for the break modes) gives the
 sample ``{"id": i, "source", "target", "past_target"}``: ``target`` is the
 block's tokens, ``source`` the same shifted right by one and ``past_target``
 by two, with fairseq's fill at a row start (``eos``, then ``pad``); all three have
 the block's length (fairseq's past target of a one-token block at a row start has
 two, an artifact of its slicing: arrowmt's is ``[pad]``). The block
 table and its batch plan are cached memory-mapped files (see
-:mod:`arrowmt.plans._block_plan`); a block inside one record batch is a view
+:mod:`arrowmt.blocks._block_plan`); a block inside one record batch is a view
 of the corpus map, one across record batches is gathered in one step.
 """
 
@@ -22,9 +22,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt.format import TOKENS, Spans, SpecialIds, Split
+from arrowmt.blocks import HEADS, BlockParams, BlockTable, TokenStream, check_monolingual, load_blocks, shifted_heads
+from arrowmt.format import TOKENS, SpecialIds
 from arrowmt.io import DEFAULT_ACCESS, WordRanges
-from arrowmt.plans import HEADS, BlockParams, BlockTable, TokenStream, check_monolingual, load_blocks, shifted_heads
+from arrowmt.reading import Spans
+from arrowmt.splits import Split
 from arrowmt.storage import is_url
 
 BlockSample = dict[str, "torch.Tensor | int"]

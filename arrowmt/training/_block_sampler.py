@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
+from arrowmt.blocks import cache_folder, load_block_plan
 from arrowmt.io import DEFAULT_DEPTH
-from arrowmt.plans import BlockSpec, cache_folder, check_source, load_block_plan
+from arrowmt.plans import BlockSpec, check_source
 from arrowmt.training._block_dataset import BlockDataset
 from arrowmt.training._sampler import PlanSampler, walk_of
 

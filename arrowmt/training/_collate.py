@@ -37,7 +37,8 @@ import torch
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import SOURCE, TARGET, TOKENS, Spans, SpecialIds
+from arrowmt.format import SOURCE, TARGET, TOKENS, SpecialIds
+from arrowmt.reading import Spans
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._gather import gather_padded, gather_padded_shifted, padded_width
 

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from arrowmt.format import ROWS, Split, refuse_stored_order
 from arrowmt.io import DEFAULT_ACCESS
+from arrowmt.splits import ROWS, Split, refuse_stored_order
 from arrowmt.training._batch import GatheredBatch
 
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from arrowmt._arrays import sorted_unique
-from arrowmt.format import Split
 from arrowmt.io import PassRanges, WordRanges
 from arrowmt.plans import StoredPlan
+from arrowmt.splits import Split
 
 Dealt = Callable[[int, int], tuple[np.ndarray, np.ndarray]]  # (first step, count) -> (plan batch ids, their steps)
 

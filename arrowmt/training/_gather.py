@@ -6,7 +6,7 @@ each wanted row. No Python loop runs per row or per token: each result comes
 from one numpy gather (one contiguous window per row).
 
 The spans are not checked here: they come from the reader, which checked them
-against the file (``arrowmt.format._spans.as_spans`` checks spans of other origin).
+against the file (``arrowmt.reading._spans.as_spans`` checks spans of other origin).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ comes from (for tags and per-corpus counts). It is a torch dataset whose
 ``__getitems__`` gathers a batch from all its corpora at once.
 
 :class:`MixtureBatchSampler` draws each epoch's rows with per-corpus weights or a
-temperature over the sizes (:mod:`arrowmt.plans._mixing`: fairseq's
+temperature over the sizes (:mod:`arrowmt.mixing._mixing`: fairseq's
 ``translation_multi_simple_epoch`` arithmetic, deterministic in (seed, epoch)),
 plans fairseq's token-budget batches over them and stores the plan as a memory-mapped
-file shared by every rank (:mod:`arrowmt.plans._mixture_plan`). The plan of an epoch is
+file shared by every rank (:mod:`arrowmt.mixing._mixture_plan`). The plan of an epoch is
 named by its content (corpora, batching, ratios, epoch size, seed, epoch), so weights or the
 temperature may change from one epoch to the next (a schedule) and nothing is reconverted.
 """
@@ -30,15 +30,12 @@ from torch.utils.data import Dataset
 from arrowmt._arrays import sorted_unique
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format import CacheOptions, Manifest, Spans, SpecialIds, check_indices, local_folder
+from arrowmt.bucketing import check_seed
+from arrowmt.format import Manifest, SpecialIds
 from arrowmt.io import DEFAULT_DEPTH, WordRanges
-from arrowmt.plans import (
-    BatchPlan,
-    EpochPlans,
-    PlanParams,
+from arrowmt.mixing import (
     Sampling,
     as_sizes,
-    check_seed,
     check_temperature,
     check_weights,
     corpus_of,
@@ -47,6 +44,8 @@ from arrowmt.plans import (
     resample_counts,
     temperature_ratios,
 )
+from arrowmt.plans import BatchPlan, EpochPlans, PlanParams
+from arrowmt.reading import CacheOptions, Spans, check_indices, local_folder
 from arrowmt.storage import is_url
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset

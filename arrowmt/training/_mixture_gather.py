@@ -7,7 +7,7 @@ shard they come from, are located with a fixed number of numpy operations instea
 loop over corpora. Only positions the readers validated are ever read: a row's offsets
 come from its record batch's offsets buffer (checked inside the map when the file was
 opened) and its tokens lie between offsets checked against that record batch's value
-count, exactly as :meth:`arrowmt.format._reader.SplitFile.spans` checks them, and each
+count, exactly as :meth:`arrowmt.reading._reader.SplitFile.spans` checks them, and each
 piece of offsets' checksum is checked on first use, as there. A view's row list is
 read only after the CRC-32 of each chunk holding the batch's rows was checked
 (on first use, all views' chunks numbered in one sequence), and its rows must lie inside their split; the
@@ -27,9 +27,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from arrowmt._arrays import sorted_unique
-from arrowmt.format import ManyOffsetChecks, Spans, Split, SplitFile, View, exclusive_cumsum
 from arrowmt.io import ManyPieces, WordRanges
-from arrowmt.plans import corpus_of
+from arrowmt.mixing import corpus_of
+from arrowmt.reading import ManyOffsetChecks, Spans, SplitFile, exclusive_cumsum
+from arrowmt.splits import Split
+from arrowmt.views import View
 
 
 class AddressSpace:

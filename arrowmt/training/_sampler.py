@@ -6,7 +6,7 @@ batch id); this module yields plan batches as lists; a collater turns each into 
 
 Each epoch the plan's batch ids are shuffled with ``seed + epoch`` (the *epoch order*)
 and dealt to the ranks: rank r of k takes positions r, r + k, ... of it, every rank the
-same number (short ranks wrap around, see :func:`arrowmt.plans._bucketing.shard_batches`).
+same number (short ranks wrap around, see :func:`arrowmt.bucketing._bucketing.shard_batches`).
 
 Resume. ``state_dict()`` is where this rank stands: after the sampler has yielded k
 batches it says k, at the moment the k-th one is handed out. torchdata's
@@ -35,7 +35,7 @@ from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format import ROWS, Split, refuse_stored_order
+from arrowmt.bucketing import check_seed, resume_start, shard_batches, shard_length
 from arrowmt.io import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -47,20 +47,8 @@ from arrowmt.io import (
     check_depth,
     prefetch_source,
 )
-from arrowmt.plans import (
-    BatchOrder,
-    FixedPlan,
-    Plan,
-    PlanParams,
-    PlanProvider,
-    as_provider,
-    batch_order,
-    check_seed,
-    load_plan,
-    resume_start,
-    shard_batches,
-    shard_length,
-)
+from arrowmt.plans import BatchOrder, FixedPlan, Plan, PlanParams, PlanProvider, as_provider, batch_order, load_plan
+from arrowmt.splits import ROWS, Split, refuse_stored_order
 from arrowmt.training._deal import every_rank, own, stored_copy, stretch_ranges, window_end_steps
 from arrowmt.training._world import World, resolve_world
 
@@ -146,7 +134,7 @@ class PlanSampler(Sampler[list[int]]):
 
     ``shuffle_window`` (None: fairseq's shuffle of every batch) shuffles each epoch within
     windows of that many batches (rounded up to a multiple of 16), each 16 runs of consecutive plan batches
-    (:func:`~arrowmt.plans._bucketing.windowed_batch_order`): the same batches, in a less
+    (:func:`~arrowmt.bucketing._bucketing.windowed_batch_order`): the same batches, in a less
     random order, that a copy stored in plan order (``arrowmt order``) reads in long
     stretches, as object-storage readers shuffle shards.
     """

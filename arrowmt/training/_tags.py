@@ -19,8 +19,9 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import SOURCE, TARGET, Spans, exclusive_cumsum, take_flat
-from arrowmt.plans import corpus_of
+from arrowmt.format import SOURCE, TARGET
+from arrowmt.mixing import corpus_of
+from arrowmt.reading import Spans, exclusive_cumsum, take_flat
 from arrowmt.training._batch import GatheredBatch
 
 if TYPE_CHECKING:

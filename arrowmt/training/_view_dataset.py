@@ -1,11 +1,11 @@
-"""A view (:mod:`arrowmt.format._view`) as a torch dataset: what ``ArrowMTDataset`` offers, over the kept rows."""
+"""A view (:mod:`arrowmt.views._view`) as a torch dataset: what ``ArrowMTDataset`` offers, over the kept rows."""
 
 from __future__ import annotations
 
 import os
 
-from arrowmt.format import View
 from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.views import View
 
 
 class ArrowMTViewDataset(View, ArrowMTDataset):
@@ -13,7 +13,7 @@ class ArrowMTViewDataset(View, ArrowMTDataset):
 
     Everything that reads rows (``ds[i]``, ``__getitems__``, ``row``) comes from
     :class:`~arrowmt.training._dataset.ArrowMTDataset` and everything that maps
-    indices to rows from :class:`~arrowmt.format._view.View`, so a view goes where a
+    indices to rows from :class:`~arrowmt.views._view.View`, so a view goes where a
     dataset goes: ``TokenBatchSampler``, ``Collater``, mixtures, the fairseq plugin.
     """
 

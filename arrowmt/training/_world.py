@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch.distributed as dist
 
-from arrowmt.plans import check_rank
+from arrowmt.bucketing import check_rank
 
 
 class World(NamedTuple):

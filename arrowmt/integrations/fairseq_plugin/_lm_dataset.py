@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from fairseq.data import Dictionary, MonolingualDataset
 
+from arrowmt.blocks import HEADS
 from arrowmt.io import WordRanges
-from arrowmt.plans import HEADS
 from arrowmt.training import BlockDataset, FairseqBlockCollater, GatheredBlocks
 
 

@@ -22,7 +22,8 @@ from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingTask
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import TOKENS, Manifest, Split
+from arrowmt.blocks import cache_folder, load_block_plan
+from arrowmt.format import TOKENS, Manifest
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
     batch_iterator,
@@ -33,7 +34,7 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
 from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
 from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths, is_sharded
-from arrowmt.plans import cache_folder, load_block_plan
+from arrowmt.splits import Split
 from arrowmt.training import BlockDataset
 
 logger = logging.getLogger(__name__)

@@ -40,7 +40,8 @@ from arrowmt.integrations.fairseq_plugin._config import CACHE_DIR_HELP, CACHE_LI
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
 from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder, is_sharded
 from arrowmt.io import DEFAULT_DEPTH, check_depth
-from arrowmt.plans import PlanParams, Sampling, load_mixture_plan, temperature_ratios
+from arrowmt.mixing import Sampling, load_mixture_plan, temperature_ratios
+from arrowmt.plans import PlanParams
 from arrowmt.training import Corpus, FairseqCollater, Mixture, Tags, open_dataset, open_view_dataset
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format import SOURCE, TARGET, ColumnInfo, Manifest, local_folder, mismatch_error, symbols_sha256
+from arrowmt.format import SOURCE, TARGET, ColumnInfo, Manifest, symbols_sha256
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
     batch_iterator,
@@ -31,6 +31,8 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 )
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
+from arrowmt.reading import local_folder
+from arrowmt.splits import mismatch_error
 from arrowmt.training import ArrowMTDataset, FairseqCollater, open_dataset, open_view_dataset
 
 logger = logging.getLogger(__name__)

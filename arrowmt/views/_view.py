@@ -3,11 +3,11 @@
 A view file holds the corpus rows it keeps, in corpus order, as little-endian
 uint32 (uint64 past ``2**32`` rows): 4 bytes per kept row plus a header, mapped
 read-only, so every process shares its pages. :class:`View` reads a split
-through it with the :class:`~arrowmt.format._split.Split` interface (rows,
+through it with the :class:`~arrowmt.splits._split.Split` interface (rows,
 lengths, located spans, fingerprint), so it goes wherever a split goes: datasets,
 samplers, mixtures, the fairseq plugin.
 
-A view file is a side file (:mod:`arrowmt.format._sidefile`: a header and chunk table,
+A view file is a side file (:mod:`arrowmt.files._sidefile`: a header and chunk table,
 a CRC-32 per 4 KiB chunk of the contents, atomic write, read-only map). Layout
 (little-endian)::
 
@@ -17,7 +17,7 @@ a CRC-32 per 4 KiB chunk of the contents, atomic write, read-only map). Layout
                         u64 description bytes, u32 CRC-32 of the header fields and the chunk
                         table, zero padding
     chunk table:        u64 body bytes, u32 chunk bytes, u32 zero, a CRC-32 per chunk of the body
-                        (arrowmt.format._chunks), zero-padded to a multiple of 8 bytes
+                        (arrowmt.files._chunks), zero-padded to a multiple of 8 bytes
     description:        UTF-8 JSON {"split", "filters", "dropped"}, zero-padded to a multiple of 8
     rows:               u32 or u64 [kept rows], strictly increasing, each < corpus rows
 
@@ -59,22 +59,16 @@ import numpy as np
 
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._chunks import CheckedArray
-from arrowmt.format._manifest import Manifest, plain_name_error
-from arrowmt.format._metadata import SpecialIds, SplitMetadata
-from arrowmt.format._mirror import local_only
-from arrowmt.format._ratio import length_ratio
-from arrowmt.format._reader import FileIdentity, SplitFile, check_indices
-from arrowmt.format._schema import MANIFEST_NAME, canonical_json
-from arrowmt.format._sidefile import VIEW_FORMAT, SideFile, open_side_file, write_side_file
-from arrowmt.format._spans import Spans, take_flat
-from arrowmt.format._split import Split
-from arrowmt.format._stored_order import refuse_stored_order
+from arrowmt.files import VIEW_FORMAT, CheckedArray, SideFile, open_side_file, write_side_file
+from arrowmt.format import MANIFEST_NAME, Manifest, SpecialIds, SplitMetadata, canonical_json, plain_name_error
 from arrowmt.io import WordRanges
+from arrowmt.reading import FileIdentity, Spans, SplitFile, check_indices, local_only, take_flat
+from arrowmt.splits import Split, refuse_stored_order
 from arrowmt.storage import DOWNLOAD_FIRST, local_only_path
+from arrowmt.views._ratio import length_ratio
 
 if TYPE_CHECKING:
-    from arrowmt.format._vocab import Dictionary
+    from arrowmt.format import Dictionary
 
 VIEW_SUFFIX = ".view"
 MAX_DESCRIPTION_BYTES = 1 << 20
@@ -460,7 +454,7 @@ class View:
     """Split ``split`` of an arrowmt folder seen through a view file: only the rows the view keeps.
 
     Row ``i`` of the view is corpus row ``rows[i]`` (``rows`` increasing). It offers
-    what :class:`~arrowmt.format._split.Split` offers (``len``, ``columns``,
+    what :class:`~arrowmt.splits._split.Split` offers (``len``, ``columns``,
     ``lengths``, ``locate``, ``located_spans``, ``column_spans``, ``row_array``,
     ``num_tokens``, ``fingerprint``, ``check_unchanged``, ``metadata``); ``path``
     is the corpus folder, so batch plans are cached in the corpus as for the

@@ -1,9 +1,9 @@
 """How a corpus stores its splits, asked of its manifest once, and the one refusal of a reader that cannot read it.
 
 A split is stored as converted (its rows in their own order), or in a copy made by ``arrowmt order``: rows in the
-order a batch plan reads them (:data:`ROWS`, :mod:`arrowmt.format._row_order`; the split's readers translate row
+order a batch plan reads them (:data:`ROWS`, :mod:`arrowmt.splits._row_order`; the split's readers translate row
 numbers, so datasets and samplers read the original's rows), or LM blocks in plan order (:data:`BLOCKS`,
-:mod:`arrowmt.format._block_order`; its rows are pieces of blocks, read by the LM block readers only). A reader
+:mod:`arrowmt.splits._block_order`; its rows are pieces of blocks, read by the LM block readers only). A reader
 states which stored orders it reads; :func:`refuse_stored_order` refuses the others, naming the folder and what
 to read instead.
 """
@@ -14,9 +14,9 @@ from collections.abc import Collection
 from pathlib import Path
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format._block_order import block_orders
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._row_order import order_files
+from arrowmt.format import Manifest
+from arrowmt.splits._block_order import block_orders
+from arrowmt.splits._row_order import order_files
 
 ROWS = "rows"  # rows in plan order: `arrowmt order`
 BLOCKS = "blocks"  # LM blocks in plan order: `arrowmt order --tokens-per-sample`

@@ -2,12 +2,12 @@
 
 The three kinds (:data:`PLAN_FORMAT`, :data:`BLOCKS_FORMAT`, :data:`VIEW_FORMAT`) are
 declared here, so that ``verify`` (this layer) knows them all; their modules
-(``arrowmt.plans._plan_cache``, ``arrowmt.plans._block_plan``,
-``arrowmt.format._view``) say what their fields and sections mean. Every side file
+(``arrowmt.plans._plan_cache``, ``arrowmt.blocks._block_plan``,
+``arrowmt.views._view``) say what their fields and sections mean. Every side file
 is laid out the same way (little-endian)::
 
     header (128 bytes): 16-byte magic, u32 version, the kind's fields, u32 CRC-32, zero padding
-    chunk table:        body bytes, chunk bytes, one CRC-32 per chunk of the body (arrowmt.format._chunks)
+    chunk table:        body bytes, chunk bytes, one CRC-32 per chunk of the body (arrowmt.files._chunks)
     body:               the kind's sections, laid out as its module says
 
 A kind declared ``aligned`` (row order files) pads its chunk table with zeros so that the
@@ -28,9 +28,9 @@ folder, a device) is refused from ``stat`` before it is opened, so nothing block
 then the header's length, magic and version, the chunk table's prefix, the body size
 the kind's header fields imply, the file size, the kind's own checks, and the header's
 CRC-32, in that order; the file is mapped read-only (random-access advice), so every
-process shares its pages. The body is read through :class:`~arrowmt.format._chunks.CheckedArray` (or
+process shares its pages. The body is read through :class:`~arrowmt.files._chunks.CheckedArray` (or
 :meth:`SideFile.body`), which checks each chunk a read touches on its first use
-(:class:`~arrowmt.format._chunks.ChunkChecks`). A chunk found corrupt raises
+(:class:`~arrowmt.files._chunks.ChunkChecks`). A chunk found corrupt raises
 FormatError naming the file, the chunk and its bytes; a cache file (plans, block tables)
 opened with ``discard_corrupt`` is then removed (under its build lock, and only if it is
 still the file that was opened), so the next run rebuilds it instead of finding the same
@@ -63,8 +63,8 @@ import numpy as np
 
 from arrowmt._errors import ArrowMTError, FormatError
 from arrowmt._heap import release_free_heap
-from arrowmt.format._atomic import atomic_output
-from arrowmt.format._chunks import (
+from arrowmt.files._atomic import atomic_output
+from arrowmt.files._chunks import (
     CHUNK_BYTES,
     TABLE_PREFIX,
     CheckedArray,
@@ -75,7 +75,7 @@ from arrowmt.format._chunks import (
     parse_table_prefix,
     table_bytes,
 )
-from arrowmt.format._manifest import not_regular_error
+from arrowmt.files._kinds import not_regular_error
 from arrowmt.io import advise
 
 logger = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ class SideFile:
         """Whether the whole body is checked, ``contents()`` included, so that reads need no checks of their own.
 
         Decided at the first call: a large body found in the page cache is checked whole then (every chunk in one
-        pass, :meth:`~arrowmt.format._chunks.ChunkChecks.sweep_if_resident`, then its contents); a body read cold,
+        pass, :meth:`~arrowmt.files._chunks.ChunkChecks.sweep_if_resident`, then its contents); a body read cold,
         or one with a chunk or a value found wrong, is left to each read's own checks, which name what is wrong
         where it is read (the sound parts stay readable)."""
         if not self.whole_tried:

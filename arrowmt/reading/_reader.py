@@ -9,7 +9,7 @@ Opening reads O(record batches) numbers: each batch's buffers must lie inside th
 file and its offsets must run from 0 to the batch's value count. Middle offsets are
 checked on every access (:meth:`SplitFile.spans`), or all at once by
 :meth:`SplitFile.check_offsets`; the offsets checksum of each piece of 1,024 rows
-of a record batch (recorded at conversion, :mod:`arrowmt.format._offsets_crc`) is
+of a record batch (recorded at conversion, :mod:`arrowmt.reading._offsets_crc`) is
 checked the first time any of its rows is used; :func:`ensure_offsets_checked` does that once per
 file state before a file is handed to a library that trusts offsets (pyarrow,
 Hugging Face ``datasets``).
@@ -31,12 +31,15 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._manifest import DICTIONARY_SUFFIX, plain_name_error
-from arrowmt.format._metadata import ColumnInfo, SplitMetadata
-from arrowmt.format._mirror import attached_file, guarded_copy
-from arrowmt.format._offsets_crc import OffsetChecks
-from arrowmt.format._schema import ALIGNMENT, METADATA_KEY, TOKEN_TYPE
-from arrowmt.format._spans import flat_positions, take_flat
+from arrowmt.format import (
+    ALIGNMENT,
+    DICTIONARY_SUFFIX,
+    METADATA_KEY,
+    TOKEN_TYPE,
+    ColumnInfo,
+    SplitMetadata,
+    plain_name_error,
+)
 from arrowmt.io import (
     DEFAULT_ACCESS,
     WORD,
@@ -47,6 +50,9 @@ from arrowmt.io import (
     read_ahead,
     will_need,
 )
+from arrowmt.reading._mirror import attached_file, guarded_copy
+from arrowmt.reading._offsets_crc import OffsetChecks
+from arrowmt.reading._spans import flat_positions, take_flat
 
 IPC_FILE_MAGIC = b"ARROW1"
 

@@ -9,7 +9,7 @@ converted before it existed), holds
 - the byte ranges that are not token values (the stream's headers, the offsets): a
   remote reader fetches and keeps them at open, since opening and planning read them all.
 
-:mod:`arrowmt.format._indexing` writes it. It is a side file (:mod:`arrowmt.format._sidefile`):
+:mod:`arrowmt.writing._indexing` writes it. It is a side file (:mod:`arrowmt.files._sidefile`):
 header with the split file's size and SHA-256 (as the manifest records them), CRC-32 over everything.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.format._sidefile import SideFile, SideFormat, open_side_file
+from arrowmt.files import SideFile, SideFormat, open_side_file
 from arrowmt.storage import covered_blocks
 
 BLOCK_SIZE = 4096  # a page: a row read costs one block, a batch stored together (arrowmt order) a few

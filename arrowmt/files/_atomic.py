@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from arrowmt._errors import ArrowMTError, OutputExistsError, OutputWriteError
-from arrowmt.format._locks import LOCK_SUFFIX, OutputLock, publishing
+from arrowmt.files._locks import LOCK_SUFFIX, OutputLock, publishing
 from arrowmt.storage import local_output
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ streams rows in pieces of any size (a converter's chunks) into record batches of
 column, rows per batch) sits in the stream's schema, before the first batch, so the
 streaming writer is opened with it and checks at the end that the rows match it.
 Both produce the same bytes for the same rows, whatever the pieces. Each record batch
-carries the CRC-32 of each column's offsets (see :mod:`arrowmt.format._offsets_crc`), which
+carries the CRC-32 of each column's offsets (see :mod:`arrowmt.reading._offsets_crc`), which
 readers check before they first use the batch's rows.
 """
 
@@ -26,14 +26,18 @@ from tqdm import tqdm
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
-from arrowmt.format._atomic import atomic_path
-from arrowmt.format._metadata import ColumnInfo, SpecialIds, SplitMetadata
-from arrowmt.format._offsets_crc import PIECE_ROWS as OFFSETS_PIECE_ROWS
-from arrowmt.format._offsets_crc import encode_offsets_crcs
-from arrowmt.format._progress import progress_bar
-from arrowmt.format._ragged import Ragged
-from arrowmt.format._schema import DEFAULT_ROWS_PER_BATCH, MAX_LIST_VALUES, token_schema
-from arrowmt.format._vocab import id_outside
+from arrowmt.files import atomic_path, progress_bar
+from arrowmt.format import (
+    DEFAULT_ROWS_PER_BATCH,
+    MAX_LIST_VALUES,
+    ColumnInfo,
+    SpecialIds,
+    SplitMetadata,
+    id_outside,
+    token_schema,
+)
+from arrowmt.reading import PIECE_ROWS as OFFSETS_PIECE_ROWS
+from arrowmt.reading import Ragged, encode_offsets_crcs
 
 PIECE_ROWS = 1 << 18  # rows read at a time from a RowSource
 
@@ -149,8 +153,8 @@ def write_split(
 
     Columns held in memory are written as they are; if any column is a :class:`RowSource`, every
     column is read :data:`PIECE_ROWS` rows at a time (memory bounded whatever the split's size).
-    ``piece_rows``: rows per offsets checksum piece (:mod:`arrowmt.format._offsets_crc`). ``stored_order``: what a
-    copy in plan order records of it (:func:`arrowmt.format._row_order.order_marker`).
+    ``piece_rows``: rows per offsets checksum piece (:mod:`arrowmt.reading._offsets_crc`). ``stored_order``: what a
+    copy in plan order records of it (:func:`arrowmt.splits._row_order.order_marker`).
     """
     rows = check_same_rows(split, {name: len(col.ragged) for name, col in columns.items()}, _origins(columns))
     in_memory = {name: col.ragged for name, col in columns.items() if isinstance(col.ragged, Ragged)}

@@ -22,12 +22,10 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError, StorageError
-from arrowmt.format._atomic import atomic_output, write_bytes_atomic
-from arrowmt.format._block_index import index_name, read_block_index
-from arrowmt.format._manifest import MAX_JSON_BYTES, Manifest, parse_json, read_json
-from arrowmt.format._schema import MANIFEST_NAME
-from arrowmt.format._sidefile import exclusive_lock
-from arrowmt.format._spans import take_flat
+from arrowmt.files import atomic_output, exclusive_lock, write_bytes_atomic
+from arrowmt.format import MANIFEST_NAME, MAX_JSON_BYTES, Manifest, parse_json, read_json
+from arrowmt.reading._block_index import index_name, read_block_index
+from arrowmt.reading._spans import take_flat
 from arrowmt.storage import STATE_DIR, is_url, local_only_path, local_path
 
 if TYPE_CHECKING:  # loaded where a URL or a cache folder is read: a local reader never loads the block cache

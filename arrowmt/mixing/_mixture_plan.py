@@ -1,6 +1,6 @@
 """The batch plan of one epoch of a mixture: the epoch's drawn rows, batched as fairseq batches pairs.
 
-Each epoch's rows are drawn with per-corpus ratios (:mod:`arrowmt.plans._mixing`: fairseq's
+Each epoch's rows are drawn with per-corpus ratios (:mod:`arrowmt.mixing._mixing`: fairseq's
 ``translation_multi_simple_epoch`` arithmetic, deterministic in (seed, epoch)), then planned by
 :func:`arrowmt.plans._plan.plan_lengths` over the drawn rows' lengths (tags counted) and stored as an
 ordinary plan file (:mod:`arrowmt.plans._plan_cache`). The plan of an epoch is named by its content
@@ -18,11 +18,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from arrowmt._heap import release_free_heap
+from arrowmt.bucketing import compact_counts, report_skipped
 from arrowmt.format import CACHE_DIR_NAME
-from arrowmt.plans._bucketing import compact_counts, report_skipped
-from arrowmt.plans._mixing import resample
-from arrowmt.plans._plan import PlanParams, key_fields, plan_lengths
-from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
+from arrowmt.mixing._mixing import resample
+from arrowmt.plans import BatchPlan, PlanArrays, PlanParams, key_fields, load_or_build_plan, plan_key, plan_lengths
 
 PLAN_FOLDER_PREFIX = "mixture-"
 PLAN_GLOB = "plan-*.bin"

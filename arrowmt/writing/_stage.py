@@ -17,12 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import StorageError
-from arrowmt.format._atomic import StagedOutput
-from arrowmt.format._block_index import index_name
-from arrowmt.format._manifest import Manifest, file_sha256
-from arrowmt.format._mirror import CacheOptions, attached_file, mirror
-from arrowmt.format._progress import progress_bar
-from arrowmt.format._schema import MANIFEST_NAME
+from arrowmt.files import StagedOutput, progress_bar
+from arrowmt.format import MANIFEST_NAME, Manifest, file_sha256
+from arrowmt.reading import CacheOptions, attached_file, index_name, mirror
 from arrowmt.storage import local_output
 
 STAGE_SUFFIX = ".arrowmt-stage"

@@ -3,11 +3,11 @@
 A copy of a corpus whose rows are stored in the order a batch plan reads them keeps the
 original's row numbers: row ``i`` of the split is stored at ``where[i]``, and stored row
 ``j`` is row ``order[j]``. The split's readers translate every row number
-(:class:`~arrowmt.format._split.Split`), so datasets, samplers, plans and batches are the
+(:class:`~arrowmt.splits._split.Split`), so datasets, samplers, plans and batches are the
 original's, and each planned batch reads one contiguous stretch of the files. Both maps and
 the plan the rows were stored by are one side file (``<split>.rows``) listed in the
 manifest's provenance under :data:`ROW_ORDER_KEY`. Layout (a side file,
-:mod:`arrowmt.format._sidefile`; little-endian)::
+:mod:`arrowmt.files._sidefile`; little-endian)::
 
     header fields: u64 rows, u32 row number itemsize (4 or 8), u64 plan batches, u64 planned rows
     body:          where [rows], order [rows], batch offsets int64 [plan batches + 1]
@@ -33,12 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.format._chunks import CheckedArray
-from arrowmt.format._manifest import ORDERED_BY_KEY, ROW_ORDER_KEY, Manifest, plain_name_error
-from arrowmt.format._reader import FileIdentity
-from arrowmt.format._schema import canonical_json
-from arrowmt.format._sidefile import SideFormat, check_batch_offsets, open_side_file, write_side_file
+from arrowmt.files import CheckedArray, SideFormat, check_batch_offsets, open_side_file, write_side_file
+from arrowmt.format import ORDERED_BY_KEY, ROW_ORDER_KEY, Manifest, canonical_json, plain_name_error
 from arrowmt.io import advise
+from arrowmt.reading import FileIdentity
 
 ORDER_SUFFIX = ".rows"
 CHECK_ROWS = 1 << 20  # rows of the maps compared at a time by check_row_order

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.plans._bucketing import check_limit, filter_by_size, shuffled_range, sort_key, stable_order
+from arrowmt.bucketing import check_limit, filter_by_size, shuffled_range, sort_key, stable_order
 
 BREAK_MODES = ("none", "complete", "complete_doc", "eos")
 HEADS = 2  # tokens before a block that its shifted views can need (source: 1, past target: 2)

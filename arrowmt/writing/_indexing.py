@@ -1,4 +1,4 @@
-"""Writing block indexes (:mod:`arrowmt.format._block_index`) of split files: a CRC pass and the layout."""
+"""Writing block indexes (:mod:`arrowmt.reading._block_index`) of split files: a CRC pass and the layout."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.format._block_index import BLOCK_SIZE, INDEX_FORMAT, index_name, pinned_at
-from arrowmt.format._locks import reading
-from arrowmt.format._manifest import Manifest
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._sidefile import write_side_file
+from arrowmt.files import reading, write_side_file
+from arrowmt.format import Manifest
 from arrowmt.io import WORD
+from arrowmt.reading import BLOCK_SIZE, INDEX_FORMAT, SplitFile, index_name, pinned_at
 
 READ_BYTES = 8 << 20
 

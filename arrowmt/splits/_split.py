@@ -12,19 +12,24 @@ import numpy as np
 from arrowmt._arrays import sorted_unique
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
-from arrowmt.format._dictionaries import check_split_dictionaries, load_column_dictionary
-from arrowmt.format._locks import reading
-from arrowmt.format._manifest import Manifest, split_path
-from arrowmt.format._metadata import SpecialIds, SplitMetadata
-from arrowmt.format._mirror import local_folder
-from arrowmt.format._reader import FileStamp, SplitFile, check_indices, open_split_file, row_numbers
-from arrowmt.format._row_order import read_row_order
-from arrowmt.format._schema import TOKENS
-from arrowmt.format._spans import Spans, exclusive_cumsum
+from arrowmt.files import reading
+from arrowmt.format import TOKENS, Manifest, SpecialIds, SplitMetadata, split_path
 from arrowmt.io import DEFAULT_ACCESS, WordRanges, check_access
+from arrowmt.reading import (
+    FileStamp,
+    Spans,
+    SplitFile,
+    check_indices,
+    exclusive_cumsum,
+    local_folder,
+    open_split_file,
+    row_numbers,
+)
+from arrowmt.splits._dictionaries import check_split_dictionaries, load_column_dictionary
+from arrowmt.splits._row_order import read_row_order
 
 if TYPE_CHECKING:
-    from arrowmt.format._vocab import Dictionary
+    from arrowmt.format import Dictionary
 
 
 class Split:
@@ -50,7 +55,7 @@ class Split:
         (default; training reads rows all over the files), ``"sequential"``, ``"normal"``.
         ``path`` may be a URL (``s3://bucket/prefix``): the corpus is then read through a
         node-local cache in ``cache_dir`` holding at most ``cache_limit`` bytes (see
-        :func:`arrowmt.format._mirror.local_folder`).
+        :func:`arrowmt.reading._mirror.local_folder`).
         """
         self.path = local_folder(path, cache_dir, cache_limit)
         self.split = split

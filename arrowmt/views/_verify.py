@@ -29,16 +29,7 @@ import pyarrow.ipc as ipc
 from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError, FormatError
-from arrowmt.format._block_order import block_orders
-from arrowmt.format._dictionaries import column_place, mismatch_error
-from arrowmt.format._manifest import FileEntry, Manifest, file_sha256, split_path
-from arrowmt.format._metadata import ColumnInfo
-from arrowmt.format._mirror import attached_file, local_folder
-from arrowmt.format._progress import progress_bar
-from arrowmt.format._reader import SplitFile
-from arrowmt.format._row_order import check_order_marker, check_row_order, order_files
-from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME
-from arrowmt.format._sidefile import (
+from arrowmt.files import (
     BLOCKS_FORMAT,
     COPY_BLOCKS_FORMAT,
     PLAN_FORMAT,
@@ -46,10 +37,24 @@ from arrowmt.format._sidefile import (
     SideFormat,
     check_blocks_header,
     open_side_file,
+    progress_bar,
     stored_version,
 )
-from arrowmt.format._view import VIEW_SUFFIX, View
-from arrowmt.format._vocab import Dictionary, id_outside, unterminated_row
+from arrowmt.format import (
+    CACHE_DIR_NAME,
+    MANIFEST_NAME,
+    ColumnInfo,
+    Dictionary,
+    FileEntry,
+    Manifest,
+    file_sha256,
+    id_outside,
+    split_path,
+    unterminated_row,
+)
+from arrowmt.reading import SplitFile, attached_file, local_folder
+from arrowmt.splits import block_orders, check_order_marker, check_row_order, column_place, mismatch_error, order_files
+from arrowmt.views._view import VIEW_SUFFIX, View
 
 VocabSizes = dict[str, tuple[int, str] | None]
 """Dictionary file name listed by the manifest -> (number of symbols, content SHA-256), None if unreadable."""

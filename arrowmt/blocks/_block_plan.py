@@ -10,7 +10,7 @@ Two cached parts, each named by the hash of what it depends on:
   ``max_positions`` filter and ``batch_by_size``): an ordinary batch-plan file of
   :mod:`arrowmt.plans._plan_cache`, its "rows" being blocks.
 
-A block table is a side file (:mod:`arrowmt.format._sidefile`: a header and chunk table
+A block table is a side file (:mod:`arrowmt.files._sidefile`: a header and chunk table
 checked on open, a CRC-32 per 4 KiB chunk of the contents checked on first use, atomic
 write, build-once lock, read-only map; a FIFO, folder or device at its path is refused).
 Layout (little-endian)::
@@ -19,7 +19,7 @@ Layout (little-endian)::
                         of the key, u64 split rows, u64 split tokens, u64 block count,
                         u32 CRC-32 of the header fields and the chunk table, zero padding
     chunk table:        u64 body bytes, u32 chunk bytes, u32 zero, a CRC-32 per chunk of the body
-                        (arrowmt.format._chunks), zero-padded to a multiple of 8 bytes
+                        (arrowmt.files._chunks), zero-padded to a multiple of 8 bytes
     starts:             int64 [block count], flat position of each block's first token
     ends:               int64 [block count], one past its last token
     offsets:            uint8 [block count], how far the block starts inside its row, capped at 2;
@@ -49,25 +49,7 @@ import numpy as np
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
-from arrowmt.format import (
-    BLOCK_ORDER_KEY,
-    BLOCKS_FORMAT,
-    CACHE_DIR_NAME,
-    COPY_BLOCKS_FORMAT,
-    MANIFEST_NAME,
-    BlockOrder,
-    SideFile,
-    Split,
-    check_blocks_header,
-    check_indices,
-    indices_within,
-    load_or_build,
-    open_side_file,
-    read_block_order,
-    write_side_file,
-)
-from arrowmt.io import WordRanges
-from arrowmt.plans._blocks import (
+from arrowmt.blocks._blocks import (
     HEADS,
     check_break_mode,
     lm_order,
@@ -76,16 +58,31 @@ from arrowmt.plans._blocks import (
     packed_bounds,
     row_starts,
 )
-from arrowmt.plans._bucketing import (
-    batch_by_size,
-    compact_counts,
-    drop_too_long,
-    report_skipped,
+from arrowmt.blocks._token_stream import TokenStream
+from arrowmt.bucketing import batch_by_size, compact_counts, drop_too_long, report_skipped
+from arrowmt.files import (
+    BLOCKS_FORMAT,
+    COPY_BLOCKS_FORMAT,
+    SideFile,
+    check_blocks_header,
+    load_or_build,
+    open_side_file,
+    write_side_file,
 )
-from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, load_or_build_plan, plan_key
-from arrowmt.plans._spec import BLOCK_LIMIT, BatchSpec
-from arrowmt.plans._stored_plan import changed_fields, order_command
-from arrowmt.plans._token_stream import TokenStream
+from arrowmt.format import BLOCK_ORDER_KEY, CACHE_DIR_NAME, MANIFEST_NAME
+from arrowmt.io import WordRanges
+from arrowmt.plans import (
+    BLOCK_LIMIT,
+    BatchPlan,
+    BatchSpec,
+    PlanArrays,
+    changed_fields,
+    load_or_build_plan,
+    order_command,
+    plan_key,
+)
+from arrowmt.reading import check_indices, indices_within
+from arrowmt.splits import BlockOrder, Split, read_block_order
 
 logger = logging.getLogger(__name__)
 CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
@@ -251,7 +248,7 @@ class MappedBlocks:
     def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`bounds` and :meth:`offsets` in one read: nothing to check per block once the whole table was
         checked at its first read (a large table found in the page cache, see
-        :meth:`~arrowmt.format._sidefile.SideFile.trusted_whole`)."""
+        :meth:`~arrowmt.files._sidefile.SideFile.trusted_whole`)."""
         ids = _checked_ids(ids, len(self))
         if self._side.trusted_whole(self._check_table):
             return self._starts.raw[ids], self._ends.raw[ids], self._row_offsets.raw[ids].astype(np.int64)

@@ -4,7 +4,7 @@ Each column of a split file records the dictionary its ids index: the file name,
 number of symbols and ``dictionary_sha256`` (:meth:`Dictionary.sha256`). A dictionary
 replaced after conversion (by hand, or by a conversion killed while it published a new
 dataset over an old one) would silently turn the ids into another corpus's words, so
-every reader compares the two: :class:`~arrowmt.format._split.Split` when it opens (a
+every reader compares the two: :class:`~arrowmt.splits._split.Split` when it opens (a
 present dictionary that differs is refused; a missing one is reported by whoever loads
 it), :func:`load_column_dictionary` when a dictionary is used, exports on their copies,
 ``verify`` and the fairseq plugin on the dictionaries they hold.
@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING
 
 from arrowmt._errors import VocabularyError
 from arrowmt._heap import release_free_heap
-from arrowmt.format._manifest import file_kind
-from arrowmt.format._metadata import ColumnInfo
-from arrowmt.format._reader import RACY_NS, FileIdentity, SplitFile
-from arrowmt.format._symbols import text_symbols_digest
+from arrowmt.files import file_kind
+from arrowmt.format import ColumnInfo, text_symbols_digest
+from arrowmt.reading import RACY_NS, FileIdentity, SplitFile
 
 if TYPE_CHECKING:
-    from arrowmt.format._vocab import Dictionary
+    from arrowmt.format import Dictionary
 
 Digest = tuple[int, str]
 """A dictionary's number of symbols and :meth:`Dictionary.sha256`."""
@@ -121,7 +120,7 @@ def _digest(path: Path) -> Digest:
 def _loaded_digest(path: Path) -> tuple[Digest, Dictionary]:
     """The dictionary file ``path`` loaded, and its digest. Only here is ``pyarrow.compute`` imported (with the
     dictionary's module): a process that only reads corpora never needs it, and it costs ~2 MiB per process."""
-    from arrowmt.format._vocab import Dictionary
+    from arrowmt.format import Dictionary
 
     dictionary = Dictionary.load(path)
     return (len(dictionary), dictionary.sha256()), dictionary

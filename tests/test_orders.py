@@ -13,12 +13,14 @@ from arrowmt.testing import (
     BATCH_ORDERS,
     PlanOrder,
     Shuffle,
+    Walk,
     World,
     epoch_batch_order,
+    walk_of,
     window_starts,
     windowed_batch_order,
 )
-from arrowmt.training import PlanSampler, Walk, walk_of
+from arrowmt.training import PlanSampler
 from tests.test_sampler import MinimalPlan
 
 

@@ -16,19 +16,8 @@ from arrowmt._lazy import attach
 if TYPE_CHECKING:
     from arrowmt._checks import check_integer, check_optional_integer
     from arrowmt._cli import INTERRUPTED_MESSAGE, TERMINATED_MESSAGE, build_parser, main
-    from arrowmt._errors import (
-        ArrowMTError,
-        FormatError,
-        InputDataError,
-        InvalidParameterError,
-        MissingDependencyError,
-        OutputExistsError,
-        OutputWriteError,
-        StorageError,
-        VocabularyError,
-    )
     from arrowmt._heap import release_free_heap
-    from arrowmt._info import _readable, summarize
+    from arrowmt._info import _readable
     from arrowmt._optional import require
     from arrowmt.blocks._block_plan import MappedBlocks, write_table
     from arrowmt.blocks._blocks import (
@@ -70,21 +59,18 @@ if TYPE_CHECKING:
     )
     from arrowmt.bucketing._order import plan_order
     from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed, read_document_index, read_indexed
-    from arrowmt.converters._fairseq_export import export_fairseq
-    from arrowmt.converters._fairseq_folder import convert_fairseq, discover
-    from arrowmt.converters._from_table import convert_table, read_table_file
+    from arrowmt.converters._fairseq_folder import discover
+    from arrowmt.converters._from_table import read_table_file
     from arrowmt.converters._output import OutputFolder, column, special_ids_of
     from arrowmt.converters._pairs import arrow_split_names, fairseq_split_name
     from arrowmt.converters._parallel_text import (
         UNKNOWN_WARNING_RATE,
         Spilled,
         _parallelism,
-        convert_text,
         convert_with_options,
         parse_byte_size,
         unknown_lines,
     )
-    from arrowmt.converters._parquet_export import export_parquet
     from arrowmt.converters._tasks import (
         FALLBACK_PARALLELISM,
         TaskRunner,
@@ -109,6 +95,7 @@ if TYPE_CHECKING:
     )
     from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
     from arrowmt.converters._text_inputs import TextConversion, prefix_files
+    from arrowmt.copies._block_rows import cut_lengths, stored_starts
     from arrowmt.files._atomic import (
         COMPLETED_NOTE,
         STAGING_MARK,
@@ -141,19 +128,11 @@ if TYPE_CHECKING:
         open_side_file,
         write_side_file,
     )
-    from arrowmt.format._manifest import (
-        MAX_JSON_BYTES,
-        FileEntry,
-        Manifest,
-        file_entry,
-        file_sha256,
-        plain_name_error,
-        split_path,
-    )
-    from arrowmt.format._metadata import SpecialIds, SplitMetadata
+    from arrowmt.format._manifest import MAX_JSON_BYTES, file_entry, file_sha256, plain_name_error, split_path
+    from arrowmt.format._metadata import SplitMetadata
     from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME, METADATA_KEY, SOURCE, TARGET, TOKENS
     from arrowmt.format._symbols import text_symbols_digest
-    from arrowmt.format._vocab import SPECIALS, Dictionary
+    from arrowmt.format._vocab import SPECIALS
     from arrowmt.integrations.fairseq_plugin._batches import ReadAheadBatches, ReadAheadEpochBatchIterator
     from arrowmt.integrations.fairseq_plugin._task import _check_dictionary
     from arrowmt.io._advice import (
@@ -191,25 +170,13 @@ if TYPE_CHECKING:
     from arrowmt.reading._spans import Spans, as_spans, take_flat
     from arrowmt.splits._dictionaries import file_digest
     from arrowmt.splits._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
-    from arrowmt.splits._split import Split, open_split
     from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys
     from arrowmt.storage._store import BlockStore, furthest
     from arrowmt.training._batch import GatheredBatch
-    from arrowmt.training._block_collate import FairseqBlockCollater, PlainBlockCollater
-    from arrowmt.training._block_dataset import open_blocks
-    from arrowmt.training._block_sampler import BlockBatchSampler
-    from arrowmt.training._collate import FairseqCollater, PlainCollater
-    from arrowmt.training._dataset import ArrowMTDataset, open_dataset
     from arrowmt.training._gather import gather_padded, gather_padded_shifted, padded_width, valid_mask
-    from arrowmt.training._loader import ReadAheadLoader
-    from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture
-    from arrowmt.training._resume import load_loader_state, sampler_state, saved_workers
-    from arrowmt.training._sampler import PlanSampler, TokenBatchSampler, Walk, walk_of
-    from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
-    from arrowmt.training._view_dataset import open_view_dataset
+    from arrowmt.training._resume import sampler_state, saved_workers
+    from arrowmt.training._sampler import PlanSampler, Walk, walk_of
     from arrowmt.training._world import World
-    from arrowmt.views._verify import verify_dataset
-    from arrowmt.views._view import build_view, open_view
     from arrowmt.writing._indexing import write_block_indexes
     from arrowmt.writing._writer import (
         ColumnData,

@@ -69,7 +69,7 @@ RESULTS = HERE / "results"
 
 def make_corpus(out: Path, tokens: int, seed: int) -> dict[str, int]:
     """Rows until ``tokens`` tokens (the last row cut to fit), fairseq data-bin then arrowmt."""
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
 
     data_bin = out / "data-bin"
     data_bin.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ class ArrowMT:
     def __init__(self, data: Path, args: argparse.Namespace) -> None:
         from torch.utils.data import DataLoader
 
-        from arrowmt.testing import BlockBatchSampler, FairseqBlockCollater, open_blocks
+        from arrowmt import BlockBatchSampler, FairseqBlockCollater, open_blocks
 
         started = time.perf_counter()
         self.ds = open_blocks(data / args.folder, "train", args.tokens_per_sample, args.mode)

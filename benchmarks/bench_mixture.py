@@ -99,7 +99,7 @@ def make(corpora: int, rows: int, out: Path, seed: int = 1234) -> dict:
         write_dict(db / f"dict.{src}.txt", VOCAB)
     write_dict(db / f"dict.{TARGET_LANG}.txt", VOCAB)
     t1 = time.perf_counter()
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
 
     convert_fairseq(db, out / "arrowmt", overwrite=True, progress=False)
     info = {
@@ -136,7 +136,7 @@ def _write_pair(db: Path, src: str, n: int, seed: int, k: int) -> None:
 
 def language_tags(data: Path, corpora: int) -> list:
     """fairseq's --encoder-langtok src --decoder-langtok ids (the model's dictionary: loaded before the baseline)."""
-    from arrowmt.testing import Dictionary, langtok_tags, language_token_ids
+    from arrowmt import Dictionary, langtok_tags, language_token_ids
 
     pairs = [tuple(p.split("-")) for p in pair_names(corpora)]
     langs = sorted({lang for pair in pairs for lang in pair})
@@ -149,7 +149,7 @@ class Arrowmt:
         import torch
         from torch.utils.data import DataLoader
 
-        from arrowmt.testing import FairseqCollater, MixtureBatchSampler, open_mixture
+        from arrowmt import FairseqCollater, MixtureBatchSampler, open_mixture
 
         torch.set_num_threads(1)
         folder = data / "arrowmt"
@@ -254,7 +254,7 @@ def one(system: str, data: Path, corpora: int, plan: str, max_batches: int) -> d
 
 def view_bench(data: Path, repeat: int) -> dict:
     """Build a view over a make_corpus.py corpus; an epoch's first batches through it and through the corpus."""
-    from arrowmt.testing import build_view
+    from arrowmt import build_view
 
     corpus = data / "arrowmt"
     out = data / "views" / "clean.view"
@@ -282,7 +282,7 @@ def view_bench(data: Path, repeat: int) -> dict:
 
 def _read_rate(corpus: Path, view: Path | None, batches: int = 20_000) -> float:
     """tokens/s of the first ``batches`` training batches (FairseqCollater over __getitems__), plan cached."""
-    from arrowmt.testing import FairseqCollater, TokenBatchSampler, open_dataset, open_view_dataset
+    from arrowmt import FairseqCollater, TokenBatchSampler, open_dataset, open_view_dataset
 
     ds = open_dataset(corpus) if view is None else open_view_dataset(view, corpus)
     sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=SEED)

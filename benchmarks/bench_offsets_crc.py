@@ -70,8 +70,8 @@ def measure(mode: str, corpus: str, batches: int) -> dict[str, float]:
     import pyarrow.ipc as ipc
 
     import arrowmt  # noqa: F401  (imports outside the timing)
+    from arrowmt import TokenBatchSampler, open_dataset, open_split
     from arrowmt.reading import _offsets_crc
-    from arrowmt.testing import TokenBatchSampler, open_dataset, open_split
 
     before, started = read_bytes(), time.perf_counter()
     if mode == "open":
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.measure, str(args.out), args.batches)))
         return 0
     if not (args.out / "arrowmt.json").exists():
-        from arrowmt.testing import convert_fairseq
+        from arrowmt import convert_fairseq
 
         started = time.perf_counter()
         convert_fairseq(args.data_bin, args.out, progress=False)

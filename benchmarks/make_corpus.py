@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = make_data_bin(out / "data-bin", args.rows, args.seed, args.vocab, args.chunk)
     t1 = time.perf_counter()
 
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
 
     convert_fairseq(out / "data-bin", out / "arrowmt", overwrite=True, progress=False)
     t2 = time.perf_counter()

@@ -29,7 +29,7 @@ def prepare() -> None:
     import bench_mixture as bm
 
     import arrowmt
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
 
     db = D / "data-bin"
     if not (D / "made").exists():
@@ -66,7 +66,7 @@ def run(kind: str, window: int, batches: int) -> None:
     from run_one import read_bytes
     from torch.utils.data import DataLoader
 
-    from arrowmt.testing import FairseqCollater, MixtureBatchSampler, open_mixture
+    from arrowmt import FairseqCollater, MixtureBatchSampler, open_mixture
 
     torch.set_num_threads(1)
     pairs = bm.pair_names(100)

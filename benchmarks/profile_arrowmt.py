@@ -41,7 +41,8 @@ import arrowmt.plans._plan as plan_mod
 import arrowmt.reading._spans as spans_mod
 import arrowmt.training._collate as collate
 import arrowmt.training._sampler as sampler_mod
-from arrowmt.testing import SOURCE, TARGET, open_dataset
+from arrowmt import open_dataset
+from arrowmt.testing import SOURCE, TARGET
 
 
 def best_cpu(fn: Callable[[], object], repeat: int = 3) -> float:

@@ -73,7 +73,7 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=4096)
     args = p.parse_args()
 
-    from arrowmt.testing import FairseqCollater, TokenBatchSampler, open_dataset
+    from arrowmt import FairseqCollater, TokenBatchSampler, open_dataset
 
     ds = open_dataset(args.data / "arrowmt")
     sampler = TokenBatchSampler(ds, args.max_tokens, num_replicas=args.world, rank=0, prefetch=0)

@@ -228,7 +228,7 @@ class ArrowMT(Pipeline):
     def __init__(self, data: Path, args: argparse.Namespace) -> None:
         from torch.utils.data import DataLoader
 
-        from arrowmt.testing import FairseqCollater, TokenBatchSampler, open_dataset
+        from arrowmt import FairseqCollater, TokenBatchSampler, open_dataset
 
         self.ds = open_dataset(data / args.folder)
         if args.access:
@@ -244,7 +244,7 @@ class ArrowMT(Pipeline):
         self.collater = FairseqCollater(self.ds.special_ids)
         self.num_batches = len(self.sampler)
         if args.loader == "readahead":
-            from arrowmt.testing import ReadAheadLoader
+            from arrowmt import ReadAheadLoader
 
             self.loader = ReadAheadLoader(self.ds, self.sampler, self.collater)
         else:

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from arrowmt import FormatError, Manifest
 from arrowmt.testing import (
     SOURCE,
     TARGET,
     ColumnData,
-    FormatError,
-    Manifest,
     Ragged,
     file_entry,
     file_sha256,

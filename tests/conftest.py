@@ -77,7 +77,7 @@ def native_data_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def native_corpus(native_data_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``native_data_bin`` converted by ``arrowmt.convert_fairseq``."""
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
 
     out = tmp_path_factory.mktemp("arrow") / "multi30k"
     convert_fairseq(native_data_bin, out, progress=False)

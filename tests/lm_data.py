@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt.testing import TOKENS, ColumnData, Ragged, convert_fairseq, file_sha256
+from arrowmt import convert_fairseq
+from arrowmt.testing import TOKENS, ColumnData, Ragged, file_sha256
 from tests.builders import NUM_SPECIALS, fairseq_mmap, write_columns
 from tests.conftest import MULTI30K, fairseq_preprocess
 

@@ -28,26 +28,28 @@ import pyarrow as pa
 import pytest
 
 import arrowmt
-from arrowmt.testing import (
-    STAGING_MARK,
-    TEMP_PREFIX,
+from arrowmt import (
     ArrowMTError,
-    ColumnData,
     Dictionary,
     FormatError,
     InputDataError,
     InvalidParameterError,
     OutputExistsError,
+    SpecialIds,
+    StorageError,
+    open_split,
+)
+from arrowmt.testing import (
+    STAGING_MARK,
+    TEMP_PREFIX,
+    ColumnData,
     OutputFolder,
     Ragged,
-    SpecialIds,
     SplitFile,
     StagedOutput,
-    StorageError,
     atomic_output,
     atomic_path,
     deferred_signals,
-    open_split,
     remove_stale_staging,
     remove_stale_temps,
     write_split,

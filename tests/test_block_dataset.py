@@ -21,9 +21,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt.testing import (
-    BREAK_MODES,
-    HEADER_BYTES,
+from arrowmt import (
     BlockBatchSampler,
     FairseqBlockCollater,
     FormatError,
@@ -32,12 +30,10 @@ from arrowmt.testing import (
     Manifest,
     PlainBlockCollater,
     Split,
-    block_bounds,
     convert_fairseq,
-    discover,
     open_blocks,
-    row_starts,
 )
+from arrowmt.testing import BREAK_MODES, HEADER_BYTES, block_bounds, discover, row_starts
 from tests.builders import multi30k_dataset
 from tests.conftest import fairseq_rows, import_fairseq
 from tests.hostile_files import body_start, fifo_at, flip_bit, reseal, unblocking

@@ -23,10 +23,10 @@ import pytest
 from torch.utils.data import DataLoader
 
 import arrowmt
-from arrowmt.copies import cut_lengths, stored_starts
+from arrowmt import FormatError, InvalidParameterError, PlainBlockCollater
 from arrowmt.format import MANIFEST_NAME
 from arrowmt.splits import block_order_name
-from arrowmt.testing import FormatError, InvalidParameterError, PlainBlockCollater, window_starts, windowed_batch_order
+from arrowmt.testing import cut_lengths, stored_starts, window_starts, windowed_batch_order
 from arrowmt.views import verify_dataset
 from tests.builders import multi30k_dataset
 from tests.lm_data import fairseq_mono

@@ -7,9 +7,9 @@ import types
 import numpy as np
 import pytest
 
+from arrowmt import InvalidParameterError
 from arrowmt.testing import (
     BREAK_MODES,
-    InvalidParameterError,
     block_bounds,
     lm_order,
     none_bounds,

@@ -11,9 +11,8 @@ from builders import fixture_lengths
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from arrowmt import InputDataError, InvalidParameterError
 from arrowmt.testing import (
-    InputDataError,
-    InvalidParameterError,
     batch_by_size,
     check_integer,
     check_limit,

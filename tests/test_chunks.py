@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from arrowmt import FormatError
 from arrowmt.testing import (
     CHUNK_BYTES,
     HEADER_BYTES,
     CheckedArray,
-    FormatError,
     SideFile,
     SideFormat,
     chunk_count,

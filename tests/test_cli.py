@@ -22,21 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt import _cli
-from arrowmt.testing import (
-    MANIFEST_NAME,
-    Dictionary,
-    FormatError,
-    InvalidParameterError,
-    Manifest,
-    OutputExistsError,
-    OutputFolder,
-    Ragged,
-    column,
-    special_ids_of,
-    split_path,
-    summarize,
-)
+from arrowmt import Dictionary, FormatError, InvalidParameterError, Manifest, OutputExistsError, _cli, summarize
+from arrowmt.testing import MANIFEST_NAME, OutputFolder, Ragged, column, special_ids_of, split_path
 from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,7 +186,7 @@ def test_existing_output_names_the_flag(dataset: Path, tmp_path: Path) -> None:
     line = assert_one_line_error(run("export", "fairseq", str(dataset), str(out)), "pass --overwrite to replace it")
     assert "overwrite=True" not in line
     with pytest.raises(OutputExistsError, match="pass overwrite=True to replace it"):  # the API speaks Python
-        from arrowmt.testing import export_fairseq
+        from arrowmt import export_fairseq
 
         export_fairseq(dataset, out, progress=False)
 

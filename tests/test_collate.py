@@ -16,21 +16,16 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt.testing import (
+from arrowmt import (
     ArrowMTDataset,
-    ColumnData,
     Dictionary,
     FairseqCollater,
-    GatheredBatch,
     InvalidParameterError,
     Manifest,
     PlainCollater,
-    Ragged,
     SpecialIds,
-    file_entry,
-    split_path,
-    write_split,
 )
+from arrowmt.testing import ColumnData, GatheredBatch, Ragged, file_entry, split_path, write_split
 from tests.conftest import fairseq_fixture
 
 LANGS = ("de", "en")

@@ -15,12 +15,7 @@ import pytest
 
 import arrowmt.converters._fairseq_export as fairseq_export
 import arrowmt.converters._output as output
-from arrowmt.testing import (
-    CACHE_DIR_NAME,
-    INTERRUPTED_MESSAGE,
-    STAGING_MARK,
-    TEMP_PREFIX,
-    TERMINATED_MESSAGE,
+from arrowmt import (
     ArrowMTError,
     Dictionary,
     FormatError,
@@ -28,13 +23,20 @@ from arrowmt.testing import (
     InvalidParameterError,
     Manifest,
     OutputExistsError,
-    SplitFile,
-    StagedOutput,
     convert_fairseq,
-    discover,
     export_fairseq,
     open_dataset,
     verify_dataset,
+)
+from arrowmt.testing import (
+    CACHE_DIR_NAME,
+    INTERRUPTED_MESSAGE,
+    STAGING_MARK,
+    TEMP_PREFIX,
+    TERMINATED_MESSAGE,
+    SplitFile,
+    StagedOutput,
+    discover,
 )
 from tests.conftest import fairseq_rows
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt import open_blocks
-from arrowmt.testing import TOKENS, InvalidParameterError, convert_text, open_split
+from arrowmt import InvalidParameterError, convert_text, open_blocks, open_split
+from arrowmt.testing import TOKENS
 from tests.conftest import MULTI30K, fairseq_preprocess, fairseq_rows, gz_lines
 
 

@@ -22,19 +22,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt.testing import (
-    SOURCE,
-    TARGET,
+from arrowmt import (
     Dictionary,
     InputDataError,
     InvalidParameterError,
     Manifest,
     convert_fairseq,
     convert_text,
-    main,
     open_dataset,
     open_mixture,
 )
+from arrowmt.testing import SOURCE, TARGET, main
 from tests.conftest import fairseq_preprocess, fairseq_rows, import_fairseq, multi30k
 from tests.test_fairseq_multi import (
     LANGTOKS,

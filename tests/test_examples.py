@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
 
-from arrowmt.testing import convert_fairseq, convert_table, open_split
+from arrowmt import convert_fairseq, convert_table, open_split
 from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from arrowmt.testing import FormatError, InputDataError, Ragged, detect_index_format, read_document_index, read_indexed
+from arrowmt import FormatError, InputDataError
+from arrowmt.testing import Ragged, detect_index_format, read_document_index, read_indexed
 
 SPLITS = ("train", "valid", "test")
 LANGS = ("de", "en")

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt.testing import InvalidParameterError
+from arrowmt import InvalidParameterError
 from tests.conftest import PLUGIN_DIR, import_fairseq
 from tests.lm_data import fairseq_mono
 
@@ -212,7 +212,7 @@ def test_task_on_blocks_in_plan_order_equals_native(
 
 
 def test_task_reads_both_dictionary_layouts(corpus: tuple[Path, Path], tmp_path: Path, fairseq_tasks: Any) -> None:
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
     from tests.lm_data import preprocess_mono
 
     task = make_task(fairseq_tasks, corpus[1], False, sample_break_mode="none")

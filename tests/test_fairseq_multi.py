@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt.testing import InvalidParameterError, build_view, convert_fairseq, resample_counts, temperature_ratios
+from arrowmt import InvalidParameterError, build_view, convert_fairseq
+from arrowmt.testing import resample_counts, temperature_ratios
 from tests.conftest import PLUGIN_DIR, TINY_TRANSFORMER, fairseq_preprocess, import_fairseq, multi30k, quiet
 
 TASK = "translation_multi_simple_epoch_arrow"

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt.testing import InvalidParameterError, PlanParams, load_plan, open_dataset, plan_key, windowed_batch_order
+from arrowmt import InvalidParameterError, open_dataset
+from arrowmt.testing import PlanParams, load_plan, plan_key, windowed_batch_order
 from tests.conftest import import_fairseq, quiet
 
 MAX_TOKENS = 1024

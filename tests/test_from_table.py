@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import arrowmt
-from arrowmt.testing import (
+from arrowmt import (
     Dictionary,
     FormatError,
     InputDataError,
@@ -22,11 +22,10 @@ from arrowmt.testing import (
     Split,
     convert_fairseq,
     convert_table,
-    main,
     open_split,
-    read_table_file,
     verify_dataset,
 )
+from arrowmt.testing import main, read_table_file
 from tests.conftest import fairseq_fixture
 
 COLUMNS = ("source", "target")

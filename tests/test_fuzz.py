@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_reader_hostile import SPLIT, ReadWorker, assert_consistent, make_dataset
 
-from arrowmt.testing import Manifest, SplitFile, file_entry, split_path
+from arrowmt import Manifest
+from arrowmt.testing import SplitFile, file_entry, split_path
 
 Mutation = tuple[
     object, ...

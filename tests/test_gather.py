@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from arrowmt import InvalidParameterError
 from arrowmt.testing import (
     GatheredBatch,
-    InvalidParameterError,
     Spans,
     as_spans,
     gather_padded,

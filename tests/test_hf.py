@@ -16,11 +16,9 @@ import pyarrow.compute as pc
 import pytest
 import torch
 
-from arrowmt.integrations import hf
-from arrowmt.testing import (
+from arrowmt import (
     ArrowMTDataset,
     BlockBatchSampler,
-    ColumnData,
     Dictionary,
     FairseqCollater,
     FormatError,
@@ -30,16 +28,12 @@ from arrowmt.testing import (
     OutputExistsError,
     OutputWriteError,
     PlainCollater,
-    Ragged,
-    SplitFile,
     TokenBatchSampler,
     convert_fairseq,
-    file_entry,
     open_dataset,
-    read_indexed,
-    split_path,
-    write_split,
 )
+from arrowmt.integrations import hf
+from arrowmt.testing import ColumnData, Ragged, SplitFile, file_entry, read_indexed, split_path, write_split
 from tests.builders import fairseq_mmap as fixture_mmap
 
 datasets = pytest.importorskip("datasets")

@@ -27,14 +27,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from arrowmt import _cli
-from arrowmt.testing import (
-    COMPLETED_NOTE,
-    LOCK_SUFFIX,
-    METADATA_KEY,
-    SOURCE,
-    TARGET,
-    TEMP_PREFIX,
+from arrowmt import (
     ArrowMTError,
     Dictionary,
     FormatError,
@@ -42,28 +35,37 @@ from arrowmt.testing import (
     InvalidParameterError,
     Manifest,
     OutputExistsError,
+    OutputWriteError,
+    VocabularyError,
+    _cli,
+    build_view,
+    convert_text,
+    export_parquet,
+    open_split,
+    open_view,
+    summarize,
+    verify_dataset,
+)
+from arrowmt.testing import (
+    COMPLETED_NOTE,
+    LOCK_SUFFIX,
+    METADATA_KEY,
+    SOURCE,
+    TARGET,
+    TEMP_PREFIX,
     OutputFolder,
     OutputLock,
-    OutputWriteError,
     Ragged,
     StagedOutput,
-    VocabularyError,
-    build_view,
     check_weights,
     column,
-    convert_text,
     deferred_signals,
-    export_parquet,
     file_digest,
     file_entry,
     lock_path,
-    open_split,
-    open_view,
     special_ids_of,
     split_path,
-    summarize,
     text_symbols_digest,
-    verify_dataset,
 )
 from tests.conftest import MULTI30K, ROOT, gz_lines
 
@@ -433,7 +435,8 @@ def test_fairseq_plugin_refuses_a_dictionary_of_the_same_size(corpus_a: Path) ->
     pytest.importorskip("fairseq")
     from fairseq.data import Dictionary as FairseqDictionary
 
-    from arrowmt.testing import _check_dictionary, open_dataset
+    from arrowmt import open_dataset
+    from arrowmt.testing import _check_dictionary
 
     dataset = open_dataset(corpus_a)
     same = FairseqDictionary.load(str(corpus_a / "dict.de.txt"))
@@ -601,7 +604,7 @@ def test_empty_prefixes_are_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize(("row", "found"), [([], "is empty"), ([5, 6], "ends with id 6")])
 def test_convert_table_rows_end_with_eos(corpus_a: Path, tmp_path: Path, row: list[int], found: str) -> None:
-    from arrowmt.testing import convert_table
+    from arrowmt import convert_table
 
     table = pa.table({SOURCE: [[4, 2], row], TARGET: [[4, 2], [5, 2]]})
     with pytest.raises(InputDataError, match=rf"column 'source': row 1 {found}, expected ids ending with </s>"):

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 import arrowmt
-from arrowmt import _info
-from arrowmt.testing import Split, build_view
+from arrowmt import Split, _info, build_view
 from tests.conftest import MULTI30K
 
 

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
 
-from arrowmt.testing import ArrowMTDataset, convert_fairseq, open_dataset
+from arrowmt import ArrowMTDataset, convert_fairseq, open_dataset
 from tests.conftest import fairseq_fixture
 
 duckdb = pytest.importorskip("duckdb")

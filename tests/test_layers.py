@@ -169,6 +169,13 @@ def test_no_module_imports_another_packages_private_module() -> None:
     assert violations == []
 
 
+def test_the_test_support_table_holds_only_private_names() -> None:
+    """What ``arrowmt`` exports, tests take from ``arrowmt`` (the public API); ``arrowmt.testing`` is the rest."""
+    public = set(importlib.import_module("arrowmt").__all__)
+    _, table = lazy_faces.face_imports(modules()[TEST_SUPPORT])
+    assert sorted(name for names in table.values() for name in names if name in public) == []
+
+
 def test_tests_and_benchmarks_reach_private_names_through_the_test_support_module() -> None:
     """``from arrowmt.<package>._<module> import ...`` appears nowhere under tests/ or benchmarks/: private names
     come from ``arrowmt.testing``'s table (a private module itself may still be imported, to monkeypatch it)."""
@@ -224,7 +231,7 @@ def test_lazy_faces_load_only_what_is_used() -> None:
 
 def converted_fixture(tmp_path: Path) -> Path:
     """The fairseq fixture's mmap data-bin converted into ``tmp_path / "corpus"``."""
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
 
     out = tmp_path / "corpus"
     convert_fairseq(fairseq_fixture() / "mmap", out, progress=False)

@@ -22,22 +22,15 @@ from typing import Any
 
 import pytest
 
+from arrowmt import Dictionary, FileEntry, FormatError, Manifest, export_fairseq, open_split, summarize, verify_dataset
 from arrowmt.testing import (
     MANIFEST_NAME,
     MAX_JSON_BYTES,
-    Dictionary,
-    FileEntry,
-    FormatError,
-    Manifest,
     OutputFolder,
     Ragged,
     column,
-    export_fairseq,
-    open_split,
     plain_name_error,
     special_ids_of,
-    summarize,
-    verify_dataset,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +141,7 @@ def _hf(name: str) -> Callable[[Path, Path], object]:
 
 
 def _open_dataset(folder: Path, _out: Path) -> object:
-    from arrowmt.testing import open_dataset
+    from arrowmt import open_dataset
 
     return open_dataset(folder, "train")
 

@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 
+from arrowmt import InvalidParameterError
 from arrowmt.mixing import _mixing as mixing
-from arrowmt.testing import InvalidParameterError
 from tests.conftest import import_fairseq
 
 

@@ -14,11 +14,7 @@ from conftest import MULTI30K
 from state_helpers import check_resume, check_resume_in_fresh_process, torch_roundtrip
 from test_view import random_pairs, write_rows
 
-from arrowmt.converters import convert_text
-from arrowmt.copies import order_copy
-from arrowmt.testing import (
-    SOURCE,
-    TARGET,
+from arrowmt import (
     FairseqCollater,
     FormatError,
     InvalidParameterError,
@@ -32,6 +28,12 @@ from arrowmt.testing import (
     build_view,
     open_dataset,
     open_mixture,
+)
+from arrowmt.converters import convert_text
+from arrowmt.copies import order_copy
+from arrowmt.testing import (
+    SOURCE,
+    TARGET,
     plan_folder,
     resample,
     resample_counts,

@@ -8,19 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt.testing import (
-    SOURCE,
-    TARGET,
-    FormatError,
-    Manifest,
-    arrow_split_names,
-    convert_fairseq,
-    export_fairseq,
-    fairseq_split_name,
-    main,
-    open_dataset,
-    open_mixture,
-)
+from arrowmt import FormatError, Manifest, convert_fairseq, export_fairseq, open_dataset, open_mixture
+from arrowmt.testing import SOURCE, TARGET, arrow_split_names, fairseq_split_name, main
 from tests.conftest import fairseq_fixture, fairseq_rows
 
 PAIRS = (("cs", "en"), ("de", "en"), ("fr", "en"))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import arrowmt
+from arrowmt import FormatError, InvalidParameterError
 from arrowmt.files import write_side_file
 from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME
 from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
@@ -27,8 +28,6 @@ from arrowmt.testing import (
     ORDER_FORMAT,
     PIECE_ROWS,
     STRETCH_PIECE_ROWS,
-    FormatError,
-    InvalidParameterError,
     build_plan,
     inverse_order,
     key_fields,

@@ -14,17 +14,17 @@ import pyarrow.parquet as pq
 import pytest
 
 import arrowmt
-from arrowmt.testing import (
+from arrowmt import (
     Dictionary,
     Manifest,
     OutputExistsError,
     convert_fairseq,
     convert_table,
     export_parquet,
-    main,
     open_split,
     verify_dataset,
 )
+from arrowmt.testing import main
 from tests.conftest import ROOT, fairseq_fixture
 
 duckdb = pytest.importorskip("duckdb")

@@ -14,17 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from arrowmt import FormatError, InvalidParameterError, TokenBatchSampler, open_dataset
 from arrowmt.files import _chunks
 from arrowmt.testing import (
     CACHE_DIR_NAME,
     CHUNK_BYTES,
     HEADER_BYTES,
-    FormatError,
-    InvalidParameterError,
     PlanArrays,
-    TokenBatchSampler,
     load_or_build_plan,
-    open_dataset,
     plan_key,
     plan_path,
     read_plan,

@@ -16,19 +16,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from arrowmt import FormatError, InvalidParameterError, Manifest, Split, build_view
 from arrowmt.io import PAGE, CrcPieces, Residency, WordRanges, _residency
 from arrowmt.reading import _reader
 from arrowmt.testing import (
     METADATA_KEY,
     OFFSETS_CRC_KEY,
     OFFSETS_PIECES_BINARY_KEY,
-    FormatError,
-    InvalidParameterError,
-    Manifest,
-    Split,
     SplitFile,
     SplitMetadata,
-    build_view,
     encode_legacy_offsets_crcs,
     file_entry,
     open_split_file,

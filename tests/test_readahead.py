@@ -14,20 +14,9 @@ from builders import multi30k_dataset
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from arrowmt import ArrowMTDataset, InvalidParameterError, PlainCollater, Split, TokenBatchSampler
 from arrowmt.io import _advice, _prefetch, _residency
-from arrowmt.testing import (
-    PAGE,
-    ArrowMTDataset,
-    InvalidParameterError,
-    PlainCollater,
-    Prefetcher,
-    Split,
-    TokenBatchSampler,
-    WordRanges,
-    check_access,
-    page_runs,
-    will_need,
-)
+from arrowmt.testing import PAGE, Prefetcher, WordRanges, check_access, page_runs, will_need
 
 
 class FakeMap:
@@ -498,7 +487,7 @@ def _positions(parts: list[WordRanges]) -> set[tuple[int, int]]:
 def test_block_read_ahead_names_each_blocks_tokens(tmp_path: Path, mode: str, shards: int) -> None:
     from lm_data import mono_corpus
 
-    from arrowmt.testing import open_blocks
+    from arrowmt import open_blocks
 
     rng = np.random.default_rng(5)
     rows = [[*rng.integers(4, 900, int(n)).tolist(), 2] for n in rng.integers(1, 40, 300)]
@@ -531,7 +520,7 @@ def test_block_read_ahead_names_each_blocks_tokens(tmp_path: Path, mode: str, sh
 def test_mixture_read_ahead_names_each_corpus_rows(tmp_path: Path) -> None:
     from builders import lengths_dataset
 
-    from arrowmt.testing import open_mixture
+    from arrowmt import open_mixture
 
     sizes = {"a": 30, "b": 50}
     folders = {k: lengths_dataset(tmp_path / k, np.arange(1, n + 1), np.arange(n, 0, -1)) for k, n in sizes.items()}

@@ -30,6 +30,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
+from arrowmt import (
+    ArrowMTDataset,
+    Dictionary,
+    FormatError,
+    Manifest,
+    TokenBatchSampler,
+    open_blocks,
+    open_mixture,
+    verify_dataset,
+)
 from arrowmt.reading import _reader as reader_module
 from arrowmt.testing import (
     MANIFEST_NAME,
@@ -39,23 +49,15 @@ from arrowmt.testing import (
     OFFSETS_PIECES_KEY,
     PIECE_ROWS,
     SPECIALS,
-    ArrowMTDataset,
     ColumnData,
-    Dictionary,
-    FormatError,
-    Manifest,
     OutputFolder,
     Ragged,
     SplitFile,
-    TokenBatchSampler,
     ensure_offsets_checked,
     file_entry,
     offsets_crc,
-    open_blocks,
-    open_mixture,
     special_ids_of,
     split_path,
-    verify_dataset,
     write_split,
 )
 from tests.builders import lengths_dataset

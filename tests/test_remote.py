@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import arrowmt
+from arrowmt import FormatError, InvalidParameterError, Manifest, OutputWriteError, StorageError
 from arrowmt.io import WordRanges, _prefetch, _residency
 from arrowmt.reading import _mirror
 from arrowmt.storage import RemoteFolder, _remote, _store, block_runs, block_uses, covered_blocks, request_buffer
@@ -30,12 +31,7 @@ from arrowmt.testing import (
     INDEX_FORMAT,
     NO_USE,
     BlockStore,
-    FormatError,
-    InvalidParameterError,
-    Manifest,
-    OutputWriteError,
     PlanSampler,
-    StorageError,
     attached_file,
     check_cache_limit,
     furthest,

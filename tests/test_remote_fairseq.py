@@ -11,9 +11,10 @@ import pyarrow.fs as pafs
 import pytest
 
 import arrowmt
+from arrowmt import Manifest
 from arrowmt.io import _prefetch
 from arrowmt.plans import StoredPlan
-from arrowmt.testing import Manifest, windowed_batch_order, write_block_indexes
+from arrowmt.testing import windowed_batch_order, write_block_indexes
 from tests.conftest import PLUGIN_DIR, import_fairseq, quiet
 from tests.s3_server import s3, upload
 from tests.test_fairseq_native import EPOCH_UPDATES, MAX_TOKENS, Side, assert_same_training, train

@@ -7,7 +7,7 @@ from pathlib import Path
 from builders import lengths_dataset
 
 import arrowmt
-from arrowmt.testing import Split
+from arrowmt import Split
 
 
 def test_splits_datasets_and_views_say_what_they_hold(tmp_path: Path) -> None:

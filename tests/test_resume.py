@@ -14,19 +14,15 @@ from builders import multi30k_dataset
 from state_helpers import SamplerLoader, check_resume, check_resume_in_fresh_process, interrupt, torch_roundtrip
 from torch.utils.data import DataLoader
 
-from arrowmt.testing import (
+from arrowmt import (
     ArrowMTDataset,
     InvalidParameterError,
     PlainCollater,
     SpecialIds,
     TokenBatchSampler,
-    epoch_batch_order,
     load_loader_state,
-    sampler_state,
-    saved_workers,
-    shard_batches,
-    windowed_batch_order,
 )
+from arrowmt.testing import epoch_batch_order, sampler_state, saved_workers, shard_batches, windowed_batch_order
 
 stateful_dataloader = pytest.importorskip("torchdata.stateful_dataloader")
 StatefulDataLoader = stateful_dataloader.StatefulDataLoader

@@ -16,14 +16,11 @@ from builders import fixture_lengths, lengths_dataset, multi30k_dataset
 from state_helpers import check_resume
 from torch.utils.data import DataLoader
 
+from arrowmt import ArrowMTDataset, InputDataError, InvalidParameterError, TokenBatchSampler
 from arrowmt.testing import (
     CACHE_DIR_NAME,
-    ArrowMTDataset,
-    InputDataError,
-    InvalidParameterError,
     PlanParams,
     PlanSampler,
-    TokenBatchSampler,
     batch_by_size,
     build_plan,
     ordered_indices,

@@ -12,17 +12,14 @@ import numpy as np
 import pytest
 
 import arrowmt.writing._writer as writer
+from arrowmt import FormatError, InputDataError, InvalidParameterError, convert_fairseq
 from arrowmt.testing import (
     ColumnData,
-    FormatError,
-    InputDataError,
-    InvalidParameterError,
     Ragged,
     SplitMetadata,
     choose_rows_per_batch,
     choose_rows_per_batch_streaming,
     column_info,
-    convert_fairseq,
     open_indexed,
     open_split_writer,
     read_indexed,

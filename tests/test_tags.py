@@ -10,21 +10,18 @@ import pytest
 import torch
 from builders import fairseq_mmap, multi30k_dataset
 
-from arrowmt.testing import (
-    SOURCE,
-    TARGET,
+from arrowmt import (
     Dictionary,
     FairseqCollater,
-    GatheredBatch,
     InvalidParameterError,
     PlainCollater,
-    Spans,
     TagCollater,
     Tags,
     langtok_tags,
     language_token_ids,
     open_mixture,
 )
+from arrowmt.testing import SOURCE, TARGET, GatheredBatch, Spans
 from tests.conftest import import_fairseq
 
 LANGS = ["cs", "de", "en", "fr"]

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
+from arrowmt import InvalidParameterError, MissingDependencyError
 from arrowmt.testing import (
     FALLBACK_PARALLELISM,
-    InvalidParameterError,
-    MissingDependencyError,
     TaskRunner,
     WorkerLostError,
     dask_executor,

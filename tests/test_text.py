@@ -15,15 +15,11 @@ import pyarrow as pa
 import pytest
 from conftest import MULTI30K, fairseq_fixture
 
+from arrowmt import Dictionary, InputDataError, InvalidParameterError, MissingDependencyError, VocabularyError
 from arrowmt.testing import (
     BadUtf8,
-    Dictionary,
     Encoded,
-    InputDataError,
-    InvalidParameterError,
-    MissingDependencyError,
     TokenizeTask,
-    VocabularyError,
     _read_spill,
     check_same_line_count,
     encode,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from arrowmt.testing import convert_fairseq
+from arrowmt import convert_fairseq
 from tests.conftest import fairseq_fixture
 
 ROOT = Path(__file__).resolve().parents[1]

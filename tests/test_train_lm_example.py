@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
-from arrowmt.testing import BlockBatchSampler, Split, open_blocks
+from arrowmt import BlockBatchSampler, Split, open_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_lm.py"

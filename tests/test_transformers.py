@@ -20,6 +20,10 @@ import torch
 
 from arrowmt import (
     BlockBatchSampler,
+    Dictionary,
+    InputDataError,
+    InvalidParameterError,
+    MissingDependencyError,
     TokenBatchSampler,
     build_view,
     convert_text,
@@ -27,7 +31,6 @@ from arrowmt import (
     open_dataset,
     open_view_dataset,
 )
-from arrowmt.testing import Dictionary, InputDataError, InvalidParameterError, MissingDependencyError
 from tests.conftest import MULTI30K
 
 transformers = pytest.importorskip("transformers")

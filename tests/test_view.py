@@ -10,6 +10,20 @@ import numpy as np
 import pytest
 import torch
 
+from arrowmt import (
+    FairseqCollater,
+    FormatError,
+    InvalidParameterError,
+    Manifest,
+    OutputExistsError,
+    Split,
+    TokenBatchSampler,
+    build_view,
+    open_dataset,
+    open_view,
+    open_view_dataset,
+    verify_dataset,
+)
 from arrowmt.testing import (
     CACHE_DIR_NAME,
     CHUNK_BYTES,
@@ -17,23 +31,11 @@ from arrowmt.testing import (
     SOURCE,
     TARGET,
     ColumnData,
-    FairseqCollater,
-    FormatError,
-    InvalidParameterError,
-    Manifest,
-    OutputExistsError,
     Ragged,
-    Split,
-    TokenBatchSampler,
-    build_view,
     file_entry,
     main,
-    open_dataset,
-    open_view,
-    open_view_dataset,
     plan_key,
     split_path,
-    verify_dataset,
     write_split,
     write_table,
 )
@@ -303,7 +305,7 @@ def test_a_corrupt_chunk_of_a_view_fails_the_rows_in_it_and_keeps_the_file(tmp_p
 
 def test_a_mixture_checks_the_chunks_of_its_views(tmp_path: Path) -> None:
     """The mixture's gather reads a view's rows through the address space: only after their chunks are checked."""
-    from arrowmt.testing import open_mixture
+    from arrowmt import open_mixture
 
     corpus, path, _ = big_view(tmp_path)
     mixture = open_mixture({"view": path, "corpus": corpus})
@@ -473,7 +475,7 @@ def test_cli_filter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_translation_arrow_trains_on_a_view(tmp_path: Path) -> None:
     import warnings
 
-    from arrowmt.testing import convert_fairseq
+    from arrowmt import convert_fairseq
     from tests.conftest import fairseq_fixture, import_fairseq
 
     import_fairseq()
@@ -500,7 +502,7 @@ def test_every_public_member_of_a_dataset_works_on_a_view_dataset(tmp_path: Path
     ``i``, what the dataset gives for the corpus row the view keeps there (the table below must name every one)."""
     import inspect
 
-    from arrowmt.testing import ArrowMTDataset, convert_fairseq
+    from arrowmt import ArrowMTDataset, convert_fairseq
     from tests.conftest import fairseq_fixture
 
     corpus = tmp_path / "c"

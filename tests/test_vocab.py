@@ -15,7 +15,8 @@ import pytest
 import torch
 from conftest import MULTI30K, fairseq_fixture
 
-from arrowmt.testing import Dictionary, InvalidParameterError, VocabularyError, read_lines, tokenize
+from arrowmt import Dictionary, InvalidParameterError, VocabularyError
+from arrowmt.testing import read_lines, tokenize
 
 
 def dict_file(lang: str) -> Path:

@@ -10,16 +10,8 @@ import pyarrow.ipc as ipc
 import pytest
 
 import arrowmt.writing._writer as writer
-from arrowmt.testing import (
-    ColumnData,
-    InputDataError,
-    InvalidParameterError,
-    Ragged,
-    SplitFile,
-    choose_rows_per_batch,
-    read_indexed,
-    write_split,
-)
+from arrowmt import InputDataError, InvalidParameterError
+from arrowmt.testing import ColumnData, Ragged, SplitFile, choose_rows_per_batch, read_indexed, write_split
 from tests.conftest import fairseq_fixture
 
 

@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
-    from arrowmt.copies._block_rows import BlockRows, cut_lengths, stored_starts
     from arrowmt.copies._make import order_blocks, order_copy
-    from arrowmt.copies._write import write_copy, write_reordered
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -502,7 +502,7 @@ def test_every_public_member_of_a_dataset_works_on_a_view_dataset(tmp_path: Path
     ``i``, what the dataset gives for the corpus row the view keeps there (the table below must name every one)."""
     import inspect
 
-    from arrowmt import ArrowMTDataset, convert_fairseq
+    from arrowmt import ArrowMTDataset, Split, View, convert_fairseq
     from tests.conftest import fairseq_fixture
 
     corpus = tmp_path / "c"
@@ -559,3 +559,6 @@ def test_every_public_member_of_a_dataset_works_on_a_view_dataset(tmp_path: Path
         assert view_call() == dataset_call(), name
     for name, check in own.items():
         assert check(), name
+    # composition, not inheritance: the view dataset holds the corpus split; it is not one (no Split internals)
+    assert not isinstance(view, Split) and isinstance(view.corpus, Split)
+    assert isinstance(view, View) and type(view).row is type(ds).row  # one torch side for both

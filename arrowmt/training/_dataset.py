@@ -1,20 +1,17 @@
-"""The torch Dataset over one split of an arrowmt folder: zero-copy rows, vectorized batch gathers."""
+"""The torch Dataset over one split of an arrowmt folder (a :class:`~arrowmt.splits.Split` that is also a
+:class:`~arrowmt.training._rows_dataset.RowsDataset`)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-import numpy as np
-import torch
-from torch.utils.data import Dataset
-
 from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.splits import ROWS, Split, refuse_stored_order
-from arrowmt.training._batch import GatheredBatch
+from arrowmt.training._rows_dataset import RowsDataset
 
 
-class ArrowMTDataset(Split, Dataset):
+class ArrowMTDataset(Split, RowsDataset):
     """A :class:`~arrowmt.format.Split` as a torch map-style dataset.
 
     ``ds[i]`` gives ``{"id": i, <column>: int32 tensor}`` whose tensors view the
@@ -25,25 +22,6 @@ class ArrowMTDataset(Split, Dataset):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         refuse_stored_order(self.manifest, self.path, "open_dataset", self.split, reads=(ROWS,))
-
-    def row(self, column: str, index: int) -> torch.Tensor:
-        """Row ``index`` of ``column`` as an int32 tensor viewing the map (no copy)."""
-        return torch.from_numpy(self.row_array(column, index))
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor | int]:
-        item: dict[str, torch.Tensor | int] = {"id": int(index)}
-        for column in self.columns:
-            item[column] = self.row(column, int(index))
-        return item
-
-    def __getitems__(self, indices: list[int]) -> GatheredBatch:
-        """The rows ``indices`` (a plan batch) located per column, for a collater (torch's DataLoader calls this).
-
-        The result is also a sequence of ``ds[i]``-like sample dicts.
-        """
-        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
-        shard, local = self.locate(ids)
-        return GatheredBatch(ids, {c: self.located_spans(c, shard, local) for c in self.columns})
 
 
 def open_dataset(

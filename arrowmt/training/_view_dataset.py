@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import os
 
-from arrowmt.training._dataset import ArrowMTDataset
+from arrowmt.training._rows_dataset import RowsDataset
 from arrowmt.views import View
 
 
-class ArrowMTViewDataset(View, ArrowMTDataset):
+class ArrowMTViewDataset(View, RowsDataset):
     """The rows a view keeps as a torch map-style dataset; index ``i`` is the view's row ``i``.
 
-    Everything that reads rows (``ds[i]``, ``__getitems__``, ``row``) comes from
-    :class:`~arrowmt.training._dataset.ArrowMTDataset` and everything that maps
-    indices to rows from :class:`~arrowmt.views._view.View`, so a view goes where a
-    dataset goes: ``TokenBatchSampler``, ``Collater``, mixtures, the fairseq plugin.
+    A view with torch's side: what maps indices to rows is :class:`~arrowmt.views._view.View`'s (which holds the
+    corpus :class:`~arrowmt.splits.Split`, not inherits it), what reads them as tensors (``ds[i]``,
+    ``__getitems__``, ``row``) the one :class:`~arrowmt.training._rows_dataset.RowsDataset` that ``ArrowMTDataset``
+    also has. So a view goes where a dataset goes: ``TokenBatchSampler``, ``Collater``, mixtures, the fairseq
+    plugin; every public member of ``ArrowMTDataset`` works on it (tests/test_view.py).
     """
 
     def __init__(self, path: str | os.PathLike[str], corpus: str | os.PathLike[str] | None = None) -> None:
-        View.__init__(self, path, corpus)
+        super().__init__(path, corpus)
 
 
 def open_view_dataset(path: str | os.PathLike[str], corpus: str | os.PathLike[str] | None = None) -> ArrowMTViewDataset:

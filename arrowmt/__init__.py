@@ -35,12 +35,21 @@ from arrowmt._version import __version__
 
 if TYPE_CHECKING:
     from arrowmt._info import ColumnSummary, SplitSummary, summarize
-    from arrowmt.converters import convert_fairseq, convert_table, convert_text, export_fairseq, export_parquet
+    from arrowmt.converters import (
+        add_sampled_segmentations,
+        convert_fairseq,
+        convert_table,
+        convert_text,
+        export_fairseq,
+        export_parquet,
+    )
     from arrowmt.copies import order_blocks, order_copy
     from arrowmt.format import Dictionary, FileEntry, Manifest, SpecialIds
+    from arrowmt.segments import SampledSplit, Segmentation
     from arrowmt.splits import Split, open_split
     from arrowmt.training import (
         ArrowMTDataset,
+        ArrowMTSampledDataset,
         ArrowMTViewDataset,
         BlockBatchSampler,
         BlockDataset,

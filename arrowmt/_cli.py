@@ -441,6 +441,13 @@ def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
     for flag, help_text in limits:
         cmd.add_argument(flag, type=int, default=None, help=help_text)
     cmd.add_argument("--spm-model", default=None, help="sentencepiece model applied before encoding")
+    cmd.add_argument(
+        "--spm-samples", type=int, default=None, metavar="K",
+        help="also store K sampled segmentations of every row (subword regularization; needs --spm-model)",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--spm-alpha", type=float, default=None, help="sentencepiece's sampling alpha (a BPE model's dropout)"
+    )
     cmd.add_argument("--workers", type=int, default=1, help="worker processes (text files are cut into chunks)")
     cmd.add_argument("--chunk-size", default="32M", help="text read per task, bytes (suffix K, M or G; default 32M)")
     cmd.add_argument("--shard-rows", type=int, default=None, help="write each split as files of this many rows")
@@ -473,8 +480,9 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
             args.trainpref,
             args.out,
             **_options(args, "src_lang", "tgt_lang", "lang_pairs", "lang", "validpref", "testpref", "srcdict"),
-            **_options(args, "tgtdict", "joined_dictionary", "spm_model", "shard_rows", "overwrite"),
-            **_given(args, "thresholdsrc", "thresholdtgt", "nwordssrc", "nwordstgt"),
+            **_options(args, "tgtdict", "joined_dictionary", "spm_model", "spm_samples", "shard_rows"),
+            overwrite=args.overwrite,
+            **_given(args, "thresholdsrc", "thresholdtgt", "nwordssrc", "nwordstgt", "spm_alpha"),
             workers=workers,
             chunk_bytes=parse_byte_size(args.chunk_size, "--chunk-size"),
             executor=executor,

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from arrowmt._errors import ArrowMTError
 from arrowmt.files import VIEW_FORMAT, progress_bar
 from arrowmt.format import Manifest
+from arrowmt.segments import recorded_segmentation
 from arrowmt.splits import Split
 from arrowmt.views import VIEW_SUFFIX, View, find_views, listed_mask
 
@@ -212,6 +213,8 @@ def summary_dict(path: str | os.PathLike[str], summaries: list[SplitSummary]) ->
     """
     manifest, views, view = _manifest_and_views(Path(path))
     extra = {"views": [asdict(v) for v in views]} if view is None else {"view": asdict(view)}
+    segmentation = recorded_segmentation(path) if view is None else None
+    extra["segmentation"] = None if segmentation is None else segmentation.to_json()
     return {
         "path": str(path),
         "languages": manifest.languages,
@@ -241,6 +244,8 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], 
         lines = [f"{name}: a view of {view.corpus}, {view.describe()}", f"  corpus: {described}"]
     for key, value in sorted(manifest.provenance.items()):
         lines += _readable(key, value, "  ")
+    if view is None and (segmentation := recorded_segmentation(path)) is not None:
+        lines.append(f"  sampled segmentations: {segmentation.describe()}")
     width = max([10, *(len(s.split) for s in summaries)])
     header = f"{'split':<{width}} {'column':<8} {'lang':<5} {'rows':>10} {'tokens':>12} {'vocab':>7} "
     header += f"{'mean':>6} {'p50':>5} {'p90':>5} {'p99':>5} {'max':>5} {'unk%':>6}"

@@ -33,6 +33,7 @@ LAYERS = {
     "arrowmt.splits": 6,
     "arrowmt.writing": 7,
     "arrowmt.views": 8,
+    "arrowmt.segments": 8,
     "arrowmt.converters": 9,
     "arrowmt.bucketing": 10,
     "arrowmt.plans": 11,
@@ -44,7 +45,7 @@ LAYERS = {
 }
 TOP = 16
 FACES = ["arrowmt", "arrowmt.storage", "arrowmt.io", "arrowmt.files", "arrowmt.format", "arrowmt.reading",
-         "arrowmt.splits", "arrowmt.writing", "arrowmt.views",
+         "arrowmt.splits", "arrowmt.writing", "arrowmt.views", "arrowmt.segments",
          "arrowmt.converters", "arrowmt.bucketing", "arrowmt.plans", "arrowmt.blocks", "arrowmt.mixing",
          "arrowmt.copies", "arrowmt.training"]  # fmt: skip
 TEST_SUPPORT = "arrowmt.testing"  # the tests' and benchmarks' table of private names

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from arrowmt.converters._output import OutputFolder, column
     from arrowmt.converters._parallel_text import convert_text, convert_with_options, parse_byte_size, unknown_lines
     from arrowmt.converters._parquet_export import export_parquet
+    from arrowmt.converters._sampled import add_sampled_segmentations
     from arrowmt.converters._tasks import dask_executor
     from arrowmt.converters._text_inputs import TextConversion
 

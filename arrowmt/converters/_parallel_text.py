@@ -31,6 +31,7 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import split_lang_pairs
+from arrowmt.converters._sampled import DEFAULT_ALPHA, add_sampled_segmentations, sampling_options
 from arrowmt.converters._tasks import TaskRunner, open_runner
 from arrowmt.converters._text import SentencePieceModel, check_same_line_count
 from arrowmt.converters._text_chunks import (
@@ -83,6 +84,8 @@ def convert_text(
     nwordssrc: int = ALL_WORDS,
     nwordstgt: int = ALL_WORDS,
     spm_model: str | None = None,
+    spm_samples: int | None = None,
+    spm_alpha: float = DEFAULT_ALPHA,
     workers: int = 1,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     shard_rows: int | None = None,
@@ -113,11 +116,16 @@ def convert_text(
       input files and ``out`` at the same paths: they write the output files themselves).
     * ``shard_rows``: write each split as files of this many rows (``train``, ``train1``, ...;
       readers join them); default: one file per prefix.
+    * ``spm_samples`` (with ``spm_model``): also store that many sampled segmentations of every row
+      (subword regularization, sentencepiece's sampler with ``spm_alpha``; see
+      :func:`~arrowmt.converters.add_sampled_segmentations`, which this calls once the corpus is written), read
+      with ``open_dataset(out, split, segmentation="sampled")``.
 
     The output is byte-identical whatever ``workers``, ``chunk_bytes`` or ``executor``.
     Returns the manifest; ``manifest.provenance`` records the options, the sentencepiece
     model's SHA-256 and the share of tokens that became ``<unk>`` per split and column.
     """
+    sampling = sampling_options(spm_samples, spm_alpha, spm_model, lang_pairs)
     options = TextConversion(
         prefixes={"train": trainpref, "valid": validpref, "test": testpref},
         src_lang=src_lang,
@@ -135,7 +143,10 @@ def convert_text(
         shard_rows=shard_rows,
         executor=executor,
     )
-    return convert_with_options(options, out, overwrite=overwrite, progress=progress)
+    manifest = convert_with_options(options, out, overwrite=overwrite, progress=progress)
+    if sampling is not None and spm_model is not None:
+        add_sampled_segmentations(out, spm_model, **sampling.as_options(), overwrite=overwrite, progress=progress)
+    return manifest
 
 
 # ----- pass bookkeeping -------------------------------------------------------------------------

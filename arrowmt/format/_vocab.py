@@ -191,6 +191,14 @@ class Dictionary:
         dictionary = cls([*SPECIALS, *symbols], special_counts + kept_counts)
         return dictionary._padded(padding_factor)
 
+    def extended(self, symbols: Sequence[str], counts: Sequence[int], padding_factor: int = 8) -> Dictionary:
+        """This dictionary followed by ``symbols`` (none already in it) with their ``counts``, padded again to a
+        multiple of ``padding_factor``: every id of this one keeps its symbol."""
+        known = [symbol for symbol in symbols if symbol in self._indices]
+        if known:
+            raise InvalidParameterError(f"symbols: expected symbols not in the dictionary, got {known[0]!r} again")
+        return Dictionary([*self.symbols, *symbols], [*self.counts, *counts])._padded(padding_factor)
+
     def _padded(self, padding_factor: int) -> Dictionary:
         if padding_factor <= 1 or len(self) % padding_factor == 0:
             return self

@@ -21,10 +21,18 @@ from arrowmt._heap import release_free_heap
 from arrowmt.bucketing import compact_counts, report_skipped
 from arrowmt.format import CACHE_DIR_NAME
 from arrowmt.mixing._mixing import resample
-from arrowmt.plans import BatchPlan, PlanArrays, PlanParams, key_fields, load_or_build_plan, plan_key, plan_lengths
+from arrowmt.plans import (
+    BatchPlan,
+    PlanArrays,
+    PlanParams,
+    keep_recent,
+    key_fields,
+    load_or_build_plan,
+    plan_key,
+    plan_lengths,
+)
 
 PLAN_FOLDER_PREFIX = "mixture-"
-PLAN_GLOB = "plan-*.bin"
 
 
 class MixedCorpora(Protocol):
@@ -97,16 +105,6 @@ def load_mixture_plan(
     plan = load_or_build_plan(folder, key, len(mixture), lambda: build_mixture_plan(mixture, params, sampling))
     if plan.built:
         release_free_heap()
-    _keep_recent(folder, plan.path, keep_plans)
+    keep_recent(folder, plan.path, keep_plans)
     report_skipped(f"mixture {folder}", plan.samples, plan.dropped, "drawn samples", "the length limits")
     return plan
-
-
-def _keep_recent(folder: Path, current: Path, keep: int) -> None:
-    """Mark ``current`` as just used and remove all but the ``keep`` most recently used plans (and their locks)."""
-    os.utime(current)
-    plans = sorted(folder.glob(PLAN_GLOB), key=lambda p: p.stat().st_mtime_ns if p.exists() else 0, reverse=True)
-    for old in plans[keep:]:
-        if old != current:
-            old.unlink(missing_ok=True)
-            old.with_name(old.name + ".lock").unlink(missing_ok=True)

@@ -196,6 +196,10 @@ def checked_batch(
     return batch
 
 
+PLAN_PREFIX, PLAN_SUFFIX = "plan-", ".bin"  # a plan file's name: prefix, the key's first 32 hex digits, suffix
+PLAN_GLOB = f"{PLAN_PREFIX}*{PLAN_SUFFIX}"
+
+
 def plan_key(params: Mapping[str, object]) -> str:
     """Hex SHA-256 naming a plan: canonical JSON of ``params`` plus the plan format version."""
     return hashlib.sha256(canonical_json({"plan_version": PLAN_VERSION, **params})).hexdigest()
@@ -203,7 +207,7 @@ def plan_key(params: Mapping[str, object]) -> str:
 
 def plan_path(cache_dir: str | os.PathLike[str], key: str) -> Path:
     """Where the plan for ``key`` is stored inside ``cache_dir``."""
-    return Path(cache_dir) / f"plan-{key[:32]}.bin"
+    return Path(cache_dir) / f"{PLAN_PREFIX}{key[:32]}{PLAN_SUFFIX}"
 
 
 # ---------------------------------------------------------------- writing
@@ -287,3 +291,14 @@ def load_or_build_plan(
     result, built = load_or_build(path, "batch plan", lambda: read_plan(path, key, rows), write)
     result.built = built
     return result
+
+
+def keep_recent(folder: Path, current: Path, keep: int) -> None:
+    """Mark the plan ``current`` as just used and remove all but the ``keep`` most recently used plans of
+    ``folder`` (and their locks): the per-epoch plans of a mixture or of sampled segmentations."""
+    os.utime(current)
+    plans = sorted(folder.glob(PLAN_GLOB), key=lambda p: p.stat().st_mtime_ns if p.exists() else 0, reverse=True)
+    for old in plans[keep:]:
+        if old != current:
+            old.unlink(missing_ok=True)
+            old.with_name(old.name + ".lock").unlink(missing_ok=True)

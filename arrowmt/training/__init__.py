@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from arrowmt.training._loader import ReadAheadLoader
     from arrowmt.training._mixture import Corpus, Mixture, MixtureBatchSampler, open_mixture
     from arrowmt.training._resume import load_loader_state
+    from arrowmt.training._sampled_dataset import ArrowMTSampledDataset
     from arrowmt.training._sampler import PlanSampler, TokenBatchSampler
     from arrowmt.training._tags import TagCollater, Tags, langtok_tags, language_token_ids
     from arrowmt.training._view_dataset import ArrowMTViewDataset, open_view_dataset

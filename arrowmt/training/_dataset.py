@@ -6,9 +6,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from arrowmt._errors import InvalidParameterError
 from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.splits import ROWS, Split, refuse_stored_order
 from arrowmt.training._rows_dataset import RowsDataset
+from arrowmt.training._sampled_dataset import ArrowMTSampledDataset
+
+SEGMENTATIONS = ("fixed", "sampled")  # open_dataset's segmentation: the converted ids, or sampled segmentations
 
 
 class ArrowMTDataset(Split, RowsDataset):
@@ -30,8 +34,14 @@ def open_dataset(
     access: str = DEFAULT_ACCESS,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_limit: int | str | None = None,
-) -> ArrowMTDataset:
+    segmentation: str = "fixed",
+) -> ArrowMTDataset | ArrowMTSampledDataset:
     """Open split ``split`` (all its shards) of the arrowmt folder at ``path``.
+
+    ``segmentation``: ``"fixed"`` (the default) reads the ids the corpus was converted with; ``"sampled"`` reads
+    its sampled segmentations (subword regularization, made by ``convert text --spm-samples K`` or
+    :func:`~arrowmt.converters.add_sampled_segmentations`): an :class:`ArrowMTSampledDataset`, each row in a
+    sample that changes with the epoch under ``TokenBatchSampler``.
 
     ``access``: how the kernel reads the memory maps: ``"random"`` (the default: only the
     pages rows touch, with the samplers' read-ahead of the next batches), ``"sequential"``
@@ -42,4 +52,7 @@ def open_dataset(
     ``~/.cache/arrowmt``) shared by the processes of the node, holding at most
     ``cache_limit`` bytes (an int or ``"20G"``; default ``$ARROWMT_CACHE_LIMIT``, else no limit).
     """
-    return ArrowMTDataset(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)
+    if segmentation not in SEGMENTATIONS:
+        raise InvalidParameterError(f"segmentation: expected one of {list(SEGMENTATIONS)}, got {segmentation!r}")
+    dataset = ArrowMTDataset(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)
+    return dataset if segmentation == "fixed" else ArrowMTSampledDataset(dataset)

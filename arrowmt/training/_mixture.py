@@ -56,8 +56,6 @@ from arrowmt.training._view_dataset import open_view_dataset
 
 logger = logging.getLogger(__name__)
 
-PLAN_FOLDER_PREFIX = "mixture-"
-PLAN_GLOB = "plan-*.bin"
 Weights = Sequence[float] | Mapping[str, float] | np.ndarray
 WeightSchedule = Weights | Callable[[int], Weights]
 TemperatureSchedule = float | Callable[[int], float]

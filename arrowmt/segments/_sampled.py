@@ -1,0 +1,246 @@
+"""Sampled segmentations (subword regularization): each row of a corpus read in one of ``K`` stored samples.
+
+A corpus converted with a sentencepiece model may hold, beside its usual ids, ``K`` sampled segmentations of every
+row (built by :func:`arrowmt.converters.add_sampled_segmentations`). They live in the folder ``sampled/`` of the
+corpus, as two ordinary arrowmt folders, so that every integrity check of a corpus applies to them:
+
+* ``sampled/words``: the corpus's splits again, each row the ids of its words (the pieces between two word
+  starts, ``▁``) in a dictionary of words (``dict.<lang>.txt``, one symbol per distinct word), ``</s>`` last;
+* ``sampled/forms``: the split ``forms``, holding (per column) ``T_w`` sampled segmentations of each word ``w``
+  (``min(K * count, 256)`` draws of sentencepiece's sampler), in pieces of the corpus's dictionary extended by
+  every piece a sample uses (``dict.<lang>.txt`` there). Word ids run by count, descending, so ``T_w`` never
+  grows with ``w``: the forms are stored in layers, layer ``t`` holding form ``t`` of the ``layers[t]`` words
+  that have more than ``t``, and form ``t`` of word ``w`` is row ``layer_rows(layers)[t] + w``. The manifest
+  records ``layers`` per column (``provenance["layers"]``, at most 256 numbers).
+
+In sample ``s`` (0 .. ``K`` - 1) the ``j``-th word of row ``r`` takes form ``(h(r, j) + s) % T_w``, ``h`` a hash:
+each occurrence of a rare word has ``K`` draws of its own, one per sample, and the occurrences of a frequent word
+spread over its draws. A sentencepiece model that splits at white space (the default) samples the words of a
+sentence independently (its lattice has no piece across a word start), so a row in a sample is a draw of the
+sentence's segmentation; :func:`epoch_samples` says which sample each row takes in an epoch.
+
+Both folders record what they were made of (``provenance["segmentation"]``):
+the samples, alpha, seed, the model's SHA-256 and the fingerprint of every split of the corpus they were made
+from, checked on opening (a corpus converted again is refused until its samples are rebuilt).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arrowmt._checks import check_integer
+from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.format import MANIFEST_NAME, Dictionary, Manifest
+from arrowmt.reading import Spans, exclusive_cumsum, take_flat
+from arrowmt.splits import Split
+
+SAMPLED_DIR = "sampled"  # in the corpus folder
+WORDS_DIR = "words"
+FORMS_DIR = "forms"
+FORMS_SPLIT = "forms"
+LAYERS_KEY = "layers"  # the forms folder's provenance entry: column -> how many words have more than t forms
+SEGMENTATION_KEY = "segmentation"  # the provenance entry both folders record
+MAX_SAMPLES = 255
+LENGTH_BLOCK = 1 << 18  # rows whose lengths are taken at once
+MAX_FORMS = 256  # draws of one word at most (a frequent word's occurrences share them)
+BUILD_HINT = "arrowmt.add_sampled_segmentations(corpus, spm_model, samples=K) (or convert text --spm-samples K)"
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's constants
+_ROWS = np.uint64(0x632BE59BD9B4E019)  # the key of the rows' hash (any odd constant)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+@dataclass(frozen=True)
+class Segmentation:
+    """How the samples were made: ``samples`` (K) per row, sentencepiece's ``alpha`` and ``nbest_size``, the
+    ``seed``, the model's SHA-256, and the fingerprint of each split of the corpus they were made from."""
+
+    samples: int
+    alpha: float
+    nbest_size: int
+    seed: int
+    sentencepiece_sha256: str
+    corpus: dict[str, str]
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return (
+            f"{self.samples} a row, alpha {self.alpha:g}, nbest_size {self.nbest_size}, seed {self.seed} "
+            f"(sentencepiece model {self.sentencepiece_sha256[:12]}...)"
+        )
+
+    @classmethod
+    def of(cls, manifest: Manifest, where: Path) -> Segmentation:
+        """What the manifest of ``where`` (a ``sampled/`` folder) records; FormatError naming what is wrong."""
+        entry = manifest.provenance.get(SEGMENTATION_KEY)
+        fields = {"samples": int, "alpha": float, "nbest_size": int, "seed": int, "sentencepiece_sha256": str}
+        if not isinstance(entry, dict) or not isinstance(entry.get("corpus"), dict):
+            raise FormatError(f"{where}: manifest provenance[{SEGMENTATION_KEY!r}]: expected an object, got {entry!r}")
+        for name, kind in fields.items():
+            value = entry.get(name)
+            if not isinstance(value, kind | int if kind is float else kind) or isinstance(value, bool):
+                raise FormatError(f"{where}: {SEGMENTATION_KEY}.{name}: expected {kind.__name__}, got {value!r}")
+        if not 1 <= entry["samples"] <= MAX_SAMPLES:
+            raise FormatError(f"{where}: {SEGMENTATION_KEY}.samples: expected 1..{MAX_SAMPLES}, got {entry['samples']}")
+        corpus = {str(k): str(v) for k, v in entry["corpus"].items()}
+        return cls(**{name: entry[name] for name in fields}, corpus=corpus)
+
+
+def sampled_folder(corpus: str | os.PathLike[str]) -> Path:
+    """Where a corpus keeps its sampled segmentations."""
+    return Path(corpus) / SAMPLED_DIR
+
+
+def recorded_segmentation(corpus: str | os.PathLike[str]) -> Segmentation | None:
+    """What the sampled segmentations of ``corpus`` record (None if it has none), their files not opened."""
+    words = sampled_folder(corpus) / WORDS_DIR
+    return Segmentation.of(Manifest.load(words), words) if (words / MANIFEST_NAME).is_file() else None
+
+
+def epoch_samples(seed: int, epoch: int, rows: np.ndarray, samples: int) -> np.ndarray:
+    """The sample (0 .. ``samples`` - 1) each of ``rows`` takes in ``epoch``: a hash of (seed, epoch, row),
+    the same in every process (int64)."""
+    check_integer("samples", samples, 1, MAX_SAMPLES)
+    key = np.uint64((int(seed) * 1_000_003 + int(epoch)) % 2**64)
+    return (mix64(np.asarray(rows, dtype=np.uint64), key) % np.uint64(samples)).astype(np.int64)
+
+
+def mix64(values: np.ndarray, key: np.uint64) -> np.ndarray:
+    """splitmix64 of ``values + key`` (uint64 in, uint64 out): a cheap hash that spreads consecutive values."""
+    with np.errstate(over="ignore"):
+        z = values * _MIX + key
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+class SampledSplit:
+    """Split ``split`` of the corpus at ``corpus`` read in its sampled segmentations.
+
+    :meth:`spans` and :meth:`lengths` give rows ``rows`` each in its sample (0 .. :attr:`samples` - 1), in pieces
+    of :meth:`dictionary` (the corpus's ids, extended); ``</s>`` ends every row as in the corpus.
+    """
+
+    def __init__(self, corpus: str | os.PathLike[str] | Split, split: str = "train") -> None:
+        self.corpus = corpus if isinstance(corpus, Split) else Split(corpus, split)
+        folder = sampled_folder(self.corpus.path)
+        if not (folder / WORDS_DIR).is_dir() or not (folder / FORMS_DIR).is_dir():
+            raise InvalidParameterError(
+                f"segmentation: {self.corpus.path} holds no sampled segmentations ({folder} is missing); build "
+                f"them with {BUILD_HINT}"
+            )
+        self.words = Split(folder / WORDS_DIR, self.corpus.split)
+        self.forms = Split(folder / FORMS_DIR, FORMS_SPLIT)
+        self.info = Segmentation.of(self.words.manifest, folder / WORDS_DIR)
+        self._check_made_from(folder)
+        self._layers = {col: _layers(self.forms, col, self.words.metadata.columns[col].vocab_size, folder)
+                        for col in self.columns}  # fmt: skip
+
+    def _check_made_from(self, folder: Path) -> None:
+        forms = Segmentation.of(self.forms.manifest, folder / FORMS_DIR)
+        if forms != self.info:
+            raise FormatError(f"{folder}: {WORDS_DIR} and {FORMS_DIR} were made apart; rebuild them with {BUILD_HINT}")
+        made_from, now = self.info.corpus.get(self.corpus.split), self.corpus.fingerprint()
+        if made_from != now or len(self.words) != len(self.corpus) or self.words.columns != self.corpus.columns:
+            raise FormatError(
+                f"{folder}: made from split {self.corpus.split!r} with fingerprint {str(made_from)[:16]}..., but "
+                f"{self.corpus.path} now has {now[:16]}... (converted again?); rebuild them with {BUILD_HINT}"
+            )
+
+    @property
+    def samples(self) -> int:
+        return self.info.samples
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.corpus.columns
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def __repr__(self) -> str:
+        return f"SampledSplit({str(self.corpus.path)!r}, {self.corpus.split!r}, {self.samples} samples a row)"
+
+    def dictionary(self, column: str) -> Dictionary:
+        """The pieces' dictionary: the corpus's, then every piece only a sample uses."""
+        return self.forms.dictionary(column)
+
+    def spans(self, column: str, rows: np.ndarray, samples: np.ndarray) -> Spans:
+        """Row ``rows[i]`` in its sample ``samples[i]``, gathered into one compact array (int32 pieces)."""
+        words, forms = self._forms(column, rows, samples)
+        pieces = take_flat(forms.words, forms.starts, forms.lengths)
+        lengths = row_sums(forms.lengths, words.lengths)
+        return Spans(pieces, exclusive_cumsum(lengths), lengths)
+
+    def lengths(self, column: str, rows: np.ndarray, samples: np.ndarray) -> np.ndarray:
+        """The number of pieces (``</s>`` included) of row ``rows[i]`` in its sample ``samples[i]`` (int64),
+        ``LENGTH_BLOCK`` rows at a time (an epoch's lengths never hold all its words at once)."""
+        rows, samples = np.asarray(rows, dtype=np.int64), np.asarray(samples, dtype=np.int64)
+        out = np.empty(rows.shape[0], dtype=np.int64)
+        for start in range(0, rows.shape[0], LENGTH_BLOCK):
+            part = slice(start, start + LENGTH_BLOCK)
+            words, forms = self._forms(column, rows[part], samples[part])
+            out[part] = row_sums(forms.lengths, words.lengths)
+        return out
+
+    def fingerprint(self) -> str:
+        """Identity of the rows in every sample: the corpus split's, and the samples' files."""
+        text = f"sampled:{self.corpus.fingerprint()}:{self.words.fingerprint()}:{self.forms.fingerprint()}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def check_unchanged(self) -> None:
+        """FormatError if a file of the corpus split or of its samples changed since opening."""
+        for split in (self.corpus, self.words, self.forms):
+            split.check_unchanged()
+
+    def _forms(self, column: str, rows: np.ndarray, samples: np.ndarray) -> tuple[Spans, Spans]:
+        """The rows' words, and the form of each word the rows' samples give it."""
+        rows, samples = np.asarray(rows, dtype=np.int64), np.asarray(samples, dtype=np.int64)
+        if samples.shape != rows.shape or (samples.size and not 0 <= samples.min() <= samples.max() < self.samples):
+            raise InvalidParameterError(
+                f"samples: expected one sample in 0..{self.samples - 1} per row ({rows.shape[0]} rows), "
+                f"got shape {samples.shape}"
+            )
+        words = self.words.column_spans(column, rows)
+        ids = take_flat(words.words, words.starts, words.lengths).astype(np.int64)
+        sizes, starts = self._layers[column]
+        forms = sizes.shape[0] - np.searchsorted(sizes[::-1], ids, side="right")  # layers holding a form of each word
+        position = np.arange(ids.shape[0], dtype=np.uint64) - np.repeat(exclusive_cumsum(words.lengths),
+                                                                        words.lengths).astype(np.uint64)  # fmt: skip
+        occurrence = mix64(position, np.uint64(0)) ^ np.repeat(mix64(rows.astype(np.uint64), _ROWS), words.lengths)
+        draw = (occurrence >> np.uint64(33)).astype(np.int64) + np.repeat(samples, words.lengths)
+        return words, self.forms.column_spans(column, starts[draw % forms] + ids)
+
+
+def row_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The sum of each row of ``values`` cut into consecutive rows of ``lengths`` (empty rows sum to 0; int64)."""
+    total = np.zeros(values.shape[0] + 1, dtype=np.int64)
+    np.cumsum(values, out=total[1:])
+    ends = np.cumsum(lengths, dtype=np.int64)
+    return total[ends] - total[ends - lengths]
+
+
+def layer_rows(layers: np.ndarray) -> np.ndarray:
+    """The first row of each layer of forms (int64)."""
+    return exclusive_cumsum(np.asarray(layers, dtype=np.int64))
+
+
+def _layers(forms: Split, column: str, words: int, folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The layer sizes the forms folder records for ``column``, checked against the split (FormatError)."""
+    recorded = forms.manifest.provenance.get(LAYERS_KEY)
+    sizes = recorded.get(column) if isinstance(recorded, dict) else None
+    where = f"{folder / FORMS_DIR}: manifest provenance[{LAYERS_KEY!r}][{column!r}]"
+    if not isinstance(sizes, list) or not all(type(n) is int for n in sizes):
+        raise FormatError(f"{where}: expected a list of integers, got {sizes!r}")
+    array = np.array(sizes, dtype=np.int64)
+    if not 1 <= array.shape[0] <= MAX_FORMS or array[0] != words or (np.diff(array) > 0).any() or array[-1] < 1:
+        raise FormatError(f"{where}: expected 1 to {MAX_FORMS} sizes from {words} (the words) down, got {sizes}")
+    if int(array.sum()) > len(forms):
+        raise FormatError(f"{where}: {int(array.sum())} forms, but the split holds {len(forms)} rows")
+    return array, layer_rows(array)

@@ -1,0 +1,167 @@
+"""Subword regularization (issue 39): reading stored sampled segmentations against the fixed ids and against
+sentencepiece sampling in the loader, on the same corpus, in one run; and what the samples cost to make and store.
+
+Usage::
+
+    python benchmarks/bench_sampled.py --samples 8 --alpha 0.1 --repeat 3
+
+The corpus is the bundled Multi30k sample (29,000 German-English training pairs, ``arrowmt/sample_data``), made
+``--times`` times longer by repeating it (the same words: storage is measured on ``--times 1``). A sentencepiece
+unigram model of ``--vocab`` pieces is trained on it, then ``convert_text(spm_model=..., spm_samples=K)`` converts
+it (timed: the conversion, then the samples). Reading runs ``--batches`` batches of one epoch (``max_tokens`` 4096,
+seed 1) through a ``DataLoader`` with ``FairseqCollater``, ``--repeat`` times each, interleaved:
+
+* fixed: ``open_dataset(corpus, "train")``, no worker;
+* sampled: ``open_dataset(corpus, "train", segmentation="sampled")``, no worker;
+* on the fly: the fixed plan's batches of raw text lines, each line sampled by sentencepiece
+  (``encode(enable_sampling=True)``) and looked up in the dictionary in 2 DataLoader workers, as Marian or
+  OpenNMT-py sample while they load.
+
+tokens/s counts the source and target pieces of the collated batches (padding left out). The table keeps each
+configuration's best run and the range. Every run is saved to ``benchmarks/results/sampled-<rows>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import arrowmt
+from arrowmt import FairseqCollater, SpecialIds, TokenBatchSampler, open_dataset
+
+HERE = Path(__file__).resolve().parent
+SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"
+
+
+def text_corpus(folder: Path, times: int) -> Path:
+    """``train.de``/``train.en``: the bundled training text, ``times`` times over."""
+    for lang in ("de", "en"):
+        with gzip.open(SAMPLE / f"train.{lang}.gz", "rt", encoding="utf-8") as text:
+            lines = text.read()
+        (folder / f"train.{lang}").write_text(lines * times, encoding="utf-8")
+    return folder / "train"
+
+
+def train_model(prefix: Path, vocab: int) -> Path:
+    import sentencepiece as spm
+
+    both = prefix.with_name("both.txt")
+    both.write_text(prefix.with_suffix(".de").read_text("utf-8") + prefix.with_suffix(".en").read_text("utf-8"))
+    spm.SentencePieceTrainer.train(input=str(both), model_prefix=str(prefix.with_name("spm")), vocab_size=vocab,
+                                   num_threads=1, minloglevel=2, input_sentence_size=200000,
+                                   shuffle_input_sentence=True)  # fmt: skip
+    return prefix.with_name("spm.model")
+
+
+def folder_bytes(paths: list[Path]) -> int:
+    return sum(f.stat().st_size for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
+
+
+class OnTheFly(Dataset):
+    """Raw lines sampled by sentencepiece when a batch is read (in the worker), then looked up."""
+
+    def __init__(self, prefix: Path, model: Path, corpus: Path, alpha: float) -> None:
+        self.lines = {lang: prefix.with_suffix(f".{lang}").read_text("utf-8").splitlines() for lang in ("de", "en")}
+        self.model, self.alpha = str(model), alpha
+        ds = open_dataset(corpus, "train")
+        self.dictionaries = {"de": ds.dictionary("source"), "en": ds.dictionary("target")}
+        self.processor: Any = None
+
+    def __len__(self) -> int:
+        return len(self.lines["de"])
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        if self.processor is None:
+            import sentencepiece as spm
+
+            self.processor = spm.SentencePieceProcessor(model_file=self.model)
+        out = [{"id": i} for i in indices]
+        for lang, column in (("de", "source"), ("en", "target")):
+            pieces = self.processor.encode([self.lines[lang][i] for i in indices], out_type=str, enable_sampling=True,
+                                           alpha=self.alpha, nbest_size=-1)  # fmt: skip
+            d = self.dictionaries[lang]
+            for item, row in zip(out, pieces, strict=True):
+                item[column] = torch.tensor([d.index(p) for p in row] + [d.eos], dtype=torch.int32)
+        return out
+
+
+def read(config: str, corpus: Path, prefix: Path, model: Path, alpha: float, batches: int) -> dict[str, Any]:
+    sampled = config == "sampled"
+    ds = open_dataset(corpus, "train", segmentation="sampled" if sampled else "fixed")
+    sampler = TokenBatchSampler(ds if config != "on the fly" else open_dataset(corpus, "train"), max_tokens=4096)
+    sampler.set_epoch(1)
+    planned = len(sampler)  # the epoch's plan is built (or mapped) before the clock starts
+    source: Any = OnTheFly(prefix, model, corpus, alpha) if config == "on the fly" else ds
+    workers = 2 if config == "on the fly" else 0
+    loader = DataLoader(source, batch_sampler=sampler, collate_fn=FairseqCollater(SpecialIds()), num_workers=workers)
+    tokens, done, start = 0, 0, time.perf_counter()
+    for batch in loader:
+        tokens += int(batch["net_input"]["src_lengths"].sum()) + int((batch["target"] != 1).sum())
+        done += 1
+        if done == batches:
+            break
+    seconds = time.perf_counter() - start
+    rate = tokens / seconds
+    return {"config": config, "planned": planned, "batches": done, "tokens": tokens, "seconds": seconds,
+            "tokens_per_s": rate}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--samples", type=int, default=8)
+    p.add_argument("--alpha", type=float, default=0.1)
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--times", type=int, default=1, help="repeat the bundled text this many times")
+    p.add_argument("--batches", type=int, default=1000)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        prefix = text_corpus(folder, args.times)
+        model = train_model(prefix, args.vocab)
+        corpus = folder / "corpus"
+        start = time.perf_counter()
+        arrowmt.convert_text(str(prefix), corpus, src_lang="de", tgt_lang="en", spm_model=str(model), progress=False)
+        convert_s = time.perf_counter() - start
+        start = time.perf_counter()
+        arrowmt.add_sampled_segmentations(corpus, model, samples=args.samples, alpha=args.alpha, progress=False)
+        sample_s = time.perf_counter() - start
+        base = folder_bytes([corpus / "train.arrow"])
+        sampled = folder_bytes([corpus / "sampled"])
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in ("fixed", "sampled", "on the fly")}
+        for _ in range(args.repeat):
+            for config in runs:
+                runs[config].append(read(config, corpus, prefix, model, args.alpha, args.batches))
+    rows = 29000 * args.times
+    best = {c: max(r["tokens_per_s"] for r in found) for c, found in runs.items()}
+    print(f"{rows} pairs, K={args.samples}, alpha {args.alpha}, vocab {args.vocab}; {os.cpu_count()} cpus, "
+          f"{platform.platform()}")  # fmt: skip
+    print(f"conversion {convert_s:.1f} s, samples {sample_s:.1f} s; storage: train split {base / 1e6:.1f} MB, "
+          f"samples {sampled / 1e6:.1f} MB ({(base + sampled) / base:.2f}x the split with them)")  # fmt: skip
+    print("| reading | tokens/s, best (range) | x fixed | x on the fly |")
+    print("|---|---:|---:|---:|")
+    for config, found in runs.items():
+        rates = [r["tokens_per_s"] for r in found]
+        print(f"| {config} | {best[config] / 1e6:.2f}M ({min(rates) / 1e6:.2f}-{max(rates) / 1e6:.2f}M) | "
+              f"{best[config] / best['fixed']:.2f}x | {best[config] / best['on the fly']:.1f}x |")  # fmt: skip
+    out = HERE / "results" / f"sampled-{rows}.json"
+    machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    record = {"args": vars(args), "rows": rows, "convert_s": convert_s, "samples_s": sample_s, "base_bytes": base,
+              "sampled_bytes": sampled, "runs": runs, "machine": machine}  # fmt: skip
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

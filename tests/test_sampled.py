@@ -1,0 +1,256 @@
+"""Sampled segmentations (issue 39): built from the bundled Multi30k sample with a sentencepiece model trained
+on it, checked against sentencepiece itself (decoding, its own sampler's distribution)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from arrowmt import (
+    ArrowMTSampledDataset,
+    FairseqCollater,
+    FormatError,
+    InputDataError,
+    InvalidParameterError,
+    SampledSplit,
+    SpecialIds,
+    TokenBatchSampler,
+    add_sampled_segmentations,
+    convert_text,
+    open_dataset,
+)
+from arrowmt.testing import epoch_samples, layer_rows, main, row_sums, sampled_folder
+from tests.conftest import MULTI30K, gz_lines
+from tests.state_helpers import SamplerLoader, check_resume
+
+spm = pytest.importorskip("sentencepiece")
+K = 4
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A unigram and a BPE model trained on the sample's validation text (both languages)."""
+    folder = tmp_path_factory.mktemp("spm")
+    text = folder / "text.txt"
+    text.write_text("\n".join(gz_lines(MULTI30K / "val.de.gz") + gz_lines(MULTI30K / "val.en.gz")), encoding="utf-8")
+    for kind in ("unigram", "bpe"):
+        spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / kind), vocab_size=600,
+                                       model_type=kind, num_threads=1, minloglevel=2)  # fmt: skip
+    return {kind: folder / f"{kind}.model" for kind in ("unigram", "bpe")}
+
+
+def converted(out: Path, model: Path, **options: object) -> Path:
+    convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", testpref=str(MULTI30K / "test"),
+                 spm_model=str(model), progress=False, **options)  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path]) -> Path:
+    out = converted(tmp_path_factory.mktemp("c") / "c", models["unigram"])
+    add_sampled_segmentations(out, models["unigram"], samples=K, alpha=0.1, seed=3, progress=False)
+    return out
+
+
+def text_of(pieces: list[str]) -> str:
+    return "".join(pieces).replace("\u2581", " ").strip()
+
+
+def every_form(sampled: SampledSplit, column: str) -> list[list[list[int]]]:
+    """Each row in each of its samples, as piece ids."""
+    rows = np.arange(len(sampled), dtype=np.int64)
+    out: list[list[list[int]]] = [[] for _ in rows]
+    for s in range(sampled.samples):
+        spans = sampled.spans(column, rows, np.full(rows.shape, s))
+        for r in rows:
+            out[r].append(spans.row(int(r)).tolist())
+    return out
+
+
+def test_every_sampled_row_decodes_to_its_text_and_takes_several_forms(corpus: Path) -> None:
+    sampled = SampledSplit(corpus, "train")
+    assert sampled.samples == K and len(sampled) == 1014
+    for column in ("source", "target"):
+        pieces, base = sampled.dictionary(column), sampled.corpus.dictionary(column)
+        assert pieces.symbols[: len(base)] == base.symbols  # the corpus's ids stay; new pieces come after
+        forms = every_form(sampled, column)
+        for r, row_forms in enumerate(forms):
+            text = text_of([base.symbols[i] for i in sampled.corpus.row_array(column, r)[:-1]])
+            for form in row_forms:
+                assert form[-1] == pieces.eos and text_of([pieces.symbols[i] for i in form[:-1]]) == text
+        several = np.mean([len({tuple(f) for f in row_forms}) > 1 for row_forms in forms])
+        assert several > 0.9, several
+        lengths = sampled.lengths(column, np.arange(5), np.array([0, 1, 2, 3, 0]))
+        assert lengths.tolist() == [len(forms[r][s]) for r, s in enumerate([0, 1, 2, 3, 0])]
+
+
+def test_epochs_take_rows_in_different_samples_the_same_everywhere() -> None:
+    rows = np.arange(10_000)
+    one, again, two = (epoch_samples(3, e, rows, K) for e in (1, 1, 2))
+    assert np.array_equal(one, again) and not np.array_equal(one, two)
+    assert one.min() == 0 and one.max() == K - 1 and abs(np.bincount(one) / 2500 - 1).max() < 0.1
+    forms_seen = np.stack([epoch_samples(3, e, rows, K) for e in range(1, 5)])
+    assert np.mean([len(set(c)) > 1 for c in forms_seen.T]) > 0.9  # across 4 epochs most rows take >1 form
+
+
+def test_pieces_follow_sentencepieces_own_sampler(corpus: Path, models: dict[str, Path]) -> None:
+    """The pieces the stored samples use, over every row and sample, against sentencepiece sampling the
+    sentences themselves: their distributions differ no more than two runs of sentencepiece's own sampler."""
+    processor = spm.SentencePieceProcessor(model_file=str(models["unigram"]))
+    lines = gz_lines(MULTI30K / "val.de.gz")
+    sampled = SampledSplit(corpus, "train")
+    pieces = sampled.dictionary("source")
+    ours = Counter(pieces.symbols[i] for row in every_form(sampled, "source") for form in row for i in form[:-1])
+
+    def sentencepiece_run(seed: int) -> Counter:
+        spm.set_random_generator_seed(seed)
+        drawn = [processor.encode(lines, out_type=str, enable_sampling=True, alpha=0.1, nbest_size=-1)
+                 for _ in range(K)]  # fmt: skip
+        return Counter(p for run in drawn for line in run for p in line)
+
+    def distance(a: Counter, b: Counter) -> float:
+        na, nb = sum(a.values()), sum(b.values())
+        return 0.5 * sum(abs(a[p] / na - b[p] / nb) for p in set(a) | set(b))
+
+    first, second = sentencepiece_run(11), sentencepiece_run(12)
+    between_runs = distance(first, second)
+    assert distance(ours, first) < 2 * between_runs + 0.01, (distance(ours, first), between_runs)
+    assert abs(sum(ours.values()) / sum(first.values()) - 1) < 0.02  # as many pieces as sentencepiece's sampler
+
+
+def test_the_same_seed_gives_the_same_samples_and_bpe_dropout_works(
+    tmp_path: Path, corpus: Path, models: dict[str, Path]
+) -> None:
+    again = converted(tmp_path / "again", models["unigram"])
+    add_sampled_segmentations(again, models["unigram"], samples=K, alpha=0.1, seed=3, progress=False)
+    for name in ("words/train.arrow", "forms/forms.arrow", "forms/dict.de.txt"):
+        assert (sampled_folder(again) / name).read_bytes() == (sampled_folder(corpus) / name).read_bytes(), name
+    add_sampled_segmentations(again, models["unigram"], samples=K, alpha=0.1, seed=4, overwrite=True, progress=False)
+    assert (sampled_folder(again) / "forms/forms.arrow").read_bytes() != (
+        sampled_folder(corpus) / "forms/forms.arrow"
+    ).read_bytes()
+    bpe = converted(tmp_path / "bpe", models["bpe"])
+    add_sampled_segmentations(bpe, models["bpe"], samples=K, alpha=0.1, seed=1, progress=False)
+    sampled = SampledSplit(bpe, "valid" if False else "test")
+    base = sampled.corpus.dictionary("target")
+    pieces = sampled.dictionary("target")
+    forms = every_form(sampled, "target")
+    for r, row_forms in enumerate(forms):
+        text = text_of([base.symbols[i] for i in sampled.corpus.row_array("target", r)[:-1]])
+        assert all(text_of([pieces.symbols[i] for i in form[:-1]]) == text for form in row_forms)
+    assert np.mean([len({tuple(f) for f in row_forms}) > 1 for row_forms in forms]) > 0.5
+
+
+def test_words_with_unk_keep_their_pieces(tmp_path: Path, models: dict[str, Path]) -> None:
+    out = converted(tmp_path / "small", models["unigram"], nwordssrc=200)  # the source dictionary drops pieces
+    add_sampled_segmentations(out, models["unigram"], samples=K, progress=False)
+    sampled = SampledSplit(out, "train")
+    base = sampled.corpus.dictionary("source")
+    unk_rows = [r for r in range(len(sampled)) if base.unk in sampled.corpus.row_array("source", r)]
+    assert unk_rows
+    for r in unk_rows[:50]:
+        for s in range(K):
+            form = sampled.spans("source", np.array([r]), np.array([s])).row(0).tolist()
+            assert form.count(base.unk) == sampled.corpus.row_array("source", r).tolist().count(base.unk)
+
+
+def test_refusals_name_what_is_wrong(tmp_path: Path, corpus: Path, models: dict[str, Path]) -> None:
+    with pytest.raises(InputDataError, match="segments the word"):  # made with another model
+        add_sampled_segmentations(corpus, models["bpe"], samples=K, overwrite=True, progress=False)
+    assert SampledSplit(corpus, "train").samples == K  # the failed build left the samples there as they were
+    with pytest.raises(InvalidParameterError, match="overwrite"):
+        add_sampled_segmentations(corpus, models["unigram"], samples=K, progress=False)
+    for bad, match in (({"samples": 0}, "samples"), ({"alpha": -1}, "alpha"), ({"nbest_size": 1}, "nbest_size")):
+        with pytest.raises(InvalidParameterError, match=match):
+            add_sampled_segmentations(corpus, models["unigram"], overwrite=True, progress=False, **bad)
+    plain = converted(tmp_path / "plain", models["unigram"])
+    with pytest.raises(InvalidParameterError, match="holds no sampled segmentations"):
+        SampledSplit(plain, "train")
+    copy = tmp_path / "copy"
+    shutil.copytree(corpus, copy)
+    converted(copy, models["unigram"], overwrite=True, nwordstgt=100)  # converted again: other ids
+    with pytest.raises(FormatError, match="converted again"):
+        SampledSplit(copy, "train")
+    with pytest.raises(InvalidParameterError, match="samples"):
+        SampledSplit(corpus, "train").spans("source", np.array([0]), np.array([K]))
+
+
+def test_the_command_line_converts_with_samples_and_info_shows_them(
+    tmp_path: Path, models: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cli"
+    command = ["convert", "text", str(out), "--source-lang", "de", "--target-lang", "en", "--quiet"]
+    command += ["--trainpref", str(MULTI30K / "val"), "--spm-model", str(models["bpe"])]
+    assert main([*command, "--spm-samples", "3", "--spm-alpha", "0.2"]) == 0
+    sampled = SampledSplit(out, "train")
+    assert (sampled.samples, sampled.info.alpha, sampled.info.seed) == (3, 0.2, 1)
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    assert "sampled segmentations: 3 a row, alpha 0.2, nbest_size -1, seed 1" in capsys.readouterr().out
+    assert main(["info", "--json", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["segmentation"]["samples"] == 3
+    assert main(["convert", "text", str(tmp_path / "no"), "--lang", "de", "--trainpref", str(MULTI30K / "val"),
+                 "--spm-samples", "3", "--quiet"]) == 2  # fmt: skip
+    assert "--spm-samples: expected with --spm-model" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()  # refused before converting
+
+
+def test_layer_rows_and_row_sums_exact_values() -> None:
+    assert layer_rows(np.array([5, 3, 3, 1])).tolist() == [0, 5, 8, 11]
+    assert row_sums(np.array([1, 2, 3, 4, 5]), np.array([2, 0, 3])).tolist() == [3, 0, 12]
+    assert row_sums(np.array([True, False, True]), np.array([1, 2])).tolist() == [1, 1]
+    assert row_sums(np.zeros(0), np.zeros(0, dtype=np.int64)).tolist() == []
+
+
+def collate_ids(batch: Any) -> list[int]:
+    """Row ids and a checksum of the collated tokens (comparable with ==, picklable for workers)."""
+    out = FairseqCollater(SpecialIds())(batch)
+    return [*out["id"].tolist(), int(out["net_input"]["src_tokens"].sum()), int(out["target"].sum())]
+
+
+def test_the_sampler_plans_each_epoch_from_its_samples(corpus: Path) -> None:
+    ds = open_dataset(corpus, "train", segmentation="sampled")
+    assert isinstance(ds, ArrowMTSampledDataset) and len(ds) == 1014 * K and ds.samples == K
+    sampler = TokenBatchSampler(ds, max_tokens=600, seed=5)
+    seen = {}
+    for epoch in (1, 2):
+        sampler.set_epoch(epoch)
+        batches = [np.asarray(b) for b in sampler]
+        ids = np.concatenate(batches)
+        rows, samples = ids % 1014, ids // 1014
+        assert np.array_equal(np.sort(rows), np.arange(1014))  # every row once an epoch
+        assert np.array_equal(samples, epoch_samples(5, epoch, rows, K))  # in its sample of the epoch
+        for batch in batches:  # fairseq's budget, exact for the pieces read
+            assert len(batch) * int(ds.num_tokens(batch).max()) <= 600
+        seen[epoch] = [len(b) for b in batches]
+    assert seen[1] != seen[2]  # the batches follow the epoch's lengths
+    batch = ds.__getitems__([0, 1014, 2 * 1014 + 7])
+    assert [len(batch[k]["source"]) for k in range(3)] == ds.lengths("source", np.array([0, 1014, 2035])).tolist()
+    with pytest.raises(InvalidParameterError, match="segmentation"):
+        open_dataset(corpus, "train", segmentation="dropout")
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11 under torch >= 2.10
+def test_sampled_batches_resume_exactly_through_loaders_and_workers(corpus: Path) -> None:
+    ds = open_dataset(corpus, "train", segmentation="sampled")
+
+    def sampler() -> TokenBatchSampler:
+        made = TokenBatchSampler(ds, max_tokens=700, seed=2)
+        made.set_epoch(3)
+        return made
+
+    check_resume(sampler, consume=13)
+    plain = check_resume(lambda: SamplerLoader(DataLoader(ds, batch_sampler=sampler(), collate_fn=collate_ids)), 7)
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def loader() -> Any:
+        return stateful.StatefulDataLoader(ds, batch_sampler=sampler(), collate_fn=collate_ids, num_workers=2)
+
+    assert check_resume(loader, consume=11, same_state=False) == plain  # workers read what the main process reads

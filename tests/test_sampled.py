@@ -193,7 +193,7 @@ def test_the_command_line_converts_with_samples_and_info_shows_them(
     assert (sampled.samples, sampled.info.alpha, sampled.info.seed) == (3, 0.2, 1)
     capsys.readouterr()
     assert main(["info", str(out)]) == 0
-    assert "sampled segmentations: 3 a row, alpha 0.2, nbest_size -1, seed 1" in capsys.readouterr().out
+    assert "sampled segmentations: 3 a row, alpha 0.2, nbest_size -1, seed 1, 64 draws" in capsys.readouterr().out
     assert main(["info", "--json", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["segmentation"]["samples"] == 3
     assert main(["convert", "text", str(tmp_path / "no"), "--lang", "de", "--trainpref", str(MULTI30K / "val"),
@@ -217,22 +217,29 @@ def collate_ids(batch: Any) -> list[int]:
 
 def test_the_sampler_plans_each_epoch_from_its_samples(corpus: Path) -> None:
     ds = open_dataset(corpus, "train", segmentation="sampled")
-    assert isinstance(ds, ArrowMTSampledDataset) and len(ds) == 1014 * K and ds.samples == K
+    assert isinstance(ds, ArrowMTSampledDataset) and ds.rows == 1014 and ds.seed == 3  # the samples' seed
+    sampled = SampledSplit(corpus, "train")
     sampler = TokenBatchSampler(ds, max_tokens=600, seed=5)
     seen = {}
     for epoch in (1, 2):
         sampler.set_epoch(epoch)
         batches = [np.asarray(b) for b in sampler]
         ids = np.concatenate(batches)
-        rows, samples = ids % 1014, ids // 1014
+        assert (ids // 1014 == epoch).all()  # the epoch's indices: e * N + r
+        rows = ids % 1014
         assert np.array_equal(np.sort(rows), np.arange(1014))  # every row once an epoch
-        assert np.array_equal(samples, epoch_samples(5, epoch, rows, K))  # in its sample of the epoch
+        in_sample = sampled.spans("source", rows, epoch_samples(3, epoch, rows, K))  # in its sample of the epoch
+        read = ds.column_spans("source", ids)
+        assert all(np.array_equal(read.row(k), in_sample.row(k)) for k in range(len(ids)))
         for batch in batches:  # fairseq's budget, exact for the pieces read
             assert len(batch) * int(ds.num_tokens(batch).max()) <= 600
         seen[epoch] = [len(b) for b in batches]
     assert seen[1] != seen[2]  # the batches follow the epoch's lengths
-    batch = ds.__getitems__([0, 1014, 2 * 1014 + 7])
-    assert [len(batch[k]["source"]) for k in range(3)] == ds.lengths("source", np.array([0, 1014, 2035])).tolist()
+    mixed = [2 * 1014 + 5, 1014 + 5, 1014 + 6, 2 * 1014 + 9]  # indices of two epochs in one batch
+    batch = ds.__getitems__(mixed)
+    assert [batch[k]["source"].tolist() for k in range(4)] == [ds.row("source", i).tolist() for i in mixed]
+    assert len({tuple(batch[k]["source"].tolist()) for k in range(4)}) == 4
+    assert len(list((corpus / ".arrowmt-cache").glob("sampled-*/epoch-*[!k]"))) == 2  # the last two epochs kept
     with pytest.raises(InvalidParameterError, match="segmentation"):
         open_dataset(corpus, "train", segmentation="dropout")
 

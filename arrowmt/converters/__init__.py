@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from arrowmt.converters._fairseq_export import export_fairseq
     from arrowmt.converters._fairseq_folder import convert_fairseq, discover
     from arrowmt.converters._from_table import convert_table, read_table_file
-    from arrowmt.converters._output import OutputFolder, column
+    from arrowmt.converters._output import OutputFolder, column, special_ids_of
     from arrowmt.converters._parallel_text import convert_text, convert_with_options, parse_byte_size, unknown_lines
     from arrowmt.converters._parquet_export import export_parquet
     from arrowmt.converters._sampled import add_sampled_segmentations

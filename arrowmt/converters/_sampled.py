@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +56,7 @@ DRAW_BLOCK = 1 << 20  # words sampled by one call of sentencepiece
 MAX_DRAW_CALLS = 4096  # 4096 * DRAW_BLOCK draws at most in a column
 MAX_SEED = 2**32 // MAX_DRAW_CALLS - 1  # seed * 4096 + call is sentencepiece's seed of a call: a 32-bit number
 DEFAULT_SEED = 1
+DEFAULT_MAX_DRAWS = 64  # draws of a frequent word (see add_sampled_segmentations)
 MULTI_PAIR_REFUSAL = (
     "sampled segmentations are built for a folder of one pair or one language, not several pairs "
     "(convert each pair to its own folder)"
@@ -70,6 +72,7 @@ def add_sampled_segmentations(
     alpha: float = DEFAULT_ALPHA,
     nbest_size: int = DEFAULT_NBEST,
     seed: int = DEFAULT_SEED,
+    max_draws: int = DEFAULT_MAX_DRAWS,
     overwrite: bool = False,
     progress: bool = True,
 ) -> Segmentation:
@@ -77,11 +80,14 @@ def add_sampled_segmentations(
 
     ``spm_model`` is the sentencepiece model the corpus was segmented with; ``alpha`` and ``nbest_size`` are its
     sampler's (``SentencePieceProcessor.encode(enable_sampling=True, alpha=alpha, nbest_size=nbest_size)``: the
-    smoothing of a unigram model, the dropout probability of a BPE model). The corpus's own ids and dictionaries
-    stay as they are. Read the samples with ``open_dataset(corpus, split, segmentation="sampled")``.
+    smoothing of a unigram model, the dropout probability of a BPE model). A word seen ``c`` times is drawn
+    ``min(samples * c, max_draws)`` times: each occurrence of a rare word gets a draw of its own in each sample,
+    a frequent word's occurrences share ``max_draws`` draws (more follow sentencepiece's distribution more
+    closely, and take more room). The corpus's own ids and dictionaries stay as they are. Read the samples with
+    ``open_dataset(corpus, split, segmentation="sampled")``.
     ``overwrite`` replaces samples built before.
     """
-    options = _SamplingOptions.checked(samples, alpha, nbest_size, seed)
+    options = _SamplingOptions.checked(samples, alpha, nbest_size, seed, max_draws)
     path = Path(corpus)
     manifest = Manifest.load(path)
     if manifest.language_pairs:
@@ -92,10 +98,8 @@ def add_sampled_segmentations(
         raise InvalidParameterError(f"overwrite: {out} exists (sampled segmentations built before); pass overwrite")
     splits = {name: Split(path, name, manifest) for name in manifest.splits()}
     first = next(iter(splits.values()))
-    segmentation = Segmentation(
-        samples=options.samples, alpha=options.alpha, nbest_size=options.nbest_size, seed=options.seed,
-        sentencepiece_sha256=model.sha256, corpus={name: split.fingerprint() for name, split in splits.items()},
-    )  # fmt: skip
+    fingerprints = {name: split.fingerprint() for name, split in splits.items()}
+    segmentation = Segmentation(**options.as_options(), sentencepiece_sha256=model.sha256, corpus=fingerprints)
     tables = {col: _column_words(splits, col, model, options, progress) for col in first.columns}
     _write(out, manifest, splits, tables, segmentation, progress)
     return segmentation
@@ -111,7 +115,7 @@ def sampling_options(
         raise InvalidParameterError(f"spm_samples: expected with spm_model (the model to sample), got {samples}")
     if lang_pairs:
         raise InvalidParameterError(f"spm_samples: {MULTI_PAIR_REFUSAL}")
-    return _SamplingOptions.checked(samples, alpha, DEFAULT_NBEST, DEFAULT_SEED)
+    return _SamplingOptions.checked(samples, alpha, DEFAULT_NBEST, DEFAULT_SEED, DEFAULT_MAX_DRAWS)
 
 
 @dataclass(frozen=True)
@@ -120,19 +124,23 @@ class _SamplingOptions:
     alpha: float
     nbest_size: int
     seed: int
+    max_draws: int
 
-    def as_options(self) -> dict[str, object]:
-        return {"samples": self.samples, "alpha": self.alpha, "nbest_size": self.nbest_size, "seed": self.seed}
+    def as_options(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
-    def checked(cls, samples: object, alpha: object, nbest_size: object, seed: object) -> _SamplingOptions:
+    def checked(
+        cls, samples: object, alpha: object, nbest_size: object, seed: object, max_draws: object
+    ) -> _SamplingOptions:
         k = check_integer("samples", samples, 1, MAX_SAMPLES)
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1e6:
             raise InvalidParameterError(f"alpha: expected a number > 0, got {alpha!r}")
         nbest = check_integer("nbest_size", nbest_size, -1, 2**31 - 1)
         if nbest in (0, 1):
             raise InvalidParameterError(f"nbest_size: expected -1 (every segmentation) or >= 2, got {nbest}")
-        return cls(k, float(alpha), nbest, check_integer("seed", seed, 0, MAX_SEED, high_name="2**20 - 1"))
+        seed = check_integer("seed", seed, 0, MAX_SEED, high_name="2**20 - 1")
+        return cls(k, float(alpha), nbest, seed, check_integer("max_draws", max_draws, 1, MAX_FORMS))
 
 
 # ----- pass 1: the words of one column, and K forms of each ---------------------------------------
@@ -239,7 +247,7 @@ def _sampled_forms(
     options: _SamplingOptions,
     progress: bool,
 ) -> _ColumnTable:
-    """The forms of every word: ``min(K * count, MAX_FORMS)`` draws of sentencepiece's sampler for a word it
+    """The forms of every word: ``min(K * count, max_draws)`` draws of sentencepiece's sampler for a word it
     segments (so that each occurrence, in each of its ``K`` samples, takes a draw of its own unless the word is
     frequent), the corpus's pieces, once, for the others (a word holding a special symbol, such as ``<unk>``)."""
     strings = pa.array(list(words.index), pa.large_string())
@@ -249,7 +257,7 @@ def _sampled_forms(
     special = row_sums(own.values < dictionary.nspecial, own.lengths()) > 0
     sampled = np.flatnonzero(~special & (word_ids >= dictionary.nspecial))
     sampled = sampled[np.argsort(word_ids[sampled], kind="stable")]  # drawn in word id order
-    draws = np.minimum(np.asarray(word_dict.counts, dtype=np.int64) * options.samples, MAX_FORMS)
+    draws = np.minimum(np.asarray(word_dict.counts, dtype=np.int64) * options.samples, options.max_draws)
     draws[: dictionary.nspecial] = draws.max(initial=1)  # ids by count, descending: forms never grow with the id
     surfaces = pc.replace_substring(strings.take(pa.array(sampled)), WORD_START, " ")
     processor = model.processor()

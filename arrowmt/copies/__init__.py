@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
+    from arrowmt.copies._epoch_copy import epoch_copy
     from arrowmt.copies._make import order_blocks, order_copy
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
     from arrowmt.plans._orders import BatchOrder, WindowShuffle, batch_order
     from arrowmt.plans._plan import PlanParams, key_fields, load_plan, plan_fields, plan_lengths
     from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, keep_recent, load_or_build_plan, plan_key
-    from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, as_provider
-    from arrowmt.plans._sampled_plan import load_sampled_plan
+    from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, ShiftedPlan, as_provider
     from arrowmt.plans._sources import check_row_ids, check_source
     from arrowmt.plans._spec import BLOCK_LIMIT, BatchSpec, BlockSpec
     from arrowmt.plans._stored_plan import StoredPlan, changed_fields, order_command, ordered_by

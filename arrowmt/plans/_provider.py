@@ -65,6 +65,27 @@ class EpochPlans:
         self.current = None
 
 
+class ShiftedPlan:
+    """``plan`` with ``shift`` added to every index: a plan of a dataset that is one part of a larger one (an
+    epoch's copy of a corpus read in sampled segmentations, whose epoch ``e`` is indices ``e * N`` on)."""
+
+    def __init__(self, plan: Plan, shift: int) -> None:
+        self.plan, self.shift = plan, int(shift)
+        self.key = f"{plan.key}+{self.shift}"
+        if hasattr(plan, "word_ranges"):  # where the plan file holds batches (read ahead of them)
+            self.word_ranges = plan.word_ranges
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def batch(self, b: int) -> np.ndarray:
+        return self.plan.batch(b) + self.shift
+
+    def peek(self, b: int) -> np.ndarray:
+        peek = getattr(self.plan, "peek", self.plan.batch)
+        return peek(b) + self.shift
+
+
 def as_provider(plan: Plan | PlanProvider) -> PlanProvider:
     """``plan`` itself when it is a provider, else the provider of that one plan."""
     return plan if hasattr(plan, "for_epoch") else FixedPlan(plan)  # type: ignore[return-value,arg-type]

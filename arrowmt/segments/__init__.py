@@ -12,6 +12,7 @@ from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
     from arrowmt.segments._sampled import (
+        BUILD_HINT,
         FORMS_DIR,
         FORMS_SPLIT,
         LAYERS_KEY,

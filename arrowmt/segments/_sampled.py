@@ -7,15 +7,19 @@ corpus, as two ordinary arrowmt folders, so that every integrity check of a corp
 * ``sampled/words``: the corpus's splits again, each row the ids of its words (the pieces between two word
   starts, ``▁``) in a dictionary of words (``dict.<lang>.txt``, one symbol per distinct word), ``</s>`` last;
 * ``sampled/forms``: the split ``forms``, holding (per column) ``T_w`` sampled segmentations of each word ``w``
-  (``min(K * count, 256)`` draws of sentencepiece's sampler), in pieces of the corpus's dictionary extended by
-  every piece a sample uses (``dict.<lang>.txt`` there). Word ids run by count, descending, so ``T_w`` never
-  grows with ``w``: the forms are stored in layers, layer ``t`` holding form ``t`` of the ``layers[t]`` words
-  that have more than ``t``, and form ``t`` of word ``w`` is row ``layer_rows(layers)[t] + w``. The manifest
-  records ``layers`` per column (``provenance["layers"]``, at most 256 numbers).
+  (``min(K * count, max_draws)`` draws of sentencepiece's sampler, ``max_draws`` <= 256), in pieces of the
+  corpus's dictionary extended by every piece a sample uses (``dict.<lang>.txt`` there). Word ids run by count,
+  descending, so ``T_w`` never grows with ``w``: the forms are stored in layers, layer ``t`` holding form ``t``
+  of the ``layers[t]`` words that have more than ``t``, and form ``t`` of word ``w`` is row
+  ``layer_rows(layers)[t] + w``. The manifest records ``layers`` per column (``provenance["layers"]``, at most
+  256 numbers).
 
 In sample ``s`` (0 .. ``K`` - 1) the ``j``-th word of row ``r`` takes form ``(h(r, j) + s) % T_w``, ``h`` a hash:
 each occurrence of a rare word has ``K`` draws of its own, one per sample, and the occurrences of a frequent word
-spread over its draws. A sentencepiece model that splits at white space (the default) samples the words of a
+spread over its draws. Reading a row in a sample gathers its words' forms: training reads each epoch from a copy
+of the corpus in that epoch's samples (:func:`arrowmt.copies.epoch_copy`), written once.
+
+A sentencepiece model that splits at white space (the default) samples the words of a
 sentence independently (its lattice has no piece across a word start), so a row in a sample is a draw of the
 sentence's segmentation; :func:`epoch_samples` says which sample each row takes in an epoch.
 
@@ -63,6 +67,7 @@ class Segmentation:
     alpha: float
     nbest_size: int
     seed: int
+    max_draws: int
     sentencepiece_sha256: str
     corpus: dict[str, str]
 
@@ -71,7 +76,8 @@ class Segmentation:
 
     def describe(self) -> str:
         return (
-            f"{self.samples} a row, alpha {self.alpha:g}, nbest_size {self.nbest_size}, seed {self.seed} "
+            f"{self.samples} a row, alpha {self.alpha:g}, nbest_size {self.nbest_size}, seed {self.seed}, "
+            f"{self.max_draws} draws of a frequent word "
             f"(sentencepiece model {self.sentencepiece_sha256[:12]}...)"
         )
 
@@ -79,7 +85,8 @@ class Segmentation:
     def of(cls, manifest: Manifest, where: Path) -> Segmentation:
         """What the manifest of ``where`` (a ``sampled/`` folder) records; FormatError naming what is wrong."""
         entry = manifest.provenance.get(SEGMENTATION_KEY)
-        fields = {"samples": int, "alpha": float, "nbest_size": int, "seed": int, "sentencepiece_sha256": str}
+        fields = {"samples": int, "alpha": float, "nbest_size": int, "seed": int, "max_draws": int,
+                  "sentencepiece_sha256": str}  # fmt: skip
         if not isinstance(entry, dict) or not isinstance(entry.get("corpus"), dict):
             raise FormatError(f"{where}: manifest provenance[{SEGMENTATION_KEY!r}]: expected an object, got {entry!r}")
         for name, kind in fields.items():

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
         pad_rows,
         pad_shifted,
     )
-    from arrowmt.training._dataset import ArrowMTDataset, open_dataset
+    from arrowmt.training._dataset import SEGMENTATIONS, ArrowMTDataset, open_dataset
     from arrowmt.training._deal import every_rank, stored_copy, stretch_ranges, window_end_steps
     from arrowmt.training._loader import ReadAheadLoader
     from arrowmt.training._mixture import Corpus, Mixture, MixtureBatchSampler, open_mixture

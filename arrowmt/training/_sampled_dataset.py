@@ -1,47 +1,64 @@
 """A corpus read in sampled segmentations (subword regularization) as a torch dataset.
 
-Index ``s * N + r`` (``N`` rows, ``K`` samples) is row ``r`` in sample ``s`` (:mod:`arrowmt.segments`): the dataset
-holds no epoch, so DataLoader workers and resumed runs read exactly the rows a plan names. The samplers walk one
-plan per epoch (:meth:`ArrowMTSampledDataset.epoch_plans`), in which every row appears once, in its sample of that
-epoch, batched by that epoch's lengths.
+Index ``e * N + r`` (``N`` rows) is row ``r`` as epoch ``e`` reads it: in its sample
+``epoch_samples(seed, e, r)`` (:mod:`arrowmt.segments`). The dataset holds no epoch, so DataLoader workers (even
+persistent ones) and resumed runs read exactly the rows a plan names. Each epoch is read from its copy
+(:func:`arrowmt.copies.epoch_copy`: the rows in their samples, written once by the first process that needs
+them), zero-copy like the corpus itself. ``TokenBatchSampler`` walks one plan per epoch
+(:meth:`ArrowMTSampledDataset.epoch_plans`): every row once, batched by the lengths it has in that epoch.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from arrowmt._arrays import sorted_unique
+from arrowmt.copies import epoch_copy
 from arrowmt.format import Dictionary, Manifest, SpecialIds, SplitMetadata
-from arrowmt.plans import EpochPlans, PlanParams, load_sampled_plan
-from arrowmt.reading import check_indices
+from arrowmt.io import WordRanges
+from arrowmt.plans import EpochPlans, PlanParams, ShiftedPlan, load_plan
+from arrowmt.reading import Spans, check_indices
 from arrowmt.segments import SampledSplit
 from arrowmt.splits import Split
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._rows_dataset import RowsDataset
 
+EPOCHS = 2**20  # the epochs an index can name: e * N + r for 0 <= e < EPOCHS
+KEEP_EPOCHS = 2  # epoch copies kept open (and on disk): the current one and the one before
+
 
 class ArrowMTSampledDataset(RowsDataset):
-    """Split ``corpus`` read in its sampled segmentations: ``len`` is rows times samples, index ``s * N + r`` row
-    ``r`` in sample ``s``; ids are those of :meth:`dictionary` (the corpus's, extended by the pieces only samples
-    use: size a model's embeddings by it). ``TokenBatchSampler`` plans each epoch from that epoch's samples."""
+    """Split ``corpus`` read in its sampled segmentations: index ``e * N + r`` is row ``r`` in its sample of epoch
+    ``e`` (``seed``: the samples' own seed unless given). Ids are those of :meth:`dictionary` (the corpus's,
+    extended by the pieces only samples use: size a model's embeddings by it). ``cache_dir`` (default
+    ``<corpus>/.arrowmt-cache``) holds the epochs' copies."""
 
-    def __init__(self, corpus: Split) -> None:
-        self.sampled = SampledSplit(corpus)
+    def __init__(self, corpus: Split, seed: int | None = None, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.corpus = corpus
+        self.sampled = SampledSplit(corpus)
+        self.seed = self.sampled.info.seed if seed is None else int(seed)
+        self.cache_dir = cache_dir
+        self._epochs: dict[int, Split] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the opened epoch copies (a worker opens those it reads)."""
+        return {**self.__dict__, "_epochs": {}}
 
     def __repr__(self) -> str:
-        return f"ArrowMTSampledDataset({str(self.path)!r}, {self.split!r}: {self.rows} rows, {self.samples} samples)"
+        return (
+            f"ArrowMTSampledDataset({str(self.path)!r}, {self.split!r}: {self.rows} rows in "
+            f"{self.sampled.samples} samples, seed {self.seed})"
+        )
 
     @property
     def rows(self) -> int:
         return len(self.corpus)
-
-    @property
-    def samples(self) -> int:
-        return self.sampled.samples
 
     @property
     def path(self) -> Path:
@@ -61,7 +78,8 @@ class ArrowMTSampledDataset(RowsDataset):
 
     @property
     def metadata(self) -> SplitMetadata:
-        return self.corpus.metadata
+        """The corpus split's, its columns' dictionaries the samples' (the ids this dataset gives)."""
+        return replace(self.corpus.metadata, columns=self.sampled.forms.metadata.columns)
 
     @property
     def special_ids(self) -> SpecialIds:
@@ -72,34 +90,58 @@ class ArrowMTSampledDataset(RowsDataset):
         return self.corpus.is_monolingual
 
     def __len__(self) -> int:
-        return self.rows * self.samples
+        return self.rows * EPOCHS
 
-    def rows_and_samples(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The row and the sample of each index (bounds-checked)."""
+    def epoch(self, epoch: int) -> Split:
+        """Epoch ``epoch``'s copy: every row in its sample (written by the first process that asks)."""
+        found = self._epochs.get(epoch)
+        if found is None:
+            found = epoch_copy(self.sampled, self.seed, epoch, self.cache_dir, KEEP_EPOCHS)
+            for old in sorted(self._epochs)[: max(len(self._epochs) - KEEP_EPOCHS + 1, 0)]:
+                del self._epochs[old]
+            self._epochs[epoch] = found
+        return found
+
+    def _by_epoch(self, indices: np.ndarray) -> list[tuple[np.ndarray, Split, np.ndarray]]:
+        """(positions in ``indices``, the epoch's copy, its rows) for each epoch the indices name."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         check_indices(indices, len(self), f"{self!r}")
-        return indices % self.rows, indices // self.rows
+        epochs = indices // self.rows
+        first = int(epochs[0]) if epochs.shape[0] else 0
+        if epochs.shape[0] == 0 or first == epochs.min() == epochs.max():  # a plan batch: one epoch's rows
+            return [(np.arange(indices.shape[0]), self.epoch(first), indices - first * self.rows)]
+        parts = []
+        for e in sorted_unique(epochs).tolist():
+            where = np.flatnonzero(epochs == e)
+            parts.append((where, self.epoch(e), indices[where] - e * self.rows))
+        return parts
 
     def row_array(self, column: str, index: int) -> np.ndarray:
-        rows, samples = self.rows_and_samples(np.array([index]))
-        return self.sampled.spans(column, rows, samples).row(0)
+        [(_, split, rows)] = self._by_epoch(np.array([index]))
+        return split.row_array(column, int(rows[0]))
 
     def row(self, column: str, index: int) -> torch.Tensor:
         return torch.from_numpy(self.row_array(column, index))
 
+    def column_spans(self, column: str, indices: np.ndarray) -> Spans:
+        """Where rows ``indices`` lie in their epochs' copies (zero-copy for indices of one epoch)."""
+        return _spans(column, self._by_epoch(indices))
+
     def __getitems__(self, indices: list[int]) -> GatheredBatch:
-        """The rows ``indices`` in their samples, gathered per column (a collater's input)."""
+        """The rows ``indices`` as their epochs read them, located per column (a collater's input)."""
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
-        rows, samples = self.rows_and_samples(ids)
-        return GatheredBatch(ids, {c: self.sampled.spans(c, rows, samples) for c in self.columns})
+        parts = self._by_epoch(ids)
+        return GatheredBatch(ids, {c: _spans(c, parts) for c in self.columns})
 
-    def lengths(self, column: str, indices: np.ndarray | None = None, dtype: type | np.dtype = np.int64) -> np.ndarray:
-        """Pieces (``</s>`` included) of ``indices`` (every index when None)."""
-        all_indices = np.arange(len(self), dtype=np.int64) if indices is None else indices
-        rows, samples = self.rows_and_samples(all_indices)
-        return self.sampled.lengths(column, rows, samples).astype(dtype)
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        """Where rows ``indices`` lie in their epochs' copies (the samplers' read-ahead)."""
+        return [r for _, split, rows in self._by_epoch(indices) for r in split.word_ranges(rows, values)]
 
-    def num_tokens(self, indices: np.ndarray | None = None) -> np.ndarray:
+    def lengths(self, column: str, indices: np.ndarray, dtype: type | np.dtype = np.int64) -> np.ndarray:
+        """Pieces (``</s>`` included) of rows ``indices`` as their epochs read them."""
+        return self.column_spans(column, indices).lengths.astype(dtype)
+
+    def num_tokens(self, indices: np.ndarray) -> np.ndarray:
         """fairseq's size of a row (int64): max over columns of its pieces."""
         sizes = self.lengths(self.columns[0], indices)
         for column in self.columns[1:]:
@@ -115,8 +157,20 @@ class ArrowMTSampledDataset(RowsDataset):
     def check_unchanged(self) -> None:
         self.sampled.check_unchanged()
 
-    def epoch_plans(
-        self, params: PlanParams, seed: int, cache_dir: str | os.PathLike[str] | None, keep_plans: int = 2
-    ) -> EpochPlans:
-        """One plan per epoch (what a sampler walks): every row once, in its sample of the epoch under ``seed``."""
-        return EpochPlans(lambda epoch: load_sampled_plan(self.sampled, params, seed, epoch, cache_dir, keep_plans))
+    def epoch_plans(self, params: PlanParams) -> EpochPlans:
+        """One plan per epoch (what a sampler walks): fairseq's batches of the epoch's copy, as this dataset's
+        indices; each plan is kept in its epoch's copy (in this dataset's ``cache_dir``) and goes with it."""
+
+        def plan(epoch: int) -> ShiftedPlan:
+            return ShiftedPlan(load_plan(self.epoch(epoch), params, None), epoch * self.rows)
+
+        return EpochPlans(plan)
+
+
+def _spans(column: str, parts: list[tuple[np.ndarray, Split, np.ndarray]]) -> Spans:
+    """``column`` of the rows ``parts`` locates (:meth:`ArrowMTSampledDataset._by_epoch`), in their order."""
+    if len(parts) == 1:
+        return parts[0][1].column_spans(column, parts[0][2])
+    spans = [(split.column_spans(column, rows), where) for where, split, rows in parts]
+    order = np.argsort(np.concatenate([where for _, where in spans]), kind="stable")  # back to the given order
+    return Spans.concat_compact([(s.words, s.starts, s.lengths) for s, _ in spans]).select(order).compact()

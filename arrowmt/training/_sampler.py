@@ -409,8 +409,8 @@ class TokenBatchSampler(PlanSampler):
         manifest = getattr(dataset, "manifest", None)  # a split or a view (a mixture checks each of its sources)
         if manifest is not None:
             refuse_stored_order(manifest, dataset.path, "batch", dataset.split, reads=(ROWS,))
-        epoch_plans = getattr(dataset, "epoch_plans", None)  # sampled segmentations: a plan per epoch
-        plan = epoch_plans(params, walk.seed, cache_dir) if epoch_plans else load_plan(dataset, params, cache_dir)
+        epoch_plans = getattr(dataset, "epoch_plans", None)  # sampled segmentations: a plan per epoch, in its copy
+        plan = epoch_plans(params) if epoch_plans else load_plan(dataset, params, cache_dir)
         self._begin(plan, walk, dataset)
 
 

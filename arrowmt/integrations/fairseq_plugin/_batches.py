@@ -167,6 +167,18 @@ class PlannedBatches:
         return [plan.batch(b) for b in range(len(plan))]
 
 
+class SampledBatches(PlannedBatches):
+    """``make_batches(dataset, epoch)`` for a split read in sampled segmentations: the plan of that epoch's copy
+    (each pair in its sample of the epoch), in fairseq's order for the epoch; called anew every epoch."""
+
+    def __call__(self, dataset: ArrowPairDataset, epoch: int) -> list[np.ndarray]:
+        params = plan_params(dataset, self.opts, epoch)
+        plan = self.plan = dataset.arrow.epoch_plans(params).for_epoch(epoch)
+        logger.info("translation_arrow: split %s: %d batches of sampled segmentations planned for epoch %d",
+                    dataset.split, len(plan), epoch)  # fmt: skip
+        return [plan.batch(b) for b in range(len(plan))]
+
+
 def batch_iterator(
     dataset: Any,
     opts: IteratorOptions,

@@ -33,6 +33,13 @@ class TranslationArrowConfig(TranslationConfig):
         default="",
         metadata={"help": "read the training split through this arrowmt view file (arrowmt filter) of the data folder"},
     )
+    arrow_segmentation: str = field(
+        default="fixed",
+        metadata={
+            "help": "fixed: the ids the folder was converted with; sampled: each training pair in one of its stored "
+            "sampled segmentations (convert text --spm-samples K), another each epoch, batched by that epoch's lengths"
+        },
+    )
     arrow_cache_dir: str = field(
         default="",
         metadata={"help": CACHE_DIR_HELP},

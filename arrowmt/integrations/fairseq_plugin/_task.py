@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
-from arrowmt.format import SOURCE, TARGET, ColumnInfo, Manifest, symbols_sha256
+from arrowmt.format import MANIFEST_NAME, SOURCE, TARGET, ColumnInfo, Manifest, symbols_sha256
 from arrowmt.integrations.fairseq_plugin._batches import (
     IteratorOptions,
+    SampledBatches,
     batch_iterator,
     cached_iterator,
     loader_options,
@@ -32,8 +34,16 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.reading import local_folder
+from arrowmt.segments import BUILD_HINT, FORMS_DIR, sampled_folder
 from arrowmt.splits import mismatch_error
-from arrowmt.training import ArrowMTDataset, FairseqCollater, open_dataset, open_view_dataset
+from arrowmt.training import (
+    SEGMENTATIONS,
+    ArrowMTDataset,
+    ArrowMTSampledDataset,
+    FairseqCollater,
+    open_dataset,
+    open_view_dataset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +85,9 @@ class TranslationArrowTask(TranslationTask):
         folder = Path(_data_paths(cfg)[0])
         manifest = Manifest.load(folder)
         cfg.source_lang, cfg.target_lang = _language_pair(manifest, cfg, folder)
-        src_dict = cls.load_dictionary(str(folder / _dictionary_file(manifest, cfg.source_lang)))
-        tgt_dict = cls.load_dictionary(str(folder / _dictionary_file(manifest, cfg.target_lang)))
+        dictionaries, names = _dictionaries_of(folder, manifest, cfg)
+        src_dict = cls.load_dictionary(str(dictionaries / _dictionary_file(names, cfg.source_lang)))
+        tgt_dict = cls.load_dictionary(str(dictionaries / _dictionary_file(names, cfg.target_lang)))
         logger.info(
             "%s: arrowmt folder %s, %s-%s, dictionaries of %d and %d types",
             TASK_NAME,
@@ -96,7 +107,10 @@ class TranslationArrowTask(TranslationTask):
         paths = _data_paths(self.cfg)
         folder = paths[(epoch - 1) % len(paths)] if split == self.cfg.train_subset else paths[0]
         view = self.cfg.arrow_train_view if split == self.cfg.train_subset else ""
-        arrow = open_view_dataset(view, folder) if view else open_dataset(folder, split)
+        segmentation = self.cfg.arrow_segmentation if split == self.cfg.train_subset else "fixed"
+        if view and segmentation != "fixed":
+            raise InvalidParameterError(f"arrow_segmentation: {segmentation!r} reads a split, not a view ({view})")
+        arrow = open_view_dataset(view, folder) if view else open_dataset(folder, split, segmentation=segmentation)
         reverse = _is_reverse(arrow, self.cfg)
         _check_dictionaries(arrow, reverse, self.src_dict, self.tgt_dict)
         collater = self._collater(arrow)
@@ -129,6 +143,9 @@ class TranslationArrowTask(TranslationTask):
             return super().get_batch_iterator(dataset, *args, **kwargs)
         opts = IteratorOptions(*args, **kwargs)
         loader = loader_options(self.cfg)
+        if isinstance(dataset.arrow, ArrowMTSampledDataset):  # a plan per epoch, from that epoch's samples
+            loader, make = replace(loader, rebuild_batches=True), SampledBatches(opts, None)
+            return cached_iterator(self, dataset, opts, lambda: batch_iterator(dataset, opts, loader, make))
         return cached_iterator(self, dataset, opts, lambda: batch_iterator(dataset, opts, loader))
 
 
@@ -189,6 +206,23 @@ def _dictionary_file(manifest: Manifest, lang: str) -> str:
     return manifest.dictionaries.get(lang, f"dict.{lang}.txt")
 
 
+def _dictionaries_of(folder: Path, manifest: Manifest, cfg: TranslationArrowConfig) -> tuple[Path, Manifest]:
+    """Where the task's dictionaries are, and the manifest naming them: the folder's, or with
+    ``--arrow-segmentation sampled`` its samples' (the folder's extended by the pieces only samples use)."""
+    if cfg.arrow_segmentation not in SEGMENTATIONS:
+        raise InvalidParameterError(
+            f"arrow_segmentation: expected one of {list(SEGMENTATIONS)}, got {cfg.arrow_segmentation!r}"
+        )
+    if cfg.arrow_segmentation == "fixed":
+        return folder, manifest
+    forms = sampled_folder(folder) / FORMS_DIR
+    if not (forms / MANIFEST_NAME).is_file():
+        raise InvalidParameterError(
+            f"arrow_segmentation: sampled, but {folder} holds no sampled segmentations (build them with {BUILD_HINT})"
+        )
+    return forms, Manifest.load(forms)
+
+
 def _is_reverse(arrow: ArrowMTDataset, cfg: TranslationArrowConfig) -> bool:
     """Whether the task reads the split in reverse (its target column as source); the split must hold the pair."""
     langs = arrow.metadata.languages
@@ -216,7 +250,7 @@ def _check_dictionary(arrow: ArrowMTDataset, column: str, dictionary: Dictionary
     ids = arrow.special_ids
     expected = (info.vocab_size, ids.bos, ids.pad, ids.eos, ids.unk)
     got = (len(dictionary), dictionary.bos(), dictionary.pad(), dictionary.eos(), dictionary.unk())
-    if expected != got:
+    if expected[1:] != got[1:] or got[0] < expected[0]:  # a larger dictionary may extend it (sampled pieces)
         raise VocabularyError(
             f"{arrow.path}: split {arrow.split!r} column {column!r} was converted with a dictionary of "
             f"(size, bos, pad, eos, unk) = {expected}, the task's {info.dictionary} gives {got}"

@@ -1,0 +1,75 @@
+"""``--arrow-segmentation sampled`` in real ``fairseq-train`` runs (issue 39): each epoch reads every training pair
+in another of its stored sampled segmentations, batched by that epoch's lengths, and a run resumed in its second
+epoch continues exactly as the uninterrupted run.
+
+The corpus is the bundled sample's validation text (1,014 pairs) segmented by a small sentencepiece model trained
+on it, with 4 samples a row; the model is the native tests' tiny transformer on the CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arrowmt import add_sampled_segmentations, convert_text, open_dataset
+from tests.conftest import MULTI30K, PLUGIN_DIR, gz_lines
+from tests.test_fairseq_native import Run, Side, train
+
+spm = pytest.importorskip("sentencepiece")
+
+
+@pytest.fixture(scope="module")
+def side(tmp_path_factory: pytest.TempPathFactory) -> Side:
+    folder = tmp_path_factory.mktemp("sampled-fairseq")
+    text = folder / "text.txt"
+    text.write_text("\n".join(gz_lines(MULTI30K / "val.de.gz") + gz_lines(MULTI30K / "val.en.gz")), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "spm"), vocab_size=1000,
+                                   num_threads=1, minloglevel=2)  # fmt: skip
+    corpus = folder / "corpus"
+    convert_text(str(MULTI30K / "val"), corpus, src_lang="de", tgt_lang="en", validpref=str(MULTI30K / "val"),
+                 testpref=str(MULTI30K / "test"), spm_model=str(folder / "spm.model"), progress=False)  # fmt: skip
+    add_sampled_segmentations(corpus, folder / "spm.model", samples=4, alpha=0.1, progress=False)
+    task = [
+        str(corpus),
+        "--user-dir",
+        str(PLUGIN_DIR),
+        "--task",
+        "translation_arrow",
+        "--arrow-segmentation",
+        "sampled",
+    ]
+    return Side("sampled", task, {}, folder / "runs")
+
+
+@pytest.fixture(scope="module")
+def two_epochs(side: Side) -> Run:
+    return train(side, "straight", "--max-epoch", "2")
+
+
+def epoch_updates(run: Run) -> list[int]:
+    return [int(r["train_num_updates"]) for r in run.records("train")]
+
+
+def test_each_epoch_reads_other_samples_with_its_own_batches(side: Side, two_epochs: Run) -> None:
+    assert "batches of sampled segmentations planned for epoch 1" in two_epochs.log
+    assert "batches of sampled segmentations planned for epoch 2" in two_epochs.log
+    epochs = two_epochs.records("train")
+    assert [r["epoch"] for r in epochs] == [1, 2]
+    assert epochs[0]["train_wpb"] != epochs[1]["train_wpb"]  # the pieces read change with the epoch
+    ds = open_dataset(Path(side.task_args[0]), "valid", segmentation="sampled")
+    assert (
+        ds.dictionary("source").symbols[: len(ds.corpus.dictionary("source"))] == ds.corpus.dictionary("source").symbols
+    )  # the task's dictionary extends the corpus's
+    assert all(float(r["wpb"]) <= 1100 for r in two_epochs.records("train_inner"))
+    assert two_epochs.records("test"), "no validation ran"
+
+
+def test_a_run_resumed_in_epoch_2_continues_exactly(side: Side, two_epochs: Run) -> None:
+    first = epoch_updates(two_epochs)[0]
+    stop = first + 3
+    train(side, "until", "--max-update", str(stop), save="ckpt")
+    resumed = train(side, "resumed", "--max-update", str(first + 8), save="ckpt")
+    assert f"(epoch 2 @ {stop} updates)" in resumed.log
+    straight = [r for r in two_epochs.records("train_inner") if stop < int(r["num_updates"]) <= first + 8]
+    assert resumed.records("train_inner") == straight and len(straight) == 5

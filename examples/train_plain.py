@@ -2,6 +2,7 @@
 
     python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt
     python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt --resume
+    python examples/train_plain.py --data corpora/multi30k-sp --epochs 10 --segmentation sampled
 
 The data side is three arrowmt pieces meeting at ``arrowmt.ReadAheadLoader`` (or, with ``--num-workers``,
 torchdata's ``StatefulDataLoader``: ``pip install 'arrowmt[resume]'``): the memory-mapped ``open_dataset``, a
@@ -34,6 +35,7 @@ from torch.utils.data import DataLoader
 
 from arrowmt import (
     ArrowMTDataset,
+    ArrowMTSampledDataset,
     Dictionary,
     Manifest,
     PlainCollater,
@@ -115,9 +117,12 @@ def dictionaries(data: str) -> dict[str, Dictionary]:
     return {c: Dictionary.load(Path(data) / manifest.dictionaries[lang]) for c, lang in manifest.languages.items()}
 
 
-def build_model(data: str, ds: ArrowMTDataset, dim: int) -> Seq2Seq:
-    columns = ds.metadata.columns
-    positions = 2 * longest_row(data) + 2  # greedy decoding may run past the longest reference
+def build_model(data: str, ds: ArrowMTDataset | ArrowMTSampledDataset, dim: int) -> Seq2Seq:
+    columns = ds.metadata.columns  # a sampled dataset's: the dictionaries extended by the pieces only samples use
+    longest = longest_row(data)
+    if isinstance(ds, ArrowMTSampledDataset):  # a sampled row may take more pieces than its fixed segmentation
+        longest = max(longest, *(ds.max_length(c) for c in ds.columns))
+    positions = 2 * longest + 2  # greedy decoding may run past the longest reference
     return Seq2Seq(columns["source"].vocab_size, columns["target"].vocab_size, ds.special_ids.pad, positions, dim)
 
 
@@ -263,7 +268,7 @@ def parameters_sha256(model: nn.Module) -> str:
 
 def train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
-    ds = open_dataset(args.data, "train")
+    ds = open_dataset(args.data, "train", segmentation=args.segmentation)
     valid = open_dataset(args.data, "valid")
     sampler = TokenBatchSampler(ds, max_tokens=args.max_tokens, seed=args.seed)
     loader = stateful_loader(ds, sampler, PlainCollater(ds.special_ids), args.num_workers)
@@ -273,7 +278,8 @@ def train(args: argparse.Namespace) -> None:
     if args.resume and args.save and Path(args.save).exists():
         at = load_checkpoint(args.save, model, optimizer, loader)
     params, positions = sum(p.numel() for p in model.parameters()), model.positions.num_embeddings
-    print(f"{len(ds)} pairs, {len(sampler)} batches per epoch, {params} params, {positions} positions")
+    pairs = getattr(ds, "rows", len(ds))  # a sampled dataset indexes each epoch's rows apart: len is per epochs
+    print(f"{pairs} pairs, {len(sampler)} batches per epoch, {params} params, {positions} positions")
     while at.epoch <= args.epochs:
         sampler.set_epoch(at.epoch)  # reshuffles the batch order; keeps a resumed mid-epoch position
         for batch in loader:
@@ -308,6 +314,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--num-workers", type=int, default=0, help="DataLoader worker processes (0: ReadAheadLoader, a thread)"
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the model initialization and batch order")
+    parser.add_argument(
+        "--segmentation", choices=("fixed", "sampled"), default="fixed",
+        help="sampled: train on the corpus's sampled segmentations, another each epoch (convert text --spm-samples)",
+    )  # fmt: skip
     parser.add_argument("--save", default=None, help="checkpoint file, written after every epoch")
     parser.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (0: never)")
     parser.add_argument("--resume", action="store_true", help="continue from --save when it exists")

@@ -4,6 +4,7 @@ on it, checked against sentencepiece itself (decoding, its own sampler's distrib
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -87,6 +88,7 @@ def test_every_sampled_row_decodes_to_its_text_and_takes_several_forms(corpus: P
                 assert form[-1] == pieces.eos and text_of([pieces.symbols[i] for i in form[:-1]]) == text
         several = np.mean([len({tuple(f) for f in row_forms}) > 1 for row_forms in forms])
         assert several > 0.9, several
+        assert sampled.max_length(column) >= max(len(f) for row_forms in forms for f in row_forms)
         lengths = sampled.lengths(column, np.arange(5), np.array([0, 1, 2, 3, 0]))
         assert lengths.tolist() == [len(forms[r][s]) for r, s in enumerate([0, 1, 2, 3, 0])]
 
@@ -261,3 +263,29 @@ def test_sampled_batches_resume_exactly_through_loaders_and_workers(corpus: Path
         return stateful.StatefulDataLoader(ds, batch_sampler=sampler(), collate_fn=collate_ids, num_workers=2)
 
     assert check_resume(loader, consume=11, same_state=False) == plain  # workers read what the main process reads
+
+
+def test_the_plain_example_trains_on_samples_and_resumes_exactly(tmp_path: Path, models: dict[str, Path]) -> None:
+    """examples/train_plain.py --segmentation sampled: the model is sized by the extended dictionaries and the
+    longest sampled row; stopped mid-epoch 2 and resumed, it ends with the weights of an uninterrupted run."""
+    from tests.test_examples import STEP, parameters_sha256, run_example
+
+    data = tmp_path / "data"
+    convert_text(str(MULTI30K / "val"), data, src_lang="de", tgt_lang="en", validpref=str(MULTI30K / "val"),
+                 testpref=str(MULTI30K / "test"), spm_model=str(models["unigram"]), spm_samples=K,
+                 progress=False)  # fmt: skip
+    args = ("--data", str(data), "--max-tokens", "1024", "--dim", "32", "--bleu-sentences", "10", "--epochs", "2")
+    args += ("--segmentation", "sampled", "--save", "ckpt.pt")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    straight = run_example(*args, cwd=tmp_path / "a")
+    steps = STEP.findall(straight.out)
+    assert {int(e) for _, e, *_ in steps} == {1, 2}
+    middle = len(steps) - 3
+    run_example(*args, "--stop-after", str(middle), cwd=tmp_path / "b")
+    resumed = run_example(*args, "--resume", cwd=tmp_path / "b")
+    assert f"resumed from ckpt.pt (epoch 2, step {middle})" in resumed.out
+    assert parameters_sha256(resumed.out) == parameters_sha256(straight.out)
+    ds = open_dataset(data, "train", segmentation="sampled")
+    sizes = re.search(r"^1014 pairs, \d+ batches per epoch, \d+ params, (\d+) positions$", straight.out, re.M)
+    assert sizes is not None and int(sizes.group(1)) >= 2 * max(ds.max_length(c) for c in ds.columns) + 2

@@ -196,6 +196,21 @@ class SampledSplit:
             out[part] = row_sums(forms.lengths, words.lengths)
         return out
 
+    def max_length(self, column: str) -> int:
+        """The most pieces (``</s>`` included) a row of ``column`` can take in any sample: each word's longest
+        draw, summed (what a model's positions must cover)."""
+        sizes, starts = self._layers[column]
+        drawn = self.forms.lengths(column)
+        longest = np.zeros(int(sizes[0]), dtype=np.int64)
+        for size, start in zip(sizes.tolist(), starts.tolist(), strict=True):
+            np.maximum(longest[:size], drawn[start : start + size], out=longest[:size])
+        most = 0
+        for first in range(0, len(self), LENGTH_BLOCK):
+            words = self.words.column_spans(column, np.arange(first, min(first + LENGTH_BLOCK, len(self))))
+            ids = take_flat(words.words, words.starts, words.lengths)
+            most = max(most, int(row_sums(longest[ids], words.lengths).max(initial=0)))
+        return most
+
     def fingerprint(self) -> str:
         """Identity of the rows in every sample: the corpus split's, and the samples' files."""
         text = f"sampled:{self.corpus.fingerprint()}:{self.words.fingerprint()}:{self.forms.fingerprint()}"

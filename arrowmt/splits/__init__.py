@@ -14,6 +14,7 @@ from arrowmt._lazy import attach
 if TYPE_CHECKING:
     from arrowmt.splits._block_order import BlockOrder, block_order_name, block_orders, read_block_order
     from arrowmt.splits._dictionaries import check_split_dictionaries, column_place, mismatch_error
+    from arrowmt.splits._over import OverSplit
     from arrowmt.splits._row_order import (
         RowOrder,
         check_order_marker,

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.splits import ROWS, Split, refuse_stored_order
 from arrowmt.training._rows_dataset import RowsDataset
-from arrowmt.training._sampled_dataset import ArrowMTSampledDataset
+
+if TYPE_CHECKING:
+    from arrowmt.training._sampled_dataset import ArrowMTSampledDataset
 
 SEGMENTATIONS = ("fixed", "sampled")  # open_dataset's segmentation: the converted ids, or sampled segmentations
 
@@ -55,4 +57,8 @@ def open_dataset(
     if segmentation not in SEGMENTATIONS:
         raise InvalidParameterError(f"segmentation: expected one of {list(SEGMENTATIONS)}, got {segmentation!r}")
     dataset = ArrowMTDataset(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)
-    return dataset if segmentation == "fixed" else ArrowMTSampledDataset(dataset)
+    if segmentation == "fixed":
+        return dataset
+    from arrowmt.training._sampled_dataset import ArrowMTSampledDataset  # what fixed reading never loads
+
+    return ArrowMTSampledDataset(dataset)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,12 +19,12 @@ import torch
 
 from arrowmt._arrays import sorted_unique
 from arrowmt.copies import epoch_copy
-from arrowmt.format import Dictionary, Manifest, SpecialIds, SplitMetadata
+from arrowmt.format import Dictionary, SplitMetadata
 from arrowmt.io import WordRanges
 from arrowmt.plans import EpochPlans, PlanParams, ShiftedPlan, load_plan
 from arrowmt.reading import Spans, check_indices
 from arrowmt.segments import SampledSplit
-from arrowmt.splits import Split
+from arrowmt.splits import OverSplit, Split
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._rows_dataset import RowsDataset
 
@@ -33,7 +32,7 @@ EPOCHS = 2**20  # the epochs an index can name: e * N + r for 0 <= e < EPOCHS
 KEEP_EPOCHS = 2  # epoch copies kept open (and on disk): the current one and the one before
 
 
-class ArrowMTSampledDataset(RowsDataset):
+class ArrowMTSampledDataset(OverSplit, RowsDataset):
     """Split ``corpus`` read in its sampled segmentations: index ``e * N + r`` is row ``r`` in its sample of epoch
     ``e`` (``seed``: the samples' own seed unless given). Ids are those of :meth:`dictionary` (the corpus's,
     extended by the pieces only samples use: size a model's embeddings by it). ``cache_dir`` (default
@@ -61,33 +60,9 @@ class ArrowMTSampledDataset(RowsDataset):
         return len(self.corpus)
 
     @property
-    def path(self) -> Path:
-        return self.corpus.path
-
-    @property
-    def split(self) -> str:
-        return self.corpus.split
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.corpus.columns
-
-    @property
-    def manifest(self) -> Manifest:
-        return self.corpus.manifest
-
-    @property
     def metadata(self) -> SplitMetadata:
         """The corpus split's, its columns' dictionaries the samples' (the ids this dataset gives)."""
         return replace(self.corpus.metadata, columns=self.sampled.forms.metadata.columns)
-
-    @property
-    def special_ids(self) -> SpecialIds:
-        return self.corpus.special_ids
-
-    @property
-    def is_monolingual(self) -> bool:
-        return self.corpus.is_monolingual
 
     def __len__(self) -> int:
         return self.rows * EPOCHS
@@ -150,6 +125,10 @@ class ArrowMTSampledDataset(RowsDataset):
 
     def dictionary(self, column: str) -> Dictionary:
         return self.sampled.dictionary(column)
+
+    def max_length(self, column: str) -> int:
+        """The most pieces a row can take in any epoch (see :meth:`SampledSplit.max_length`)."""
+        return self.sampled.max_length(column)
 
     def fingerprint(self) -> str:
         return self.sampled.fingerprint()

@@ -60,10 +60,10 @@ import numpy as np
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.files import VIEW_FORMAT, CheckedArray, SideFile, open_side_file, write_side_file
-from arrowmt.format import MANIFEST_NAME, Manifest, SpecialIds, SplitMetadata, canonical_json, plain_name_error
+from arrowmt.format import MANIFEST_NAME, canonical_json, plain_name_error
 from arrowmt.io import WordRanges
 from arrowmt.reading import FileIdentity, Spans, SplitFile, check_indices, local_only, take_flat
-from arrowmt.splits import Split, refuse_stored_order
+from arrowmt.splits import OverSplit, Split, refuse_stored_order
 from arrowmt.storage import DOWNLOAD_FIRST, local_only_path
 from arrowmt.views._ratio import length_ratio
 
@@ -450,7 +450,7 @@ def default_corpus(view_path: Path) -> Path:
     )
 
 
-class View:
+class View(OverSplit):
     """Split ``split`` of an arrowmt folder seen through a view file: only the rows the view keeps.
 
     Row ``i`` of the view is corpus row ``rows[i]`` (``rows`` increasing). It offers
@@ -479,35 +479,7 @@ class View:
                 f"fingerprint {fingerprint[:16]}... (another corpus, or converted again: rebuild the view)"
             )
 
-    # -- what a Split offers
-
-    @property
-    def path(self) -> Path:
-        return self.corpus.path
-
-    @property
-    def split(self) -> str:
-        return self.corpus.split
-
-    @property
-    def manifest(self) -> Manifest:
-        return self.corpus.manifest
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.corpus.columns
-
-    @property
-    def metadata(self) -> SplitMetadata:
-        return self.corpus.metadata
-
-    @property
-    def special_ids(self) -> SpecialIds:
-        return self.corpus.special_ids
-
-    @property
-    def is_monolingual(self) -> bool:
-        return self.corpus.is_monolingual
+    # -- what a Split offers (its facts: OverSplit's)
 
     def __len__(self) -> int:
         return len(self._rows)

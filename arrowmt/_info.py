@@ -245,7 +245,9 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], 
     for key, value in sorted(manifest.provenance.items()):
         lines += _readable(key, value, "  ")
     if view is None and (segmentation := recorded_segmentation(path)) is not None:
-        lines.append(f"  sampled segmentations: {segmentation.describe()}")
+        stale = sorted(name for name in manifest.splits() if segmentation.corpus.get(name) != _fingerprint(path, name))
+        note = f" (STALE for {', '.join(stale)}: converted again since; rebuild them)" if stale else ""
+        lines.append(f"  sampled segmentations: {segmentation.describe()}{note}")
     width = max([10, *(len(s.split) for s in summaries)])
     header = f"{'split':<{width}} {'column':<8} {'lang':<5} {'rows':>10} {'tokens':>12} {'vocab':>7} "
     header += f"{'mean':>6} {'p50':>5} {'p90':>5} {'p99':>5} {'max':>5} {'unk%':>6}"
@@ -261,6 +263,10 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], 
         lines.append(f"views ({len(views)}; 'arrowmt info VIEW' summarizes one):")
         lines += [f"  {Path(v.path).relative_to(path)}: {v.describe()}" for v in views]
     return "\n".join(lines)
+
+
+def _fingerprint(path: str | os.PathLike[str], split: str) -> str:
+    return Split(path, split).fingerprint()
 
 
 def _readable(key: str, value: object, indent: str) -> list[str]:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from arrowmt._checks import check_integer, check_optional_integer
     from arrowmt._cli import INTERRUPTED_MESSAGE, TERMINATED_MESSAGE, build_parser, main
     from arrowmt._heap import release_free_heap
-    from arrowmt._info import _readable
+    from arrowmt._info import _readable, format_summary
     from arrowmt._optional import require
     from arrowmt.blocks._block_plan import MappedBlocks, write_table
     from arrowmt.blocks._blocks import (

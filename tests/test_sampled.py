@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,9 @@ from arrowmt import (
     add_sampled_segmentations,
     convert_text,
     open_dataset,
+    summarize,
 )
-from arrowmt.testing import epoch_samples, layer_rows, main, row_sums, sampled_folder
+from arrowmt.testing import epoch_samples, format_summary, layer_rows, main, row_sums, sampled_folder
 from tests.conftest import MULTI30K, gz_lines
 from tests.state_helpers import SamplerLoader, check_resume
 
@@ -44,7 +47,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for kind in ("unigram", "bpe"):
         spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / kind), vocab_size=600,
                                        model_type=kind, num_threads=1, minloglevel=2)  # fmt: skip
-    return {kind: folder / f"{kind}.model" for kind in ("unigram", "bpe")}
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "across"), vocab_size=600,
+                                   split_by_whitespace=False, num_threads=1, minloglevel=2)  # fmt: skip
+    return {kind: folder / f"{kind}.model" for kind in ("unigram", "bpe", "across")}
 
 
 def converted(out: Path, model: Path, **options: object) -> Path:
@@ -104,7 +109,8 @@ def test_epochs_take_rows_in_different_samples_the_same_everywhere() -> None:
 
 def test_pieces_follow_sentencepieces_own_sampler(corpus: Path, models: dict[str, Path]) -> None:
     """The pieces the stored samples use, over every row and sample, against sentencepiece sampling the
-    sentences themselves: their distributions differ no more than two runs of sentencepiece's own sampler."""
+    sentences themselves from their 64 best segmentations: their distributions differ no more than two runs of
+    sentencepiece's own sampler."""
     processor = spm.SentencePieceProcessor(model_file=str(models["unigram"]))
     lines = gz_lines(MULTI30K / "val.de.gz")
     sampled = SampledSplit(corpus, "train")
@@ -127,11 +133,13 @@ def test_pieces_follow_sentencepieces_own_sampler(corpus: Path, models: dict[str
     assert abs(sum(ours.values()) / sum(first.values()) - 1) < 0.02  # as many pieces as sentencepiece's sampler
 
 
-def test_the_same_seed_gives_the_same_samples_and_bpe_dropout_works(
+def test_the_same_seed_gives_the_same_samples_in_any_process_and_bpe_dropout_works(
     tmp_path: Path, corpus: Path, models: dict[str, Path]
 ) -> None:
     again = converted(tmp_path / "again", models["unigram"])
-    add_sampled_segmentations(again, models["unigram"], samples=K, alpha=0.1, seed=3, progress=False)
+    build = f"import arrowmt; arrowmt.add_sampled_segmentations({str(again)!r}, {str(models['unigram'])!r}, "
+    build += f"samples={K}, alpha=0.1, seed=3, progress=False)"
+    subprocess.run([sys.executable, "-c", build], check=True, cwd=tmp_path)  # another process: the same bytes
     for name in ("words/train.arrow", "forms/forms.arrow", "forms/dict.de.txt"):
         assert (sampled_folder(again) / name).read_bytes() == (sampled_folder(corpus) / name).read_bytes(), name
     add_sampled_segmentations(again, models["unigram"], samples=K, alpha=0.1, seed=4, overwrite=True, progress=False)
@@ -169,9 +177,14 @@ def test_refusals_name_what_is_wrong(tmp_path: Path, corpus: Path, models: dict[
     assert SampledSplit(corpus, "train").samples == K  # the failed build left the samples there as they were
     with pytest.raises(InvalidParameterError, match="overwrite"):
         add_sampled_segmentations(corpus, models["unigram"], samples=K, progress=False)
-    for bad, match in (({"samples": 0}, "samples"), ({"alpha": -1}, "alpha"), ({"nbest_size": 1}, "nbest_size")):
+    bad_options = {"samples": 0, "alpha": -1, "nbest_size": 1, "seed": -1, "max_draws": 257}
+    for bad, match in (({name: value}, name) for name, value in bad_options.items()):
         with pytest.raises(InvalidParameterError, match=match):
             add_sampled_segmentations(corpus, models["unigram"], overwrite=True, progress=False, **bad)
+    with pytest.raises(InputDataError, match="pieces across words"):  # a model that does not split at white space
+        converted(tmp_path / "across", models["across"], spm_samples=2)
+    with pytest.raises(InvalidParameterError, match="spm_alpha: expected with spm_samples"):
+        converted(tmp_path / "alpha", models["unigram"], spm_alpha=0.5)
     plain = converted(tmp_path / "plain", models["unigram"])
     with pytest.raises(InvalidParameterError, match="holds no sampled segmentations"):
         SampledSplit(plain, "train")
@@ -180,6 +193,8 @@ def test_refusals_name_what_is_wrong(tmp_path: Path, corpus: Path, models: dict[
     converted(copy, models["unigram"], overwrite=True, nwordstgt=100)  # converted again: other ids
     with pytest.raises(FormatError, match="converted again"):
         SampledSplit(copy, "train")
+    shown = format_summary(copy, summarize(copy, progress=False))
+    assert "converted again since; rebuild them)" in shown, shown
     with pytest.raises(InvalidParameterError, match="samples"):
         SampledSplit(corpus, "train").spans("source", np.array([0]), np.array([K]))
 
@@ -195,7 +210,10 @@ def test_the_command_line_converts_with_samples_and_info_shows_them(
     assert (sampled.samples, sampled.info.alpha, sampled.info.seed) == (3, 0.2, 1)
     capsys.readouterr()
     assert main(["info", str(out)]) == 0
-    assert "sampled segmentations: 3 a row, alpha 0.2, nbest_size -1, seed 1, 64 draws" in capsys.readouterr().out
+    assert (
+        "sampled segmentations: 3 a row, alpha 0.2, nbest_size 64, seed 1, 64 draws of a frequent word, dropout"
+        in capsys.readouterr().out
+    )
     assert main(["info", "--json", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["segmentation"]["samples"] == 3
     assert main(["convert", "text", str(tmp_path / "no"), "--lang", "de", "--trainpref", str(MULTI30K / "val"),
@@ -209,6 +227,7 @@ def test_layer_rows_and_row_sums_exact_values() -> None:
     assert row_sums(np.array([1, 2, 3, 4, 5]), np.array([2, 0, 3])).tolist() == [3, 0, 12]
     assert row_sums(np.array([True, False, True]), np.array([1, 2])).tolist() == [1, 1]
     assert row_sums(np.zeros(0), np.zeros(0, dtype=np.int64)).tolist() == []
+    assert row_sums(np.array([0.25, 0.5, 2.0]), np.array([2, 1])).tolist() == [0.75, 2.0]
 
 
 def collate_ids(batch: Any) -> list[int]:
@@ -289,3 +308,41 @@ def test_the_plain_example_trains_on_samples_and_resumes_exactly(tmp_path: Path,
     ds = open_dataset(data, "train", segmentation="sampled")
     sizes = re.search(r"^1014 pairs, \d+ batches per epoch, \d+ params, (\d+) positions$", straight.out, re.M)
     assert sizes is not None and int(sizes.group(1)) >= 2 * max(ds.max_length(c) for c in ds.columns) + 2
+
+
+def test_a_failed_rebuild_leaves_the_samples_and_edited_layers_are_refused(
+    tmp_path: Path, corpus: Path, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import arrowmt.converters._sampled as building  # whole, to make the build fail while writing the forms
+
+    copy = tmp_path / "copy"
+    shutil.copytree(corpus, copy)
+
+    def full_disk(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(building, "_padded", full_disk)
+        with pytest.raises(OSError, match="No space"):
+            add_sampled_segmentations(copy, models["unigram"], samples=2, seed=9, overwrite=True, progress=False)
+    assert SampledSplit(copy, "train").info.seed == 3  # the samples built before, whole
+    assert not list(copy.glob(".sampled.*"))  # nothing left beside them
+    manifest = sampled_folder(copy) / "forms" / "arrowmt.json"
+    data = json.loads(manifest.read_text())
+    layers = data["provenance"]["layers"]["source"]
+    layers[1], layers[2] = layers[1] - 1, layers[2] + 1  # the same count, shifted: other rows would be read
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(FormatError, match="layers"):
+        SampledSplit(copy, "train")
+
+
+def test_seeds_keep_their_own_epoch_copies(corpus: Path) -> None:
+    """Datasets of several seeds on one corpus, a few epochs apart, each keep reading (another seed's copies never
+    displace theirs)."""
+    fixed = open_dataset(corpus, "train")
+    seeds = [ArrowMTSampledDataset(fixed, seed=seed) for seed in (1, 2, 3)]
+    for epoch in range(1, 5):
+        for ds in seeds:
+            assert ds.row("source", epoch * 1014 + 7)[-1] == 2
+    families = list((corpus / ".arrowmt-cache").glob("sampled-*"))
+    assert len(families) >= 3 and all(len([c for c in f.glob("epoch-*") if c.is_dir()]) <= 2 for f in families)

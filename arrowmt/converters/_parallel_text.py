@@ -31,7 +31,7 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import split_lang_pairs
-from arrowmt.converters._sampled import DEFAULT_ALPHA, add_sampled_segmentations, sampling_options
+from arrowmt.converters._sampled import add_sampled_segmentations, sampling_options
 from arrowmt.converters._tasks import TaskRunner, open_runner
 from arrowmt.converters._text import SentencePieceModel, check_same_line_count
 from arrowmt.converters._text_chunks import (
@@ -85,7 +85,7 @@ def convert_text(
     nwordstgt: int = ALL_WORDS,
     spm_model: str | None = None,
     spm_samples: int | None = None,
-    spm_alpha: float = DEFAULT_ALPHA,
+    spm_alpha: float | None = None,
     workers: int = 1,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     shard_rows: int | None = None,
@@ -117,7 +117,7 @@ def convert_text(
     * ``shard_rows``: write each split as files of this many rows (``train``, ``train1``, ...;
       readers join them); default: one file per prefix.
     * ``spm_samples`` (with ``spm_model``): also store that many sampled segmentations of every row
-      (subword regularization, sentencepiece's sampler with ``spm_alpha``; see
+      (subword regularization, sentencepiece's sampler with ``spm_alpha``, by default that function's ``alpha``; see
       :func:`~arrowmt.converters.add_sampled_segmentations`, which this calls once the corpus is written), read
       with ``open_dataset(out, split, segmentation="sampled")``.
 

@@ -7,15 +7,19 @@ starts a word), every distinct word is segmented ``K`` times by sentencepiece's 
 
 Two passes over each split, ``BLOCK_ROWS`` rows at a time (memory bounded by the words, not the corpus): the first
 counts the distinct words, the second writes each row's word ids. Every word must be what the model gives for it
-alone (checked for every occurrence): a corpus made with another model, or a model that does not split at white
-space, is refused, naming the split, the row and the word. A word holding ``<unk>`` (a piece the corpus's dictionary
-dropped) keeps its one segmentation in every sample.
+alone (checked once per distinct word, at its first occurrence): a corpus made with another model is refused,
+naming the word, and so is one whose pieces cross words (a model that does not split at white space). A word
+holding ``<unk>`` (a piece the corpus's dictionary dropped) keeps its one segmentation in every sample. The new
+samples replace the old ones only once they are whole (a failed build leaves the old ones).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,16 +56,18 @@ BLOCK_ROWS = 1 << 18
 SOURCE_FORMAT = "sampled-segmentation"
 DEFAULT_SAMPLES = 8
 DEFAULT_ALPHA = 0.1
-DRAW_BLOCK = 1 << 20  # words sampled by one call of sentencepiece
-MAX_DRAW_CALLS = 4096  # 4096 * DRAW_BLOCK draws at most in a column
-MAX_SEED = 2**32 // MAX_DRAW_CALLS - 1  # seed * 4096 + call is sentencepiece's seed of a call: a 32-bit number
+DRAW_BLOCK = 1 << 13  # words whose draws are made at once (their n-best lists held in memory)
+MAX_DRAW_CALLS = 4096  # a BPE model's draws: sentencepiece's seed of block b is seed * 4096 + b, modulo 2**32
+MAX_SEED = 2**31 - 1
 DEFAULT_SEED = 1
 DEFAULT_MAX_DRAWS = 64  # draws of a frequent word (see add_sampled_segmentations)
 MULTI_PAIR_REFUSAL = (
     "sampled segmentations are built for a folder of one pair or one language, not several pairs "
     "(convert each pair to its own folder)"
 )
-DEFAULT_NBEST = -1  # sample from every segmentation (sentencepiece's own default for sampling)
+DEFAULT_NBEST = 64  # draw among the 64 best segmentations of a word (Kudo 2018's l = 64)
+MAX_NBEST = 1024
+NBEST, DROPOUT = "n-best", "dropout"  # how words are drawn: a unigram model's n best, a BPE model's dropout
 
 
 def add_sampled_segmentations(
@@ -99,22 +105,30 @@ def add_sampled_segmentations(
     splits = {name: Split(path, name, manifest) for name in manifest.splits()}
     first = next(iter(splits.values()))
     fingerprints = {name: split.fingerprint() for name, split in splits.items()}
-    segmentation = Segmentation(**options.as_options(), sentencepiece_sha256=model.sha256, corpus=fingerprints)
+    sampler = NBEST if nbest_available(model.processor()) else DROPOUT
+    if sampler == DROPOUT and not options.alpha < 1:
+        raise InvalidParameterError(f"alpha: a BPE model's dropout probability, expected 0 < alpha < 1, got {alpha}")
+    segmentation = Segmentation(**options.as_options(), sampler=sampler, sentencepiece_sha256=model.sha256,
+                                corpus=fingerprints)  # fmt: skip
     tables = {col: _column_words(splits, col, model, options, progress) for col in first.columns}
-    _write(out, manifest, splits, tables, segmentation, progress)
+    with _swapped_in(out) as staging:
+        _write(staging, manifest, splits, tables, segmentation, progress)
     return segmentation
 
 
 def sampling_options(
-    samples: int | None, alpha: float, spm_model: object, lang_pairs: object
+    samples: int | None, alpha: float | None, spm_model: object, lang_pairs: object
 ) -> _SamplingOptions | None:
     """``convert_text``'s ``spm_samples`` and ``spm_alpha``, checked before anything is converted (None: none)."""
     if samples is None:
+        if alpha is not None:
+            raise InvalidParameterError(f"spm_alpha: expected with spm_samples (the samples it shapes), got {alpha}")
         return None
     if spm_model is None:
         raise InvalidParameterError(f"spm_samples: expected with spm_model (the model to sample), got {samples}")
     if lang_pairs:
         raise InvalidParameterError(f"spm_samples: {MULTI_PAIR_REFUSAL}")
+    alpha = DEFAULT_ALPHA if alpha is None else alpha
     return _SamplingOptions.checked(samples, alpha, DEFAULT_NBEST, DEFAULT_SEED, DEFAULT_MAX_DRAWS)
 
 
@@ -133,14 +147,12 @@ class _SamplingOptions:
     def checked(
         cls, samples: object, alpha: object, nbest_size: object, seed: object, max_draws: object
     ) -> _SamplingOptions:
-        k = check_integer("samples", samples, 1, MAX_SAMPLES)
+        k = check_integer("samples", samples, 1, MAX_SAMPLES + 1)
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1e6:
             raise InvalidParameterError(f"alpha: expected a number > 0, got {alpha!r}")
-        nbest = check_integer("nbest_size", nbest_size, -1, 2**31 - 1)
-        if nbest in (0, 1):
-            raise InvalidParameterError(f"nbest_size: expected -1 (every segmentation) or >= 2, got {nbest}")
-        seed = check_integer("seed", seed, 0, MAX_SEED, high_name="2**20 - 1")
-        return cls(k, float(alpha), nbest, seed, check_integer("max_draws", max_draws, 1, MAX_FORMS))
+        nbest = check_integer("nbest_size", nbest_size, 2, MAX_NBEST + 1, high_name=str(MAX_NBEST + 1))
+        seed = check_integer("seed", seed, 0, MAX_SEED + 1, high_name="2**31")
+        return cls(k, float(alpha), nbest, seed, check_integer("max_draws", max_draws, 1, MAX_FORMS + 1))
 
 
 # ----- pass 1: the words of one column, and K forms of each ---------------------------------------
@@ -191,6 +203,13 @@ def _column_words(
     first = next(iter(splits.values()))
     dictionary = first.dictionary(col)
     symbols = pa.array(dictionary.symbols, pa.large_string())
+    across = pc.greater_equal(pc.find_substring(pc.utf8_slice_codeunits(symbols, 1), WORD_START), 0)
+    if pc.any(across).as_py():
+        piece = symbols.filter(across)[0].as_py()
+        raise InputDataError(
+            f"spm_model: {first.path} {col} has pieces across words (such as {piece!r}): a model trained with "
+            "split_by_whitespace=false; sampled segmentations need one that splits at white space (the default)"
+        )
     words, tokens = _Words(), dict.fromkeys(splits, 0)
     for name, split in splits.items():
         for block in _blocks(split, col, f"count words {name} {col}", progress):
@@ -310,29 +329,77 @@ def _check_deterministic(best: Pieces, dictionary: Dictionary, own: Ragged, samp
         )
 
 
-def _draw(processor: object, surfaces: pa.Array, draws: np.ndarray, options: _SamplingOptions,
-          progress: bool) -> Pieces:  # fmt: skip
-    """``draws[i]`` samples of the segmentation of word ``surfaces[i]``, in order, ``DRAW_BLOCK`` words a call:
-    the call ``b`` from sentencepiece's seed ``seed * 4096 + b`` (it seeds each call's sampler afresh)."""
-    import sentencepiece
+def _draw(processor: Any, surfaces: pa.Array, draws: np.ndarray, options: _SamplingOptions, progress: bool) -> Pieces:
+    """``draws[i]`` draws of the segmentation of word ``surfaces[i]``, in order, ``DRAW_BLOCK`` words at a time.
 
-    if draws.sum() > MAX_DRAW_CALLS * DRAW_BLOCK:
-        raise InvalidParameterError(f"samples: {int(draws.sum())} draws in a column, more than {MAX_DRAW_CALLS} "
-                                    f"calls of {DRAW_BLOCK} (fewer samples)")  # fmt: skip
-    repeated = surfaces.take(pa.array(np.repeat(np.arange(len(surfaces)), draws)))
+    A unigram model: sentencepiece's ``nbest_size`` best segmentations of each word, one drawn in proportion to
+    ``exp(alpha * score)`` (its sampler's rule for ``nbest_size`` > 1; a segmentation's score is the sum of its
+    pieces' log probabilities) by numpy's PCG64 from ``(seed, block)``: the same in every process. A BPE model
+    (no n-best): sentencepiece's own dropout, its seed set per call, which sentencepiece 0.2 does not reproduce in
+    another process (recorded: ``reproducible`` false).
+    """
     offsets, flats = [np.zeros(1, dtype=np.int64)], []
-    with progress_bar(total=len(repeated), desc="sample", unit="words", enabled=progress) as bar:
-        for b, start in enumerate(range(0, len(repeated), DRAW_BLOCK)):
-            sentencepiece.set_random_generator_seed(options.seed * MAX_DRAW_CALLS + b)
-            block = repeated.slice(start, DRAW_BLOCK).to_pylist()
-            drawn, flat = _pieces(processor.encode(  # type: ignore[attr-defined]
-                block, out_type=str, enable_sampling=True, alpha=options.alpha, nbest_size=options.nbest_size,
-                num_threads=1,
-            ))  # fmt: skip
+    draw_block = _draw_nbest if nbest_available(processor) else _draw_dropout
+    with progress_bar(total=int(draws.sum()), desc="sample", unit="draws", enabled=progress) as bar:
+        for b, start in enumerate(range(0, len(surfaces), DRAW_BLOCK)):
+            block, counts = surfaces.slice(start, DRAW_BLOCK).to_pylist(), draws[start : start + DRAW_BLOCK]
+            drawn, flat = draw_block(processor, block, counts, options, b)
             offsets.append(drawn[1:] + offsets[-1][-1])
             flats.append(flat)
-            bar.update(len(block))
+            bar.update(int(counts.sum()))
     return np.concatenate(offsets), pa.concat_arrays(flats) if flats else pa.array([], pa.large_string())
+
+
+def nbest_available(processor: Any) -> bool:
+    """Whether the model gives n-best segmentations (unigram: yes; BPE: no)."""
+    try:
+        processor.nbest_encode(["a"], nbest_size=2, out_type=str)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _draw_nbest(processor: Any, words: list[str], counts: np.ndarray, options: _SamplingOptions, block: int) -> Pieces:
+    """``counts[i]`` draws among the n best segmentations of ``words[i]`` (see :func:`_draw`)."""
+    listed = pa.array(processor.nbest_encode(words, nbest_size=options.nbest_size, out_type=str),
+                      pa.large_list(pa.large_list(pa.large_string())))  # fmt: skip
+    per_word = np.diff(listed.offsets.to_numpy())  # candidates of each word
+    candidates = listed.flatten()
+    piece_offsets, pieces = candidates.offsets.to_numpy().astype(np.int64), candidates.flatten()
+    scores = _piece_scores(processor)[np.array(processor.piece_to_id(pieces.to_pylist()), dtype=np.int64)]
+    weight = np.exp(options.alpha * (row_sums(scores, np.diff(piece_offsets)) - np.repeat(
+        _group_max(row_sums(scores, np.diff(piece_offsets)), per_word), per_word)))  # fmt: skip
+    cumulative = np.cumsum(weight)
+    before = np.concatenate([[0.0], cumulative])[np.repeat(exclusive_cumsum(per_word), per_word)]
+    word_total = np.repeat(row_sums(weight, per_word), per_word)
+    within = (cumulative - before) / word_total + np.repeat(np.arange(len(words)), per_word)  # word i: (i, i + 1]
+    rng = np.random.Generator(np.random.PCG64([options.seed, block]))
+    wanted = np.repeat(np.arange(len(words)), counts) + rng.random(int(counts.sum()))
+    chosen = np.minimum(np.searchsorted(within, wanted, side="right"), np.repeat(exclusive_cumsum(per_word) +
+                                                                                 per_word - 1, counts))  # fmt: skip
+    lengths = np.diff(piece_offsets)[chosen]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return offsets, pieces.take(pa.array(flat_positions(piece_offsets[:-1][chosen], lengths)))
+
+
+def _group_max(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The maximum of each non-empty group of consecutive ``values`` (``lengths`` of them): a softmax's shift."""
+    return np.maximum.reduceat(values, exclusive_cumsum(lengths)) if values.size else values
+
+
+def _piece_scores(processor: Any) -> np.ndarray:
+    """Each piece's log probability (unknown characters: 0, the same in every segmentation of a word)."""
+    return np.array([processor.get_score(i) for i in range(processor.get_piece_size())], dtype=np.float64)
+
+
+def _draw_dropout(processor: Any, words: list[str], counts: np.ndarray, options: _SamplingOptions,
+                  block: int) -> Pieces:  # fmt: skip
+    """``counts[i]`` draws of sentencepiece's BPE-dropout of ``words[i]`` (see :func:`_draw`)."""
+    import sentencepiece
+
+    sentencepiece.set_random_generator_seed((options.seed * MAX_DRAW_CALLS + block) % 2**32)
+    repeated = [word for word, count in zip(words, counts.tolist(), strict=True) for _ in range(count)]
+    return _pieces(processor.encode(repeated, out_type=str, enable_sampling=True, alpha=options.alpha, num_threads=1))
 
 
 def _assemble(starts: np.ndarray, draws: np.ndarray, word_ids: np.ndarray, own: Ragged, sampled: np.ndarray,
@@ -414,9 +481,25 @@ class _WordRows:
             yield _cut(block, self.table.symbols, dictionary, self.split, self.col)
 
 
+@contextmanager
+def _swapped_in(out: Path) -> Iterator[Path]:
+    """A staging folder beside ``out`` to write into; on success it replaces ``out`` (two renames, the previous
+    samples removed after), on any failure it is removed and ``out`` is as it was."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        yield staging
+        old = out.with_name(f".{out.name}.old-{os.getpid()}-{staging.name[-8:]}")
+        if out.exists():
+            os.replace(out, old)
+        os.replace(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict[str, _ColumnTable],
            segmentation: Segmentation, progress: bool) -> None:  # fmt: skip
-    """Publish ``out/words`` then ``out/forms`` (each whole or not at all; a reader refuses a pair made apart)."""
+    """Write ``out/words`` and ``out/forms`` (``out``: a staging folder, swapped in whole)."""
     provenance = {
         SEGMENTATION_KEY: segmentation.to_json(),
         "converter": "arrowmt.add_sampled_segmentations",

@@ -37,21 +37,31 @@ EPOCH_KEY = "sampled_epoch"  # what an epoch copy's manifest records it is of
 def epoch_copy(
     sampled: SampledSplit, seed: int, epoch: int, cache_dir: str | os.PathLike[str] | None = None, keep: int = 2
 ) -> Split:
-    """Split ``sampled.corpus.split`` of epoch ``epoch``'s copy: mapped if written, else written once, under a lock."""
-    family = _family(sampled, cache_dir)
+    """Split ``sampled.corpus.split`` of epoch ``epoch``'s copy: mapped if written, else written once, under a lock.
+
+    The copy is opened under its lock, and an old copy is removed only under its own, so no process removes a
+    copy another is opening (once open, a map outlives the file's removal).
+    """
+    family = _family(sampled, seed, cache_dir)
     made_of = {"sampled": sampled.fingerprint(), "seed": int(seed), "epoch": int(epoch)}
     folder = family / f"{EPOCH_PREFIX}{plan_key(made_of)[:16]}"
-    with exclusive_lock(family / f"{folder.name}.lock"):
+    with exclusive_lock(_lock(folder)):
         if _made_of(folder) != made_of:
             _write(folder, sampled, seed, epoch, made_of)
         os.utime(folder)
+        opened = Split(folder, sampled.corpus.split)
     _keep_recent(family, folder, keep)
-    return Split(folder, sampled.corpus.split)
+    return opened
 
 
-def _family(sampled: SampledSplit, cache_dir: str | os.PathLike[str] | None) -> Path:
+def _family(sampled: SampledSplit, seed: int, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """The folder of the epoch copies of ``sampled`` under ``seed``: other seeds' copies never displace them."""
     base = Path(cache_dir) if cache_dir is not None else sampled.corpus.path / CACHE_DIR_NAME
-    return base / f"{FAMILY_PREFIX}{plan_key({'sampled': sampled.fingerprint()})[:16]}"
+    return base / f"{FAMILY_PREFIX}{plan_key({'sampled': sampled.fingerprint(), 'seed': int(seed)})[:16]}"
+
+
+def _lock(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".lock")
 
 
 def _made_of(folder: Path) -> object:
@@ -113,11 +123,11 @@ class _EpochRows:
 
 
 def _keep_recent(family: Path, current: Path, keep: int) -> None:
-    """Remove all but the ``keep`` most recently used epoch copies of ``family`` (and their locks)."""
-    copies = sorted(family.glob(f"{EPOCH_PREFIX}*"), key=_used, reverse=True)
-    for old in [c for c in copies if c.is_dir() and c != current][max(keep - 1, 0) :]:
-        shutil.rmtree(old, ignore_errors=True)
-        old.with_name(old.name + ".lock").unlink(missing_ok=True)
+    """Remove all but the ``keep`` most recently used epoch copies of ``family``, each under its lock."""
+    copies = sorted((c for c in family.glob(f"{EPOCH_PREFIX}*") if c.is_dir()), key=_used, reverse=True)
+    for old in [c for c in copies if c != current][max(keep - 1, 0) :]:
+        with exclusive_lock(_lock(old)):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _used(path: Path) -> int:

@@ -61,13 +61,16 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 @dataclass(frozen=True)
 class Segmentation:
     """How the samples were made: ``samples`` (K) per row, sentencepiece's ``alpha`` and ``nbest_size``, the
-    ``seed``, the model's SHA-256, and the fingerprint of each split of the corpus they were made from."""
+    ``sampler`` (``"n-best"``: a unigram model's n best segmentations drawn from the seed, the same in any
+    process; ``"dropout"``: a BPE model's, sentencepiece's own, reproducible in one process only), the ``seed``,
+    the model's SHA-256, and the fingerprint of each split of the corpus they were made from."""
 
     samples: int
     alpha: float
     nbest_size: int
     seed: int
     max_draws: int
+    sampler: str
     sentencepiece_sha256: str
     corpus: dict[str, str]
 
@@ -77,7 +80,7 @@ class Segmentation:
     def describe(self) -> str:
         return (
             f"{self.samples} a row, alpha {self.alpha:g}, nbest_size {self.nbest_size}, seed {self.seed}, "
-            f"{self.max_draws} draws of a frequent word "
+            f"{self.max_draws} draws of a frequent word, {self.sampler} "
             f"(sentencepiece model {self.sentencepiece_sha256[:12]}...)"
         )
 
@@ -85,7 +88,7 @@ class Segmentation:
     def of(cls, manifest: Manifest, where: Path) -> Segmentation:
         """What the manifest of ``where`` (a ``sampled/`` folder) records; FormatError naming what is wrong."""
         entry = manifest.provenance.get(SEGMENTATION_KEY)
-        fields = {"samples": int, "alpha": float, "nbest_size": int, "seed": int, "max_draws": int,
+        fields = {"samples": int, "alpha": float, "nbest_size": int, "seed": int, "max_draws": int, "sampler": str,
                   "sentencepiece_sha256": str}  # fmt: skip
         if not isinstance(entry, dict) or not isinstance(entry.get("corpus"), dict):
             raise FormatError(f"{where}: manifest provenance[{SEGMENTATION_KEY!r}]: expected an object, got {entry!r}")
@@ -113,7 +116,7 @@ def recorded_segmentation(corpus: str | os.PathLike[str]) -> Segmentation | None
 def epoch_samples(seed: int, epoch: int, rows: np.ndarray, samples: int) -> np.ndarray:
     """The sample (0 .. ``samples`` - 1) each of ``rows`` takes in ``epoch``: a hash of (seed, epoch, row),
     the same in every process (int64)."""
-    check_integer("samples", samples, 1, MAX_SAMPLES)
+    check_integer("samples", samples, 1, MAX_SAMPLES + 1)
     key = np.uint64((int(seed) * 1_000_003 + int(epoch)) % 2**64)
     return (mix64(np.asarray(rows, dtype=np.uint64), key) % np.uint64(samples)).astype(np.int64)
 
@@ -232,6 +235,13 @@ class SampledSplit:
         words = self.words.column_spans(column, rows)
         ids = take_flat(words.words, words.starts, words.lengths).astype(np.int64)
         sizes, starts = self._layers[column]
+        if ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < sizes[0]:
+            bad = int(np.flatnonzero((ids < 0) | (ids >= sizes[0]))[0])
+            row = int(rows[np.searchsorted(np.cumsum(words.lengths), bad, side="right")])
+            raise FormatError(
+                f"{self.words.path} split {self.words.split!r} {column} row {row}: word id {int(ids[bad])}, "
+                f"expected 0 <= id < {int(sizes[0])} (the words' dictionary); rebuild them with {BUILD_HINT}"
+            )
         forms = sizes.shape[0] - np.searchsorted(sizes[::-1], ids, side="right")  # layers holding a form of each word
         position = np.arange(ids.shape[0], dtype=np.uint64) - np.repeat(exclusive_cumsum(words.lengths),
                                                                         words.lengths).astype(np.uint64)  # fmt: skip
@@ -241,8 +251,9 @@ class SampledSplit:
 
 
 def row_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The sum of each row of ``values`` cut into consecutive rows of ``lengths`` (empty rows sum to 0; int64)."""
-    total = np.zeros(values.shape[0] + 1, dtype=np.int64)
+    """The sum of each row of ``values`` cut into consecutive rows of ``lengths`` (empty rows sum to 0; int64 for
+    integers and booleans, float64 for floats)."""
+    total = np.zeros(values.shape[0] + 1, dtype=np.result_type(values.dtype, np.int64))
     np.cumsum(values, out=total[1:])
     ends = np.cumsum(lengths, dtype=np.int64)
     return total[ends] - total[ends - lengths]
@@ -265,4 +276,18 @@ def _layers(forms: Split, column: str, words: int, folder: Path) -> tuple[np.nda
         raise FormatError(f"{where}: expected 1 to {MAX_FORMS} sizes from {words} (the words) down, got {sizes}")
     if int(array.sum()) > len(forms):
         raise FormatError(f"{where}: {int(array.sum())} forms, but the split holds {len(forms)} rows")
+    _check_filled(forms, column, int(array.sum()), where)
     return array, layer_rows(array)
+
+
+def _check_filled(forms: Split, column: str, used: int, where: str) -> None:
+    """FormatError unless the forms the layers count are the non-empty rows: every word has a form of at least one
+    piece, and the padding after them is empty (layers edited to another shape read the wrong rows)."""
+    for first in range(0, len(forms), LENGTH_BLOCK):
+        rows = np.arange(first, min(first + LENGTH_BLOCK, len(forms)), dtype=np.int64)
+        filled = forms.lengths(column, rows, np.int32) > 0
+        wrong = np.flatnonzero(filled != (rows < used))
+        if wrong.size:
+            row = int(rows[wrong[0]])
+            raise FormatError(f"{where}: they count {used} forms, but row {row} of {forms.path} split "
+                              f"{forms.split!r} is {'a form' if row >= used else 'empty'}")  # fmt: skip

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from arrowmt._arrays import sorted_unique
+from arrowmt._checks import check_integer
 from arrowmt.copies import epoch_copy
 from arrowmt.format import Dictionary, SplitMetadata
 from arrowmt.io import WordRanges
@@ -41,7 +42,7 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
     def __init__(self, corpus: Split, seed: int | None = None, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.corpus = corpus
         self.sampled = SampledSplit(corpus)
-        self.seed = self.sampled.info.seed if seed is None else int(seed)
+        self.seed = self.sampled.info.seed if seed is None else check_integer("seed", seed, 0)
         self.cache_dir = cache_dir
         self._epochs: dict[int, Split] = {}
 
@@ -71,6 +72,7 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
         """Epoch ``epoch``'s copy: every row in its sample (written by the first process that asks)."""
         found = self._epochs.get(epoch)
         if found is None:
+            epoch = check_integer("epoch", epoch, 0, EPOCHS, high_name="2**20")
             found = epoch_copy(self.sampled, self.seed, epoch, self.cache_dir, KEEP_EPOCHS)
             for old in sorted(self._epochs)[: max(len(self._epochs) - KEEP_EPOCHS + 1, 0)]:
                 del self._epochs[old]

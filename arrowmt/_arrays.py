@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
+
+
+def row_blocks(rows: int, size: int) -> Iterator[np.ndarray]:
+    """The row numbers ``0 .. rows - 1`` as consecutive int64 arrays of at most ``size`` (work on a split a block at
+    a time, its temporaries bounded by the block)."""
+    for first in range(0, rows, size):
+        yield np.arange(first, min(first + size, rows), dtype=np.int64)
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowmt._arrays import row_blocks
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
@@ -193,7 +194,7 @@ class _ColumnTable:
     forms: Spans  # form t of word w is row layer_rows(layers)[t] + w
     layers: np.ndarray  # how many words have more than t forms, for each t
     pieces: Dictionary  # the corpus's dictionary, extended by the pieces only samples use
-    symbols: pa.Array  # the corpus dictionary's symbols (to cut rows into words again)
+    vocabulary: _Vocabulary  # the corpus dictionary's pieces (to cut rows into words again)
     tokens: dict[str, int]  # split -> word ids of its rows, </s> included
 
 
@@ -201,8 +202,8 @@ def _column_words(
     splits: dict[str, Split], col: str, model: SentencePieceModel, options: _SamplingOptions, progress: bool
 ) -> _ColumnTable:
     first = next(iter(splits.values()))
-    dictionary = first.dictionary(col)
-    symbols = pa.array(dictionary.symbols, pa.large_string())
+    vocabulary = _Vocabulary.of(first.dictionary(col))
+    symbols = vocabulary.symbols
     across = pc.greater_equal(pc.find_substring(pc.utf8_slice_codeunits(symbols, 1), WORD_START), 0)
     if pc.any(across).as_py():
         piece = symbols.filter(across)[0].as_py()
@@ -212,14 +213,13 @@ def _column_words(
         )
     words, tokens = _Words(), dict.fromkeys(splits, 0)
     for name, split in splits.items():
-        for block in _blocks(split, col, f"count words {name} {col}", progress):
-            cut = _cut(block, symbols, dictionary, split, col)
+        for cut in _cuts(split, col, vocabulary, BLOCK_ROWS, f"count words {name} {col}", progress):
             words.add(cut.strings, cut.pieces)
-            tokens[name] += int(cut.words_per_row.sum()) + len(block)
+            tokens[name] += int(cut.words_per_row.sum()) + cut.words_per_row.shape[0]
     rows = sum(len(split) for split in splits.values())
     word_dict = Dictionary.from_counts(pa.array(list(words.index), pa.large_string()), np.array(words.counts), rows,
                                        padding_factor=0)  # fmt: skip
-    return _sampled_forms(words, word_dict, dictionary, symbols, tokens, model, options, progress)
+    return _sampled_forms(words, word_dict, vocabulary, tokens, model, options, progress)
 
 
 @dataclass(frozen=True)
@@ -229,29 +229,44 @@ class _Cut:
     words_per_row: np.ndarray  # </s> not counted
 
 
-def _blocks(split: Split, col: str, desc: str, progress: bool) -> Iterator[Spans]:
+@dataclass(frozen=True)
+class _Vocabulary:
+    """A corpus dictionary as the words are cut: its symbols, and which of them start a word."""
+
+    dictionary: Dictionary
+    symbols: pa.Array
+    starts_word: np.ndarray
+
+    @classmethod
+    def of(cls, dictionary: Dictionary) -> _Vocabulary:
+        symbols = pa.array(dictionary.symbols, pa.large_string())
+        return cls(dictionary, symbols, pc.starts_with(symbols, WORD_START).to_numpy(zero_copy_only=False))
+
+
+def _cuts(
+    split: Split, col: str, vocabulary: _Vocabulary, block_rows: int, desc: str, progress: bool
+) -> Iterator[_Cut]:
+    """The words of ``col`` of ``split``, ``block_rows`` rows at a time."""
     with progress_bar(total=len(split), desc=desc, unit="rows", enabled=progress) as bar:
-        for start in range(0, len(split), BLOCK_ROWS):
-            rows = np.arange(start, min(start + BLOCK_ROWS, len(split)), dtype=np.int64)
-            yield split.column_spans(col, rows).compact()
+        for rows in row_blocks(len(split), block_rows):
+            yield _cut(split.column_spans(col, rows).compact(), int(rows[0]), vocabulary, split, col)
             bar.update(rows.shape[0])
 
 
-def _cut(block: Spans, symbols: pa.Array, dictionary: Dictionary, split: Split, col: str) -> _Cut:
-    """The words of a block of rows (each row's ``</s>`` left out; a row without one is refused)."""
+def _cut(block: Spans, first: int, vocabulary: _Vocabulary, split: Split, col: str) -> _Cut:
+    """The words of the rows ``first`` on (each row's ``</s>`` left out; a row without one is refused)."""
     ends = block.starts + block.lengths - 1
-    bad = np.flatnonzero((block.lengths == 0) | (block.words[np.maximum(ends, 0)] != dictionary.eos))
+    bad = np.flatnonzero((block.lengths == 0) | (block.words[np.maximum(ends, 0)] != vocabulary.dictionary.eos))
     if bad.size:
-        raise InputDataError(f"{split.path} split {split.split!r} {col}: a row does not end with </s> ({int(bad[0])} "
-                             "rows into a block): expected a corpus as fairseq-preprocess writes it")  # fmt: skip
+        raise InputDataError(f"{split.path} split {split.split!r} {col} row {first + int(bad[0])}: expected a row "
+                             "ending with </s> (a corpus as fairseq-preprocess writes it)")  # fmt: skip
     content = block.lengths - 1
     values = take_flat(block.words, block.starts, content)
-    starts_word = pc.starts_with(symbols, WORD_START).to_numpy(zero_copy_only=False)
     row_first = np.zeros(values.shape[0], dtype=bool)
     row_first[exclusive_cumsum(content)[content > 0]] = True
-    begins = row_first | starts_word[values]
+    begins = row_first | vocabulary.starts_word[values]
     word_offsets = np.append(np.flatnonzero(begins), values.shape[0])
-    listed = pa.LargeListArray.from_arrays(pa.array(word_offsets), symbols.take(pa.array(values)))
+    listed = pa.LargeListArray.from_arrays(pa.array(word_offsets), vocabulary.symbols.take(pa.array(values)))
     strings = pc.binary_join(listed, pa.scalar("", pa.large_string()))
     return _Cut(strings, Ragged(word_offsets.astype(np.int64), values), row_sums(begins, content))
 
@@ -259,8 +274,7 @@ def _cut(block: Spans, symbols: pa.Array, dictionary: Dictionary, split: Split, 
 def _sampled_forms(
     words: _Words,
     word_dict: Dictionary,
-    dictionary: Dictionary,
-    symbols: pa.Array,
+    vocabulary: _Vocabulary,
     tokens: dict[str, int],
     model: SentencePieceModel,
     options: _SamplingOptions,
@@ -269,6 +283,7 @@ def _sampled_forms(
     """The forms of every word: ``min(K * count, max_draws)`` draws of sentencepiece's sampler for a word it
     segments (so that each occurrence, in each of its ``K`` samples, takes a draw of its own unless the word is
     frequent), the corpus's pieces, once, for the others (a word holding a special symbol, such as ``<unk>``)."""
+    dictionary = vocabulary.dictionary
     strings = pa.array(list(words.index), pa.large_string())
     word_ids = word_dict.encode_tokens(strings).astype(np.int64)
     own = Ragged.from_lengths(np.array([p.shape[0] for p in words.pieces], dtype=np.int64),
@@ -287,7 +302,7 @@ def _sampled_forms(
     drawn = Ragged(offsets, pieces.encode_tokens(flat).astype(np.int64))
     layers = np.cumsum(np.bincount(draws)[::-1])[::-1][1:]  # layers[t]: words with more than t forms
     forms = _assemble(layer_rows(layers), draws, word_ids, own, sampled, drawn)
-    return _ColumnTable(word_dict, forms, layers, pieces, symbols, tokens)
+    return _ColumnTable(word_dict, forms, layers, pieces, vocabulary, tokens)
 
 
 Pieces = tuple[np.ndarray, pa.Array]  # rows of piece strings: offsets (int64) and the flat strings
@@ -339,11 +354,14 @@ def _draw(processor: Any, surfaces: pa.Array, draws: np.ndarray, options: _Sampl
     another process (recorded: ``reproducible`` false).
     """
     offsets, flats = [np.zeros(1, dtype=np.int64)], []
-    draw_block = _draw_nbest if nbest_available(processor) else _draw_dropout
+    scores = _piece_scores(processor) if nbest_available(processor) else None  # None: BPE, no n-best
     with progress_bar(total=int(draws.sum()), desc="sample", unit="draws", enabled=progress) as bar:
         for b, start in enumerate(range(0, len(surfaces), DRAW_BLOCK)):
             block, counts = surfaces.slice(start, DRAW_BLOCK).to_pylist(), draws[start : start + DRAW_BLOCK]
-            drawn, flat = draw_block(processor, block, counts, options, b)
+            if scores is None:
+                drawn, flat = _draw_dropout(processor, block, counts, options, b)
+            else:
+                drawn, flat = _draw_nbest(processor, scores, block, counts, options, b)
             offsets.append(drawn[1:] + offsets[-1][-1])
             flats.append(flat)
             bar.update(int(counts.sum()))
@@ -359,16 +377,18 @@ def nbest_available(processor: Any) -> bool:
     return True
 
 
-def _draw_nbest(processor: Any, words: list[str], counts: np.ndarray, options: _SamplingOptions, block: int) -> Pieces:
-    """``counts[i]`` draws among the n best segmentations of ``words[i]`` (see :func:`_draw`)."""
+def _draw_nbest(processor: Any, piece_scores: np.ndarray, words: list[str], counts: np.ndarray,
+                options: _SamplingOptions, block: int) -> Pieces:  # fmt: skip
+    """``counts[i]`` draws among the n best segmentations of ``words[i]`` (see :func:`_draw`; ``piece_scores``:
+    :func:`_piece_scores`)."""
     listed = pa.array(processor.nbest_encode(words, nbest_size=options.nbest_size, out_type=str),
                       pa.large_list(pa.large_list(pa.large_string())))  # fmt: skip
     per_word = np.diff(listed.offsets.to_numpy())  # candidates of each word
     candidates = listed.flatten()
     piece_offsets, pieces = candidates.offsets.to_numpy().astype(np.int64), candidates.flatten()
-    scores = _piece_scores(processor)[np.array(processor.piece_to_id(pieces.to_pylist()), dtype=np.int64)]
-    weight = np.exp(options.alpha * (row_sums(scores, np.diff(piece_offsets)) - np.repeat(
-        _group_max(row_sums(scores, np.diff(piece_offsets)), per_word), per_word)))  # fmt: skip
+    scores = piece_scores[np.array(processor.piece_to_id(pieces.to_pylist()), dtype=np.int64)]
+    score = row_sums(scores, np.diff(piece_offsets))  # of each candidate
+    weight = np.exp(options.alpha * (score - np.repeat(_group_max(score, per_word), per_word)))
     cumulative = np.cumsum(weight)
     before = np.concatenate([[0.0], cumulative])[np.repeat(exclusive_cumsum(per_word), per_word)]
     word_total = np.repeat(row_sums(weight, per_word), per_word)
@@ -459,12 +479,12 @@ class _WordRows:
         return len(self.split)
 
     def lengths(self, block_rows: int) -> Iterator[np.ndarray]:
-        for cut in self._cuts(block_rows):
+        for cut in _cuts(self.split, self.col, self.table.vocabulary, block_rows, "", False):
             yield cut.words_per_row + 1
 
     def pieces(self, block_rows: int) -> Iterator[Ragged]:
         eos = self.table.words.eos
-        for cut in self._cuts(block_rows):
+        for cut in _cuts(self.split, self.col, self.table.vocabulary, block_rows, "", False):
             ids = self.table.words.encode_tokens(cut.strings)
             lengths = cut.words_per_row + 1
             offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
@@ -472,13 +492,6 @@ class _WordRows:
             values = np.full(int(offsets[-1]), eos, dtype=np.int32)
             values[flat_positions(offsets[:-1], cut.words_per_row)] = ids
             yield Ragged(offsets, values)
-
-    def _cuts(self, block_rows: int) -> Iterator[_Cut]:
-        dictionary = self.split.dictionary(self.col)
-        for start in range(0, len(self.split), block_rows):
-            rows = np.arange(start, min(start + block_rows, len(self.split)), dtype=np.int64)
-            block = self.split.column_spans(self.col, rows).compact()
-            yield _cut(block, self.table.symbols, dictionary, self.split, self.col)
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arrowmt._arrays import row_blocks
 from arrowmt._errors import FormatError
 from arrowmt.converters import OutputFolder, column, special_ids_of
 from arrowmt.files import exclusive_lock
@@ -84,10 +85,11 @@ def _write(folder: Path, sampled: SampledSplit, seed: int, epoch: int, made_of: 
         columns = {}
         for col, lang in langs.items():
             forms = sampled_folder(corpus.path) / FORMS_DIR / dictionaries[lang or ""]
-            name = out.add_dictionary(lang, sampled.dictionary(col), source=forms)
+            dictionary = sampled.dictionary(col)
+            name = out.add_dictionary(lang, dictionary, source=forms)
             source = _EpochRows(sampled, col, samples)
-            columns[col] = column(source, lang, name, sampled.dictionary(col), f"{sampled!r} epoch {epoch} {col}")
-        out.write(corpus.split, columns, special_ids_of(sampled.dictionary(corpus.columns[0])))
+            columns[col] = column(source, lang, name, dictionary, f"{sampled!r} epoch {epoch} {col}")
+        out.write(corpus.split, columns, special_ids_of(dictionary))
         out.manifest.provenance = {EPOCH_KEY: made_of}
         out.finish()
 
@@ -116,8 +118,7 @@ class _EpochRows:
             yield self._lengths[start : start + block_rows].astype(np.int64)
 
     def pieces(self, block_rows: int) -> Iterator[Ragged]:
-        for start in range(0, len(self), block_rows):
-            rows = np.arange(start, min(start + block_rows, len(self)), dtype=np.int64)
+        for rows in row_blocks(len(self), block_rows):
             spans = self.sampled.spans(self.col, rows, self.samples[rows])
             yield Ragged.from_lengths(spans.lengths, spans.words)
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arrowmt._arrays import row_blocks
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import MANIFEST_NAME, Dictionary, Manifest
@@ -94,7 +95,8 @@ class Segmentation:
             raise FormatError(f"{where}: manifest provenance[{SEGMENTATION_KEY!r}]: expected an object, got {entry!r}")
         for name, kind in fields.items():
             value = entry.get(name)
-            if not isinstance(value, kind | int if kind is float else kind) or isinstance(value, bool):
+            allowed = (int, float) if kind is float else kind  # a float field may be written as an integer
+            if not isinstance(value, allowed) or isinstance(value, bool):
                 raise FormatError(f"{where}: {SEGMENTATION_KEY}.{name}: expected {kind.__name__}, got {value!r}")
         if not 1 <= entry["samples"] <= MAX_SAMPLES:
             raise FormatError(f"{where}: {SEGMENTATION_KEY}.samples: expected 1..{MAX_SAMPLES}, got {entry['samples']}")
@@ -193,8 +195,7 @@ class SampledSplit:
         ``LENGTH_BLOCK`` rows at a time (an epoch's lengths never hold all its words at once)."""
         rows, samples = np.asarray(rows, dtype=np.int64), np.asarray(samples, dtype=np.int64)
         out = np.empty(rows.shape[0], dtype=np.int64)
-        for start in range(0, rows.shape[0], LENGTH_BLOCK):
-            part = slice(start, start + LENGTH_BLOCK)
+        for part in row_blocks(rows.shape[0], LENGTH_BLOCK):
             words, forms = self._forms(column, rows[part], samples[part])
             out[part] = row_sums(forms.lengths, words.lengths)
         return out
@@ -208,8 +209,8 @@ class SampledSplit:
         for size, start in zip(sizes.tolist(), starts.tolist(), strict=True):
             np.maximum(longest[:size], drawn[start : start + size], out=longest[:size])
         most = 0
-        for first in range(0, len(self), LENGTH_BLOCK):
-            words = self.words.column_spans(column, np.arange(first, min(first + LENGTH_BLOCK, len(self))))
+        for rows in row_blocks(len(self), LENGTH_BLOCK):
+            words = self.words.column_spans(column, rows)
             ids = take_flat(words.words, words.starts, words.lengths)
             most = max(most, int(row_sums(longest[ids], words.lengths).max(initial=0)))
         return most
@@ -283,8 +284,7 @@ def _layers(forms: Split, column: str, words: int, folder: Path) -> tuple[np.nda
 def _check_filled(forms: Split, column: str, used: int, where: str) -> None:
     """FormatError unless the forms the layers count are the non-empty rows: every word has a form of at least one
     piece, and the padding after them is empty (layers edited to another shape read the wrong rows)."""
-    for first in range(0, len(forms), LENGTH_BLOCK):
-        rows = np.arange(first, min(first + LENGTH_BLOCK, len(forms)), dtype=np.int64)
+    for rows in row_blocks(len(forms), LENGTH_BLOCK):
         filled = forms.lengths(column, rows, np.int32) > 0
         wrong = np.flatnonzero(filled != (rows < used))
         if wrong.size:

@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import torch
 
 from arrowmt._arrays import sorted_unique
 from arrowmt._checks import check_integer
@@ -97,9 +96,6 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
         [(_, split, rows)] = self._by_epoch(np.array([index]))
         return split.row_array(column, int(rows[0]))
 
-    def row(self, column: str, index: int) -> torch.Tensor:
-        return torch.from_numpy(self.row_array(column, index))
-
     def column_spans(self, column: str, indices: np.ndarray) -> Spans:
         """Where rows ``indices`` lie in their epochs' copies (zero-copy for indices of one epoch)."""
         return _spans(column, self._by_epoch(indices))
@@ -119,10 +115,11 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
         return self.column_spans(column, indices).lengths.astype(dtype)
 
     def num_tokens(self, indices: np.ndarray) -> np.ndarray:
-        """fairseq's size of a row (int64): max over columns of its pieces."""
-        sizes = self.lengths(self.columns[0], indices)
+        """fairseq's size of a row (int64): max over columns of its pieces (the rows located once)."""
+        parts = self._by_epoch(indices)
+        sizes = _spans(self.columns[0], parts).lengths.astype(np.int64)
         for column in self.columns[1:]:
-            np.maximum(sizes, self.lengths(column, indices), out=sizes)
+            np.maximum(sizes, _spans(column, parts).lengths, out=sizes)
         return sizes
 
     def dictionary(self, column: str) -> Dictionary:

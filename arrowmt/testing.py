@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         parse_byte_size,
         unknown_lines,
     )
+    from arrowmt.converters._sampled import TIE_TOLERANCE, Segmenter, check_deterministic
     from arrowmt.converters._tasks import (
         FALLBACK_PARALLELISM,
         TaskRunner,

@@ -4,9 +4,12 @@ sentencepiece sampling in the loader, on the same corpus, in one run; and what t
 Usage::
 
     python benchmarks/bench_sampled.py --samples 8 --alpha 0.1 --repeat 3
+    python benchmarks/bench_sampled.py --text bench-data/text-500000 --vocab 16000 --storage-only  # a larger corpus
 
 The corpus is the bundled Multi30k sample (29,000 German-English training pairs, ``arrowmt/sample_data``), made
-``--times`` times longer by repeating it (the same words: storage is measured on ``--times 1``). A sentencepiece
+``--times`` times longer by repeating it (the same words: storage is measured on ``--times 1``), or with ``--text``
+a larger synthetic corpus (``make_text_corpus.py``: Zipf-distributed pseudo-words; storage on a larger corpus,
+indicative only since its words are not real ones; ``--storage-only`` reads nothing). A sentencepiece
 unigram model of ``--vocab`` pieces is trained on it, then ``convert_text(spm_model=..., spm_samples=K)`` converts
 it (timed: the conversion, then the samples). Reading runs ``--batches`` batches of one epoch (``max_tokens`` 4096,
 seed 1) through a ``DataLoader`` with ``FairseqCollater``, ``--repeat`` times each, interleaved:
@@ -44,12 +47,17 @@ HERE = Path(__file__).resolve().parent
 SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"
 
 
-def text_corpus(folder: Path, times: int) -> Path:
-    """``train.de``/``train.en``: the bundled training text, ``times`` times over."""
+def text_corpus(folder: Path, times: int, text: Path | None, rows: int) -> Path:
+    """``train.de``/``train.en``: the bundled training text, ``times`` times over; or the first ``rows`` lines
+    (0: all) of ``text``'s (a ``make_text_corpus.py`` folder)."""
     for lang in ("de", "en"):
-        with gzip.open(SAMPLE / f"train.{lang}.gz", "rt", encoding="utf-8") as text:
-            lines = text.read()
-        (folder / f"train.{lang}").write_text(lines * times, encoding="utf-8")
+        if text is None:
+            with gzip.open(SAMPLE / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
+                lines = handle.read() * times
+        else:
+            with open(text / f"train.{lang}", encoding="utf-8") as handle:
+                lines = "".join(line for k, line in enumerate(handle) if not rows or k < rows)
+        (folder / f"train.{lang}").write_text(lines, encoding="utf-8")
     return folder / "train"
 
 
@@ -127,40 +135,49 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--times", type=int, default=1, help="repeat the bundled text this many times")
     p.add_argument("--batches", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--max-draws", type=int, default=64, help="add_sampled_segmentations's max_draws")
+    p.add_argument("--text", type=Path, help="a make_text_corpus.py folder instead of the bundled sample")
+    p.add_argument("--rows", type=int, default=0, help="with --text: its first ROWS pairs (0: all)")
+    p.add_argument("--storage-only", action="store_true", help="make and measure the samples, read nothing")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        prefix = text_corpus(folder, args.times)
+        prefix = text_corpus(folder, args.times, args.text, args.rows)
         model = train_model(prefix, args.vocab)
         corpus = folder / "corpus"
         start = time.perf_counter()
         arrowmt.convert_text(str(prefix), corpus, src_lang="de", tgt_lang="en", spm_model=str(model), progress=False)
         convert_s = time.perf_counter() - start
         start = time.perf_counter()
-        arrowmt.add_sampled_segmentations(corpus, model, samples=args.samples, alpha=args.alpha, progress=False)
+        arrowmt.add_sampled_segmentations(corpus, model, samples=args.samples, alpha=args.alpha,
+                                          max_draws=args.max_draws, progress=False)  # fmt: skip
         sample_s = time.perf_counter() - start
         base = folder_bytes([corpus / "train.arrow"])
         sampled = folder_bytes([corpus / "sampled"])
+        rows = len(arrowmt.open_dataset(corpus, "train"))
         runs: dict[str, list[dict[str, Any]]] = {c: [] for c in ("fixed", "sampled", "on the fly")}
-        for _ in range(args.repeat):
+        for _ in range(0 if args.storage_only else args.repeat):
             for config in runs:
                 runs[config].append(read(config, corpus, prefix, model, args.alpha, args.batches))
-    rows = 29000 * args.times
-    best = {c: max(r["tokens_per_s"] for r in found) for c, found in runs.items()}
-    print(f"{rows} pairs, K={args.samples}, alpha {args.alpha}, vocab {args.vocab}; {os.cpu_count()} cpus, "
+    best = {c: max((r["tokens_per_s"] for r in found), default=float("nan")) for c, found in runs.items()}
+    print(f"{rows} pairs, K={args.samples}, alpha {args.alpha}, vocab {args.vocab}, max_draws {args.max_draws}; "
+          f"{'text ' + str(args.text) + ', ' if args.text else ''}{os.cpu_count()} cpus, "
           f"{platform.platform()}")  # fmt: skip
     print(f"conversion {convert_s:.1f} s, samples {sample_s:.1f} s; storage: train split {base / 1e6:.1f} MB, "
           f"samples {sampled / 1e6:.1f} MB ({(base + sampled) / base:.2f}x the split with them)")  # fmt: skip
-    print("| reading | tokens/s, best (range) | x fixed | x on the fly | setup, first run |")
-    print("|---|---:|---:|---:|---:|")
-    for config, found in runs.items():
+    if not args.storage_only:
+        print("| reading | tokens/s, best (range) | x fixed | x on the fly | setup, first run |")
+        print("|---|---:|---:|---:|---:|")
+    for config, found in runs.items() if not args.storage_only else ():
         rates = [r["tokens_per_s"] for r in found]
         print(f"| {config} | {best[config] / 1e6:.2f}M ({min(rates) / 1e6:.2f}-{max(rates) / 1e6:.2f}M) | "
               f"{best[config] / best['fixed']:.2f}x | {best[config] / best['on the fly']:.1f}x | "
               f"{found[0]['setup_s']:.2f} s |")  # fmt: skip
-    out = HERE / "results" / f"sampled-{rows}.json"
+    name = f"sampled-{rows}" + ("-text" if args.text else "") + ("-storage" if args.storage_only else "")
+    out = HERE / "results" / f"{name}.json"
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-    record = {"args": vars(args), "rows": rows, "convert_s": convert_s, "samples_s": sample_s, "base_bytes": base,
+    options = {**vars(args), "text": args.text and str(args.text)}
+    record = {"args": options, "rows": rows, "convert_s": convert_s, "samples_s": sample_s, "base_bytes": base,
               "sampled_bytes": sampled, "runs": runs, "machine": machine}  # fmt: skip
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"saved {out}")

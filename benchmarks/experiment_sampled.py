@@ -4,14 +4,15 @@ sampled segmentations, the same budget, on the CPU; validation loss per epoch an
 Usage::
 
     python benchmarks/experiment_sampled.py --epochs 8 --seeds 1 2
+    python benchmarks/experiment_sampled.py --segmentations sampled --alphas 0.1 0.5 --merge  # add sampled runs
 
-A sentencepiece unigram model (``--vocab`` pieces) is trained on the training text; the corpus is converted with
-it and ``--samples`` sampled segmentations (alpha ``--alpha``). ``examples/train_plain.py`` then trains the same
-small transformer (``--dim``, ``--max-tokens``) for ``--epochs`` epochs per seed, once on the fixed ids and once
-with ``--segmentation sampled``; the validation loss is always on the fixed segmentation of ``valid``, BLEU on
-``--bleu-sentences`` test sentences (greedy, detokenized). A model of this size on 29,000 pairs is far from
-converged after a few epochs and differences between seeds are of the same order as between settings: read the
-plot with the spread of the seeds. Results go to ``benchmarks/results/experiment-sampled.json`` and the plot to
+A sentencepiece unigram model (``--vocab`` pieces) is trained on the training text; the corpus is converted with it
+and ``--samples`` sampled segmentations (alpha ``--alphas``, one corpus each). ``examples/train_plain.py`` then
+trains the same small transformer (``--dim``, ``--max-tokens``) for ``--epochs`` epochs per seed, once on the fixed
+ids and once with ``--segmentation sampled``; the validation loss is always on the fixed segmentation of ``valid``,
+BLEU on ``--bleu-sentences`` test sentences (greedy, detokenized). A model of this size on 29,000 pairs is far from
+converged after a few epochs and differences between seeds are of the same order as between settings: read the plot
+with the spread of the seeds. Results go to ``benchmarks/results/experiment-sampled.json`` and the plot to
 ``docs/img/subword-regularization.png``.
 """
 
@@ -56,7 +57,9 @@ def prepare(folder: Path, vocab: int, samples: int, alpha: float) -> Path:
     return corpus
 
 
-def train(corpus: Path, segmentation: str, seed: int, args: argparse.Namespace) -> dict[str, object]:
+def train(
+    corpus: Path, segmentation: str, seed: int, alpha: float | None, args: argparse.Namespace
+) -> dict[str, object]:
     command = [sys.executable, str(ROOT / "examples" / "train_plain.py"), "--data", str(corpus),
                "--epochs", str(args.epochs), "--dim", str(args.dim), "--max-tokens", str(args.max_tokens),
                "--seed", str(seed), "--segmentation", segmentation, "--show", "0",
@@ -68,9 +71,20 @@ def train(corpus: Path, segmentation: str, seed: int, args: argparse.Namespace) 
     seconds = time.perf_counter() - start
     valid = [float(loss) for _, loss in VALID.findall(done.stdout)]
     bleu = BLEU.findall(done.stdout)
-    print(f"{segmentation} seed {seed}: valid {valid}, BLEU {bleu}, {seconds:.0f} s", flush=True)
-    return {"segmentation": segmentation, "seed": seed, "valid_loss": valid, "bleu": float(bleu[0]) if bleu else None,
-            "seconds": seconds}  # fmt: skip
+    print(f"{segmentation} alpha {alpha} seed {seed}: valid {valid}, BLEU {bleu}, {seconds:.0f} s", flush=True)
+    return {"segmentation": segmentation, "alpha": alpha, "seed": seed, "valid_loss": valid,
+            "bleu": float(bleu[0]) if bleu else None, "seconds": seconds}  # fmt: skip
+
+
+def run_key(run: dict[str, object]) -> tuple[object, ...]:
+    return run["segmentation"], run.get("alpha"), run["seed"]
+
+
+def merged(out: Path, runs: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The runs of ``out`` (if any) with ``runs`` added, a rerun replacing its earlier result."""
+    earlier = json.loads(out.read_text())["runs"] if out.exists() else []
+    new = {run_key(run) for run in runs}
+    return [run for run in earlier if run_key(run) not in new] + runs
 
 
 def plot(runs: list[dict[str, object]], path: Path) -> None:
@@ -83,7 +97,8 @@ def plot(runs: list[dict[str, object]], path: Path) -> None:
     for run in runs:
         losses = run["valid_loss"]
         style = "-" if run["segmentation"] == "sampled" else "--"
-        label = f"{run['segmentation']}, seed {run['seed']} (BLEU {run['bleu']})"
+        alpha = f", alpha {run['alpha']}" if run.get("alpha") is not None else ""
+        label = f"{run['segmentation']}{alpha}, seed {run['seed']} (BLEU {run['bleu']})"
         ax.plot(range(1, len(losses) + 1), losses, style, marker="o", label=label)  # type: ignore[arg-type]
     ax.set_xlabel("epoch")
     ax.set_ylabel("valid loss per target token (fixed ids)")
@@ -100,16 +115,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--samples", type=int, default=8)
-    p.add_argument("--alpha", type=float, default=0.1)
+    p.add_argument("--alphas", type=float, nargs="+", default=[0.1], help="one sampled run per alpha and seed")
+    p.add_argument("--segmentations", nargs="+", default=["fixed", "sampled"], choices=["fixed", "sampled"])
+    p.add_argument("--merge", action="store_true", help="keep the earlier results of runs not repeated")
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--bleu-sentences", type=int, default=1000)
     args = p.parse_args(argv)
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = prepare(Path(tmp), args.vocab, args.samples, args.alpha)
-        runs = [train(corpus, seg, seed, args) for seed in args.seeds for seg in ("fixed", "sampled")]
+        for alpha in args.alphas:
+            folder = Path(tmp) / f"alpha-{alpha}"
+            folder.mkdir()
+            corpus = prepare(folder, args.vocab, args.samples, alpha)
+            for seed in args.seeds:
+                if "fixed" in args.segmentations and alpha == args.alphas[0]:
+                    runs.append(train(corpus, "fixed", seed, None, args))
+                if "sampled" in args.segmentations:
+                    runs.append(train(corpus, "sampled", seed, alpha, args))
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
     out = HERE / "results" / "experiment-sampled.json"
+    if args.merge:
+        runs = merged(out, runs)
     out.write_text(json.dumps({"args": vars(args), "runs": runs, "machine": machine}, indent=2) + "\n")
     plot(runs, ROOT / "docs" / "img" / "subword-regularization.png")
     print(f"saved {out} and docs/img/subword-regularization.png")

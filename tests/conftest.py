@@ -22,9 +22,11 @@ from tests.fixture_data import (
     import_fairseq,
     multi30k,
     set_session_tmp,
+    val_sentencepiece,
 )
 
-__all__ = ["MULTI30K", "ROOT", "fairseq_fixture", "fairseq_preprocess", "gz_lines", "import_fairseq", "multi30k"]
+__all__ = ["MULTI30K", "ROOT", "fairseq_fixture", "fairseq_preprocess", "gz_lines", "import_fairseq", "multi30k",
+           "val_sentencepiece"]  # fmt: skip
 
 PLUGIN_DIR = ROOT / "arrowmt" / "integrations" / "fairseq_plugin"  # the fairseq --user-dir
 TINY_TRANSFORMER = [

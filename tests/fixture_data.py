@@ -49,6 +49,18 @@ def gz_lines(path: Path) -> list[str]:
     return gz_text(path).split("\n")[:-1]
 
 
+def val_sentencepiece(folder: Path, vocab_size: int, name: str = "spm", **options: object) -> Path:
+    """A sentencepiece model (``folder/name.model``) trained on the sample's validation text, both languages
+    (``options``: the trainer's, such as ``model_type="bpe"``)."""
+    import sentencepiece as spm
+
+    text = folder / f"{name}.txt"
+    text.write_text("\n".join(gz_lines(MULTI30K / "val.de.gz") + gz_lines(MULTI30K / "val.en.gz")), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / name), vocab_size=vocab_size,
+                                   num_threads=1, minloglevel=2, **options)  # fmt: skip
+    return folder / f"{name}.model"
+
+
 def tokenize_lower(text: str) -> str:
     """Lower-cased text with every punctuation mark a token of its own (hyphens stay inside words)."""
     return re.sub(r"([^\w\s-])", r" \1 ", text.lower())

@@ -20,6 +20,7 @@ from tests.conftest import (
     gz_lines,
     import_fairseq,
     text_options,
+    val_sentencepiece,
 )
 
 
@@ -186,14 +187,8 @@ def test_one_file_read_as_both_languages_is_encoded_with_each_dictionary(tmp_pat
 
 @pytest.fixture(scope="module")
 def spm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spm = pytest.importorskip("sentencepiece")
-    folder = tmp_path_factory.mktemp("spm")
-    corpus = folder / "corpus.txt"
-    corpus.write_text("\n".join(gz_lines(MULTI30K / "val.de.gz") + gz_lines(MULTI30K / "val.en.gz")), encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus), model_prefix=str(folder / "spm"), vocab_size=300, num_threads=1, minloglevel=2
-    )
-    return folder / "spm.model"
+    pytest.importorskip("sentencepiece")
+    return val_sentencepiece(tmp_path_factory.mktemp("spm"), 300)
 
 
 def test_sentencepiece_model(tmp_path: Path, spm_model: Path) -> None:

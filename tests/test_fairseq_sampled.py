@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from arrowmt import add_sampled_segmentations, convert_text, open_dataset
-from tests.conftest import MULTI30K, PLUGIN_DIR, gz_lines
+from tests.conftest import MULTI30K, PLUGIN_DIR, val_sentencepiece
 from tests.test_fairseq_native import Run, Side, train
 
 spm = pytest.importorskip("sentencepiece")
@@ -22,14 +22,11 @@ spm = pytest.importorskip("sentencepiece")
 @pytest.fixture(scope="module")
 def side(tmp_path_factory: pytest.TempPathFactory) -> Side:
     folder = tmp_path_factory.mktemp("sampled-fairseq")
-    text = folder / "text.txt"
-    text.write_text("\n".join(gz_lines(MULTI30K / "val.de.gz") + gz_lines(MULTI30K / "val.en.gz")), encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "spm"), vocab_size=1000,
-                                   num_threads=1, minloglevel=2)  # fmt: skip
+    model = val_sentencepiece(folder, 1000)
     corpus = folder / "corpus"
     convert_text(str(MULTI30K / "val"), corpus, src_lang="de", tgt_lang="en", validpref=str(MULTI30K / "val"),
-                 testpref=str(MULTI30K / "test"), spm_model=str(folder / "spm.model"), progress=False)  # fmt: skip
-    add_sampled_segmentations(corpus, folder / "spm.model", samples=4, alpha=0.1, progress=False)
+                 testpref=str(MULTI30K / "test"), spm_model=str(model), progress=False)  # fmt: skip
+    add_sampled_segmentations(corpus, model, samples=4, alpha=0.1, progress=False)
     task = [
         str(corpus),
         "--user-dir",

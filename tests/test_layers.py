@@ -33,7 +33,7 @@ LAYERS = {
     "arrowmt.splits": 6,
     "arrowmt.writing": 7,
     "arrowmt.views": 8,
-    "arrowmt.segments": 8,
+    "arrowmt.segments": 7,
     "arrowmt.converters": 9,
     "arrowmt.bucketing": 10,
     "arrowmt.plans": 11,

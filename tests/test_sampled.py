@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from torch.utils.data import DataLoader
 
@@ -29,9 +30,22 @@ from arrowmt import (
     convert_text,
     open_dataset,
     summarize,
+    verify_dataset,
 )
-from arrowmt.testing import epoch_samples, format_summary, layer_rows, main, row_sums, sampled_folder
-from tests.conftest import MULTI30K, gz_lines
+from arrowmt.format import Dictionary
+from arrowmt.reading import Ragged
+from arrowmt.testing import (
+    TIE_TOLERANCE,
+    Segmenter,
+    check_deterministic,
+    epoch_samples,
+    format_summary,
+    layer_rows,
+    main,
+    row_sums,
+    sampled_folder,
+)
+from tests.conftest import MULTI30K, gz_lines, val_sentencepiece
 from tests.state_helpers import SamplerLoader, check_resume
 
 spm = pytest.importorskip("sentencepiece")
@@ -42,14 +56,8 @@ K = 4
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A unigram and a BPE model trained on the sample's validation text (both languages)."""
     folder = tmp_path_factory.mktemp("spm")
-    text = folder / "text.txt"
-    text.write_text("\n".join(gz_lines(MULTI30K / "val.de.gz") + gz_lines(MULTI30K / "val.en.gz")), encoding="utf-8")
-    for kind in ("unigram", "bpe"):
-        spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / kind), vocab_size=600,
-                                       model_type=kind, num_threads=1, minloglevel=2)  # fmt: skip
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "across"), vocab_size=600,
-                                   split_by_whitespace=False, num_threads=1, minloglevel=2)  # fmt: skip
-    return {kind: folder / f"{kind}.model" for kind in ("unigram", "bpe", "across")}
+    models = {kind: val_sentencepiece(folder, 600, kind, model_type=kind) for kind in ("unigram", "bpe")}
+    return {**models, "across": val_sentencepiece(folder, 600, "across", split_by_whitespace=False)}
 
 
 def converted(out: Path, model: Path, **options: object) -> Path:
@@ -222,6 +230,41 @@ def test_the_command_line_converts_with_samples_and_info_shows_them(
     assert not (tmp_path / "no").exists()  # refused before converting
 
 
+class _Pieces:
+    """A unigram model's piece ids as sentencepiece's processor gives them (id 0: unknown)."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.ids = {piece: i for i, piece in enumerate(pieces)}
+
+    def piece_to_id(self, pieces: list[str]) -> list[int]:
+        return [self.ids.get(piece, 0) for piece in pieces]
+
+    def unk_id(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize(("other", "accepted"), [(-1.5 - TIE_TOLERANCE / 2, True), (-1.5 - 2 * TIE_TOLERANCE, False)])
+def test_a_word_the_corpus_segments_otherwise_is_accepted_only_at_nearly_the_best_score(
+    other: float, accepted: bool
+) -> None:
+    """A unigram model's sentence-wide search sums float32 scores: in a long sentence a word may take a segmentation
+    of nearly its best score (seen on a 500,000-pair corpus: 7 pieces at -53.89758 where the word alone takes 6 at
+    -53.89756). The corpus has ``▁a bc``; the model alone gives ``▁ab c`` (score -3.0)."""
+    pieces = ["<unk>", "\u2581ab", "c", "\u2581a", "bc"]
+    scores = np.array([0.0, -1.0, -2.0, -1.5, other])  # the corpus's ▁a bc: -1.5 + other
+    corpus = Dictionary.from_counts(pa.array(pieces[1:], pa.large_string()), np.ones(4, dtype=np.int64), 1,
+                                    padding_factor=0)  # fmt: skip
+    own = Ragged.from_lengths(np.array([2]), corpus.encode_tokens(pa.array(["\u2581a", "bc"])).astype(np.int32))
+    best = (np.array([0, 2]), pa.array(["\u2581ab", "c"], pa.large_string()))
+    model = Segmenter(_Pieces(pieces), corpus, scores)
+    words = pa.array(["\u2581abc"])
+    if accepted:
+        check_deterministic(best, model, own, np.array([0]), words)
+    else:
+        with pytest.raises(InputDataError, match="segments the word '\u2581abc' alone as"):
+            check_deterministic(best, model, own, np.array([0]), words)
+
+
 def test_layer_rows_and_row_sums_exact_values() -> None:
     assert layer_rows(np.array([5, 3, 3, 1])).tolist() == [0, 5, 8, 11]
     assert row_sums(np.array([1, 2, 3, 4, 5]), np.array([2, 0, 3])).tolist() == [3, 0, 12]
@@ -329,11 +372,45 @@ def test_a_failed_rebuild_leaves_the_samples_and_edited_layers_are_refused(
     assert not list(copy.glob(".sampled.*"))  # nothing left beside them
     manifest = sampled_folder(copy) / "forms" / "arrowmt.json"
     data = json.loads(manifest.read_text())
+    original = json.loads(json.dumps(data["provenance"]["layers"]))
     layers = data["provenance"]["layers"]["source"]
     layers[1], layers[2] = layers[1] - 1, layers[2] + 1  # the same count, shifted: other rows would be read
     manifest.write_text(json.dumps(data))
     with pytest.raises(FormatError, match="layers"):
         SampledSplit(copy, "train")
+    manifest.write_text(json.dumps({**data, "provenance": {**data["provenance"], "layers": original}}))
+    (sampled_folder(copy) / "forms" / "draws.target.bin").unlink()  # as samples made before draws files
+    with pytest.raises(FormatError, match=r"draws.target.bin: missing \(samples made before draws files"):
+        SampledSplit(copy, "train")
+
+
+def test_verify_checks_the_samples_files_and_their_layers(tmp_path: Path, corpus: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(corpus, copy)
+    report = verify_dataset(copy, progress=False)
+    assert report.ok and (report.files, report.side_files) == (2, 5), report  # train, test; their words, forms, draws
+    draws = sampled_folder(copy) / "forms" / "draws.source.bin"
+    original = draws.read_bytes()
+    draws.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))  # one draw names another form
+    [problem] = verify_dataset(copy, progress=False).problems
+    assert problem.startswith(f"{draws}: draws checksum: chunk ") and "rebuild the samples with" in problem, problem
+    draws.write_bytes(original)
+    words = sampled_folder(copy) / "words" / "train.arrow"
+    data = bytearray(words.read_bytes())
+    data[-200] ^= 0xFF
+    words.write_bytes(bytes(data))
+    problems = verify_dataset(copy, progress=False).problems
+    assert problems and all(str(words) in problem for problem in problems), problems
+    data[-200] ^= 0xFF
+    words.write_bytes(bytes(data))
+    manifest = sampled_folder(copy) / "forms" / "arrowmt.json"
+    edited = json.loads(manifest.read_text())
+    edited["provenance"]["layers"]["target"][0] += 1  # one word more than the words' dictionary holds
+    manifest.write_text(json.dumps(edited))
+    problems = verify_dataset(copy, progress=False).problems
+    assert len(problems) == len(SampledSplit(corpus, "train").corpus.manifest.splits())  # each split, in its samples
+    assert all("provenance['layers']['target']" in problem for problem in problems), problems
+    assert main(["verify", "--quiet", str(copy)]) == 2
 
 
 def test_seeds_keep_their_own_epoch_copies(corpus: Path) -> None:

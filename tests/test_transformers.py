@@ -31,7 +31,7 @@ from arrowmt import (
     open_dataset,
     open_view_dataset,
 )
-from tests.conftest import MULTI30K
+from tests.conftest import MULTI30K, val_sentencepiece
 
 transformers = pytest.importorskip("transformers")
 hf = pytest.importorskip("arrowmt.integrations.transformers")
@@ -152,10 +152,14 @@ def _parameters_sha256(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def _run(make_trainer: Any, out: Path, stop: int | None = None, resume: bool = False) -> tuple[Any, CountingPlan]:
+def _run(
+    make_trainer: Any, out: Path, stop: int | None = None, resume: bool = False, count: bool = True
+) -> tuple[Any, CountingPlan | None]:
+    """A trainer's run; ``count``: its sampler walks a :class:`CountingPlan` of its plan (every epoch that plan)."""
     trainer = make_trainer(out)
-    plan = CountingPlan(trainer._batches.sampler.plan)
-    trainer._batches.sampler.plan = plan
+    plan = CountingPlan(trainer._batches.sampler.plan) if count else None
+    if plan is not None:
+        trainer._batches.sampler.plan = plan
     if stop is not None:
         trainer.add_callback(StopAt(stop))
     with warnings.catch_warnings():
@@ -229,6 +233,58 @@ def test_causal_lm_trainer_on_blocks_resumes_with_exactly_the_next_batch(mono: P
     _assert_resume_continues_exactly(make_trainer, tmp_path, stop=stop)
     saved = json.loads((tmp_path / "split" / f"checkpoint-{stop}" / "arrowmt-sampler-0.json").read_text())
     assert saved["epoch"] == 2  # the Trainer's second epoch is the sampler's epoch 2 (arrowmt counts from 1)
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multi30k val segmented by a sentencepiece model trained on it, with 4 sampled segmentations a row."""
+    pytest.importorskip("sentencepiece")
+    folder = tmp_path_factory.mktemp("hf-spm")
+    out, model = folder / "de-en", val_sentencepiece(folder, 600)
+    convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", spm_model=str(model), spm_samples=4,
+                 progress=False)  # fmt: skip
+    return out
+
+
+def test_seq2seq_trainer_reads_sampled_segmentations_and_resumes_exactly(sampled: Path, tmp_path: Path) -> None:
+    """``open_dataset(..., segmentation="sampled")`` through ``ArrowMTSeq2SeqTrainer``: each epoch planned from its
+    samples; a run stopped in its second epoch and resumed equals an uninterrupted run (losses, parameters)."""
+    ds = open_dataset(sampled, "train", segmentation="sampled")
+    vocab = max(len(ds.dictionary(column)) for column in ds.columns)  # the dictionaries extended by the samples
+    positions = max(ds.max_length(column) for column in ds.columns)
+
+    def make_trainer(out: Path) -> Any:
+        args = _arguments(out, num_train_epochs=2)
+        torch.manual_seed(0)
+        config = transformers.MarianConfig(
+            vocab_size=vocab, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=positions,
+            pad_token_id=ds.special_ids.pad, eos_token_id=ds.special_ids.eos,
+            decoder_start_token_id=ds.special_ids.pad, forced_eos_token_id=ds.special_ids.eos,
+        )  # fmt: skip
+        sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=5, prefetch=0)
+        return hf.ArrowMTSeq2SeqTrainer(model=transformers.MarianMTModel(config), args=args, train_dataset=ds,
+                                        batch_sampler=sampler)  # fmt: skip
+
+    straight, _ = _run(make_trainer, tmp_path / "straight", count=False)
+    planned = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=5)
+    per_epoch = []
+    for epoch in (1, 2, 3):
+        planned.set_epoch(epoch)
+        per_epoch.append(len(planned))
+    assert len(set(per_epoch)) > 1  # each epoch planned from its own lengths
+    # the Trainer's two epochs are two windows of the first epoch's length over the sampler's epochs, one after
+    # another: no batch left out or repeated
+    trained = straight.state.global_step
+    assert trained == 2 * per_epoch[0]
+    after = {"epoch": 3, "batches_done": trained - per_epoch[0] - per_epoch[1]}
+    assert {k: straight._batches.state_dict()[k] for k in after} == after
+    stop = (per_epoch[0] + per_epoch[1] // 2) // 4 * 4
+    assert per_epoch[0] < stop < trained
+    first, _ = _run(make_trainer, tmp_path / "split", stop=stop, count=False)
+    resumed, _ = _run(make_trainer, tmp_path / "split", resume=True, count=False)
+    assert {**_losses(first), **_losses(resumed)} == _losses(straight)
+    assert _parameters_sha256(resumed.model) == _parameters_sha256(straight.model)
 
 
 def _tiny_marian(parallel: Path) -> Any:

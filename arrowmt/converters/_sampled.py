@@ -34,10 +34,12 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._text import SentencePieceModel
-from arrowmt.files import progress_bar
+from arrowmt.files import progress_bar, write_side_file
 from arrowmt.format import Dictionary, Manifest
 from arrowmt.reading import Ragged, Spans, exclusive_cumsum, flat_positions, take_flat
 from arrowmt.segments import (
+    DRAWS_FORMAT,
+    DRAWS_NAME,
     FORMS_DIR,
     FORMS_SPLIT,
     LAYERS_KEY,
@@ -69,6 +71,7 @@ MULTI_PAIR_REFUSAL = (
 DEFAULT_NBEST = 64  # draw among the 64 best segmentations of a word (Kudo 2018's l = 64)
 MAX_NBEST = 1024
 NBEST, DROPOUT = "n-best", "dropout"  # how words are drawn: a unigram model's n best, a BPE model's dropout
+TIE_TOLERANCE = 0.01  # a word's score in a sentence may differ by float32 rounding from its score alone
 
 
 def add_sampled_segmentations(
@@ -191,8 +194,10 @@ class _ColumnTable:
     """What one column's samples need written: its word dictionary, and the forms of each of its words."""
 
     words: Dictionary
-    forms: Spans  # form t of word w is row layer_rows(layers)[t] + w
-    layers: np.ndarray  # how many words have more than t forms, for each t
+    forms: Spans  # the distinct forms of word w are rows first_forms[w] .. first_forms[w + 1] - 1
+    layers: np.ndarray  # how many words have more than t draws, for each t
+    first_forms: np.ndarray  # uint32, one more than the words
+    draws: np.ndarray  # uint8: draw t of word w, at layer_rows(layers)[t] + w, is its distinct form draws[...]
     pieces: Dictionary  # the corpus's dictionary, extended by the pieces only samples use
     vocabulary: _Vocabulary  # the corpus dictionary's pieces (to cut rows into words again)
     tokens: dict[str, int]  # split -> word ids of its rows, </s> included
@@ -292,17 +297,57 @@ def _sampled_forms(
     sampled = np.flatnonzero(~special & (word_ids >= dictionary.nspecial))
     sampled = sampled[np.argsort(word_ids[sampled], kind="stable")]  # drawn in word id order
     draws = np.minimum(np.asarray(word_dict.counts, dtype=np.int64) * options.samples, options.max_draws)
-    draws[: dictionary.nspecial] = draws.max(initial=1)  # ids by count, descending: forms never grow with the id
+    draws[: dictionary.nspecial] = draws.max(initial=1)  # ids by count, descending: draws never grow with the id
     surfaces = pc.replace_substring(strings.take(pa.array(sampled)), WORD_START, " ")
     processor = model.processor()
-    _check_deterministic(_pieces(processor.encode(surfaces.to_pylist(), out_type=str, num_threads=1)), dictionary,
-                         own, sampled, strings)  # fmt: skip
-    offsets, flat = _draw(processor, surfaces, draws[word_ids[sampled]], options, progress)
+    scores = _piece_scores(processor) if nbest_available(processor) else None  # None: BPE, no n-best
+    best = _pieces(processor.encode(surfaces.to_pylist(), out_type=str, num_threads=1))
+    check_deterministic(best, Segmenter(processor, dictionary, scores), own, sampled, strings)
+    offsets, flat = _draw(processor, scores, surfaces, draws[word_ids[sampled]], options, progress)
     pieces = _extended(dictionary, flat)
     drawn = Ragged(offsets, pieces.encode_tokens(flat).astype(np.int64))
-    layers = np.cumsum(np.bincount(draws)[::-1])[::-1][1:]  # layers[t]: words with more than t forms
-    forms = _assemble(layer_rows(layers), draws, word_ids, own, sampled, drawn)
-    return _ColumnTable(word_dict, forms, layers, pieces, vocabulary, tokens)
+    layers = _layers_of(draws)
+    distinct, first, which = _deduplicated(_assemble(layer_rows(layers), draws, word_ids, own, sampled, drawn), layers)
+    return _ColumnTable(word_dict, distinct, layers, first, which, pieces, vocabulary, tokens)
+
+
+def _layers_of(counts: np.ndarray) -> np.ndarray:
+    """How many of ``counts`` (each >= 1) exceed ``t``, for ``t`` = 0 .. max - 1: the layer sizes of the draws of
+    words whose ids run by count, descending."""
+    return np.cumsum(np.bincount(counts)[::-1])[::-1][1:]
+
+
+def _deduplicated(drawn: Spans, layers: np.ndarray) -> tuple[Spans, np.ndarray, np.ndarray]:
+    """The distinct forms of each word, word after word (in the order of their first draws), the first row of each
+    word's (uint32, one more for the end), and which of its word's distinct forms each draw is (uint8, in the
+    draws' layers: draw ``t`` of word ``w`` is row ``layer_rows(layers)[t] + w`` of ``drawn``). A frequent short
+    word drawn 64 times may have only a few segmentations."""
+    word = flat_positions(np.zeros(layers.shape[0], dtype=np.int64), layers)  # each draw's word, layer by layer
+    codes = pc.dictionary_encode(_form_keys(word, drawn)).indices.to_numpy().astype(np.int64)  # by first draw
+    running = np.maximum.accumulate(codes)
+    first = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])  # each distinct (word, form)'s first draw
+    owner = word[first]
+    counts = np.bincount(owner, minlength=int(layers[0]))
+    order = np.lexsort((np.arange(first.shape[0]), owner))  # by word, then by first draw: the forms' rows
+    starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    local = np.empty(first.shape[0], dtype=np.int64)
+    local[order] = np.arange(first.shape[0]) - starts[owner[order]]
+    kept = first[order]
+    distinct = Spans(drawn.words, drawn.starts[kept], drawn.lengths[kept]).compact()
+    return distinct, starts.astype(np.uint32), local[codes].astype(np.uint8)
+
+
+def _form_keys(word: np.ndarray, drawn: Spans) -> pa.Array:
+    """Each draw as bytes: its word's id, then its pieces (int32 each): equal keys, equal forms of one word."""
+    lengths = drawn.lengths.astype(np.int64) + 1
+    offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.empty(int(offsets[-1]), dtype=np.int32)
+    values[offsets[:-1]] = word
+    values[flat_positions(offsets[:-1] + 1, drawn.lengths)] = take_flat(drawn.words, drawn.starts, drawn.lengths)
+    buffers = [None, pa.py_buffer(offsets * 4), pa.py_buffer(values)]
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), lengths.shape[0], buffers)
 
 
 Pieces = tuple[np.ndarray, pa.Array]  # rows of piece strings: offsets (int64) and the flat strings
@@ -323,16 +368,43 @@ def _extended(dictionary: Dictionary, used: pa.Array) -> Dictionary:
     return dictionary.extended(symbols[order].tolist(), counts[order].tolist())
 
 
-def _check_deterministic(best: Pieces, dictionary: Dictionary, own: Ragged, sampled: np.ndarray,
-                         strings: pa.Array) -> None:  # fmt: skip
-    """InputDataError unless the model segments each word alone as the corpus does (checked once per word)."""
+@dataclass(frozen=True)
+class Segmenter:
+    """The model as the check of a corpus's words sees it: its processor, the corpus's dictionary, and (a unigram
+    model) each piece's score."""
+
+    processor: Any
+    dictionary: Dictionary
+    scores: np.ndarray | None
+
+    def score(self, scores: np.ndarray, flat: pa.Array, lengths: np.ndarray) -> np.ndarray:
+        """The score of each segmentation (pieces ``flat``, ``lengths`` a row); -inf where a piece is not the
+        model's (the words checked hold no special symbol)."""
+        ids = np.array(self.processor.piece_to_id(flat.to_pylist()), dtype=np.int64)
+        unknown = row_sums(ids == self.processor.unk_id(), lengths) > 0
+        return np.where(unknown, -np.inf, row_sums(scores[ids], lengths))
+
+
+def check_deterministic(best: Pieces, model: Segmenter, own: Ragged, sampled: np.ndarray, strings: pa.Array) -> None:
+    """InputDataError unless the model segments each word alone as the corpus does (checked once per word, at its
+    first occurrence). A unigram model's segmentation of a sentence sums scores in float32, so in a long sentence a
+    word may take another segmentation of nearly the same score than alone: within ``TIE_TOLERANCE``, accepted."""
     offsets, flat = best
-    ids, missing = dictionary.lookup(flat)
+    ids, missing = model.dictionary.lookup(flat)
     ids[missing] = -1
     lengths, theirs = np.diff(offsets), _select(own, sampled)
     differs = lengths != theirs.lengths()
-    if not differs.any():
-        differs = row_sums(ids != theirs.values, lengths) > 0
+    same = np.flatnonzero(~differs)
+    mine = take_flat(ids, offsets[:-1][same], lengths[same])
+    differs[same] = row_sums(mine != take_flat(theirs.values, theirs.offsets[:-1][same], lengths[same]),
+                             lengths[same]) > 0  # fmt: skip
+    if differs.any() and model.scores is not None:
+        k = np.flatnonzero(differs)
+        corpus = _select(theirs, k)
+        symbols = pa.array(model.dictionary.symbols, pa.large_string()).take(pa.array(corpus.values))
+        alone = flat.take(pa.array(flat_positions(offsets[:-1][k], lengths[k])))
+        best_score = model.score(model.scores, alone, lengths[k])
+        differs[k] = model.score(model.scores, symbols, corpus.lengths()) < best_score - TIE_TOLERANCE
     if differs.any():
         k = int(np.flatnonzero(differs)[0])
         word = strings[int(sampled[k])].as_py()
@@ -344,8 +416,10 @@ def _check_deterministic(best: Pieces, dictionary: Dictionary, own: Ragged, samp
         )
 
 
-def _draw(processor: Any, surfaces: pa.Array, draws: np.ndarray, options: _SamplingOptions, progress: bool) -> Pieces:
-    """``draws[i]`` draws of the segmentation of word ``surfaces[i]``, in order, ``DRAW_BLOCK`` words at a time.
+def _draw(processor: Any, scores: np.ndarray | None, surfaces: pa.Array, draws: np.ndarray, options: _SamplingOptions,
+          progress: bool) -> Pieces:  # fmt: skip
+    """``draws[i]`` draws of the segmentation of word ``surfaces[i]``, in order, ``DRAW_BLOCK`` words at a time
+    (``scores``: a unigram model's piece scores, :func:`_piece_scores`; None for a BPE model).
 
     A unigram model: sentencepiece's ``nbest_size`` best segmentations of each word, one drawn in proportion to
     ``exp(alpha * score)`` (its sampler's rule for ``nbest_size`` > 1; a segmentation's score is the sum of its
@@ -354,7 +428,6 @@ def _draw(processor: Any, surfaces: pa.Array, draws: np.ndarray, options: _Sampl
     another process (recorded: ``reproducible`` false).
     """
     offsets, flats = [np.zeros(1, dtype=np.int64)], []
-    scores = _piece_scores(processor) if nbest_available(processor) else None  # None: BPE, no n-best
     with progress_bar(total=int(draws.sum()), desc="sample", unit="draws", enabled=progress) as bar:
         for b, start in enumerate(range(0, len(surfaces), DRAW_BLOCK)):
             block, counts = surfaces.slice(start, DRAW_BLOCK).to_pylist(), draws[start : start + DRAW_BLOCK]
@@ -424,8 +497,8 @@ def _draw_dropout(processor: Any, words: list[str], counts: np.ndarray, options:
 
 def _assemble(starts: np.ndarray, draws: np.ndarray, word_ids: np.ndarray, own: Ragged, sampled: np.ndarray,
               drawn: Ragged) -> Spans:  # fmt: skip
-    """The forms column: form ``t`` of word ``w`` at row ``starts[t] + w``: its draws, or ``draws[w]`` copies of
-    its own pieces when it is not sampled (it holds a special symbol); a special symbol's forms are itself."""
+    """Every draw: draw ``t`` of word ``w`` at row ``starts[t] + w``: sentencepiece's, or ``draws[w]`` copies of
+    its own pieces when it is not sampled (it holds a special symbol); a special symbol's draws are itself."""
     specials = np.arange(min(draws.shape[0], Dictionary.nspecial))
     specials = specials[~np.isin(specials, word_ids)]
     not_sampled = np.ones(word_ids.shape[0], dtype=bool)
@@ -539,6 +612,12 @@ def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict
             name = folder.add_dictionary(langs[col], table.pieces)
             forms[col] = column(_padded(table.forms, height), langs[col], name, table.pieces, f"forms of {col}")
         folder.write(FORMS_SPLIT, forms, specials)
+        for col, table in tables.items():
+            header = (int(table.layers[0]), int(table.draws.shape[0]), len(table.forms))
+            sections = [table.first_forms, table.draws]
+            name = DRAWS_NAME.format(column=col)
+            write_side_file(folder.path / name, DRAWS_FORMAT, header, sections)
+            folder.side_files.append(name)
         layers = {col: table.layers.tolist() for col, table in tables.items()}
         folder.manifest.provenance = {**provenance, LAYERS_KEY: layers}
         folder.finish()

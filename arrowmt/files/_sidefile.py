@@ -1,7 +1,8 @@
 """arrowmt's own side files (batch plans, LM block tables, views): one header, per-chunk checksums, one protocol.
 
 The three kinds (:data:`PLAN_FORMAT`, :data:`BLOCKS_FORMAT`, :data:`VIEW_FORMAT`) are
-declared here, so that ``verify`` (this layer) knows them all; their modules
+declared here, so that ``verify`` knows them all (a fourth, the draws of sampled segmentations, is declared with
+them in :mod:`arrowmt.segments`); their modules
 (``arrowmt.plans._plan_cache``, ``arrowmt.blocks._block_plan``,
 ``arrowmt.views._view``) say what their fields and sections mean. Every side file
 is laid out the same way (little-endian)::

@@ -6,7 +6,10 @@ language models train on batches of about the same number of *tokens* (fairseq's
 trainers with one more argument, ``batch_sampler``: an arrowmt ``TokenBatchSampler`` (over
 ``open_dataset``) or ``BlockBatchSampler`` (over ``open_blocks``, token blocks of a
 monolingual corpus). Every training epoch is the sampler's epoch (the Trainer's epoch ``e``
-is the sampler's ``e + 1``: arrowmt counts epochs from 1, as fairseq does), and
+is the sampler's ``e + 1``: arrowmt counts epochs from 1, as fairseq does); where epochs differ
+in length (sampled segmentations: ``open_dataset(..., segmentation="sampled")``), the Trainer's
+epochs are windows of the first epoch's length over the sampler's epochs, so that no batch is
+left out or repeated (:class:`TrainerBatches`).
 :class:`TransformersCollater` (the default ``data_collator``) turns its batches into
 ``input_ids``, ``attention_mask``, ``labels`` (pads ``-100``) and, for an encoder-decoder,
 ``decoder_input_ids``.
@@ -37,6 +40,7 @@ import inspect
 import itertools
 import json
 import os
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -59,6 +63,7 @@ _trainer_utils = require("transformers.trainer_utils", "transformers", "the tran
 
 LABEL_PAD = -100  # the label id Hugging Face losses ignore
 STATE_FILE = "arrowmt-sampler-{rank}.json"  # in each checkpoint folder, one per rank
+TRAINER_KEY = "trainer_position"  # a state's batches trained on in the Trainer's epoch
 
 # ----- collating --------------------------------------------------------------------------------
 
@@ -147,12 +152,18 @@ def _fingerprint(dataset: Any) -> object:
 
 
 class TrainerBatches(Sampler[list[int]]):
-    """An arrowmt batch sampler as a Trainer iterates it: epochs counted from 0, a position to resume from.
+    """An arrowmt batch sampler as a Trainer iterates it: epochs of a fixed length, a position to resume from.
 
-    ``trained`` counts the batches of the epoch the model has trained on (the Trainer's
-    ``training_step`` calls :meth:`count`); :meth:`state_dict` records that position. After
-    :meth:`resume`, the next iteration starts with ``skipped`` empty placeholders, which the
-    Trainer's ``skip_first_batches`` discards, then continues the epoch where the state says.
+    The Trainer plans its steps once, from the length of the first epoch; an arrowmt epoch may be longer or
+    shorter than the first (sampled segmentations plan each epoch from its own lengths). So the Trainer's epochs
+    are windows of ``len(self)`` batches (the sampler's first epoch's) over the sampler's epochs one after another,
+    the sampler moving to its next epoch when one ends: with one plan for every epoch, the windows are the
+    sampler's epochs (the Trainer's epoch ``e`` is the sampler's ``e + 1``).
+
+    :meth:`count` counts the batches the model has trained on (the Trainer's ``training_step`` calls it);
+    :meth:`state_dict` records the sampler's position after the last of them, and the position in the Trainer's
+    epoch. After :meth:`resume`, the next iteration starts with as many empty placeholders as the Trainer's
+    ``skip_first_batches`` discards, then continues where the state says.
     """
 
     def __init__(self, sampler: PlanSampler) -> None:
@@ -162,35 +173,61 @@ class TrainerBatches(Sampler[list[int]]):
                 f"got {type(sampler).__name__}"
             )
         self.sampler = sampler
-        self.trained = 0
+        self.length = len(sampler)
+        self._handed: deque[tuple[dict[str, Any], int]] = deque()  # each epoch batches came from: state, length
+        self._trained = 0  # batches trained on in the oldest of those epochs (its position)
+        self._in_window = 0  # batches trained on in the Trainer's epoch
+        self._stream: Iterator[list[int]] | None = None
         self._placeholders = 0
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return self.length
 
     def set_epoch(self, epoch: int) -> None:
-        """The Trainer's epoch ``epoch`` (from 0) is the sampler's ``epoch + 1``."""
-        self.sampler.set_epoch(epoch + 1)
+        """The Trainer's epochs are windows over the sampler's (see the class): the sampler moves on by itself."""
 
     def __iter__(self) -> Iterator[list[int]]:
         placeholders, self._placeholders = self._placeholders, 0
-        batches = iter(self.sampler)  # from the start of the epoch, or from a loaded position
-        self.trained = self.sampler.batches_done
-        return itertools.chain(itertools.repeat([], placeholders), batches)
+        self._in_window = placeholders
+        if self._stream is None:
+            self._stream = self._epochs()
+        window = itertools.islice(self._stream, self.length - placeholders)
+        return itertools.chain(itertools.repeat([], placeholders), window)
+
+    def _epochs(self) -> Iterator[list[int]]:
+        """The sampler's batches from where it stands, epoch after epoch."""
+        while True:
+            if self.sampler.batches_done >= len(self.sampler):
+                self.sampler.set_epoch(self.sampler.epoch + 1)
+            state = self.sampler.state_dict()
+            if not self._handed:
+                self._trained = state["batches_done"]
+            self._handed.append((state, len(self.sampler)))
+            yield from self.sampler
 
     def count(self) -> None:
         """One more batch trained on."""
-        self.trained += 1
+        if len(self._handed) > 1 and self._trained >= self._handed[0][1]:
+            self._handed.popleft()  # the batch is the next epoch's first
+            self._trained = self._handed[0][0]["batches_done"]
+        self._trained += 1
+        self._in_window += 1
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state at the last batch trained on (batches read ahead are not counted)."""
-        return {**self.sampler.state_dict(), "batches_done": self.trained}
+        """The sampler's state after the last batch trained on (batches read ahead are not counted), and the
+        position in the Trainer's epoch."""
+        state = {**self._handed[0][0], "batches_done": self._trained} if self._handed else self.sampler.state_dict()
+        return {**state, TRAINER_KEY: self._in_window}
 
     def resume(self, state: dict[str, Any], trainer_skips: bool) -> None:
         """Load ``state``; ``trainer_skips``: the Trainer will skip the batches already trained on in its epoch."""
+        state = dict(state)
+        saved = state.pop(TRAINER_KEY, None)
         self.sampler.load_state_dict(state)
-        unfinished = self.sampler.batches_done < len(self.sampler)
-        self._placeholders = self.sampler.batches_done if trainer_skips and unfinished else 0
+        self._stream, self._handed = None, deque()
+        same_world = state.get("num_replicas") == self.sampler.num_replicas
+        position = saved if isinstance(saved, int) and same_world else self.sampler.batches_done  # else: as saved
+        self._placeholders = position if trainer_skips and 0 < position < self.length else 0
 
 
 class _EpochLoader(DataLoader):

@@ -12,7 +12,8 @@ from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
     from arrowmt.reading._block_index import BLOCK_SIZE, INDEX_FORMAT, index_name, pinned_at
-    from arrowmt.reading._mirror import CacheOptions, attached_file, local_folder, local_only, mirror
+    from arrowmt.reading._local import local_folder, local_only
+    from arrowmt.reading._mirror import CacheOptions, attached_file, mirror
     from arrowmt.reading._offsets_crc import PIECE_ROWS, STRETCH_PIECE_ROWS, ManyOffsetChecks, encode_offsets_crcs
     from arrowmt.reading._ragged import Ragged
     from arrowmt.reading._reader import (

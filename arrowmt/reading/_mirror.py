@@ -26,14 +26,13 @@ from arrowmt.files import atomic_output, exclusive_lock, write_bytes_atomic
 from arrowmt.format import MANIFEST_NAME, MAX_JSON_BYTES, Manifest, parse_json, read_json
 from arrowmt.reading._block_index import index_name, read_block_index
 from arrowmt.reading._spans import take_flat
-from arrowmt.storage import STATE_DIR, is_url, local_only_path, local_path
+from arrowmt.storage import MIRROR_SOURCE, STATE_DIR, is_mirror
 
 if TYPE_CHECKING:  # loaded where a URL or a cache folder is read: a local reader never loads the block cache
     from arrowmt.storage import BlockFile, BlockStore, RemoteFolder
 
 CACHE_DIR_ENV = "ARROWMT_CACHE_DIR"
 CACHE_LIMIT_ENV = "ARROWMT_CACHE_LIMIT"
-SOURCE_NAME = "source.json"
 MAX_CACHE_LIMIT = 1 << 62  # bytes: beyond any disk, within int64 arithmetic
 SIDE_SLACK = 256 << 20  # bytes a dictionary, row order or block index may take beyond the split files' size
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -71,26 +70,6 @@ class CacheOptions:
     @classmethod
     def of(cls, cache_dir: str | os.PathLike[str] | None, cache_limit: object) -> CacheOptions:
         return cls(Path(cache_dir) if cache_dir is not None else default_cache_dir(), check_cache_limit(cache_limit))
-
-
-def local_only(path: str | os.PathLike[str], name: str, what: str) -> Path:
-    """``path`` as a local folder; InvalidParameterError naming ``name`` for a URL: ``what`` reads local corpora only
-    (copy one to disk first with ``arrowmt stage``)."""
-    expected = f"a local arrowmt folder ({what} reads corpora on local disk)"
-    return local_only_path(path, name, expected, "copy it first: arrowmt stage {url} LOCAL_FOLDER")
-
-
-def local_folder(
-    path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None, cache_limit: object = None
-) -> Path:
-    """``path`` itself for a local folder; for a URL, the folder caching it (:func:`mirror`).
-
-    ``cache_dir`` defaults to :func:`default_cache_dir`, ``cache_limit`` (bytes, or ``"20G"``)
-    to ``$ARROWMT_CACHE_LIMIT``, else no limit.
-    """
-    if not is_url(path):
-        return local_path(path)
-    return mirror(str(path), CacheOptions.of(cache_dir, cache_limit))
 
 
 def mirror(url: str, options: CacheOptions) -> Path:
@@ -156,7 +135,7 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
 
 def _write_source(folder: Path, url: str, limit: int | None) -> None:
     text = json.dumps({"url": url, "cache_limit": limit}, sort_keys=True).encode()
-    path = folder / STATE_DIR / SOURCE_NAME
+    path = folder / STATE_DIR / MIRROR_SOURCE
     if not path.is_file() or path.read_bytes() != text:
         write_bytes_atomic(path, text)
 
@@ -175,10 +154,9 @@ def attached_file(path: Path) -> BlockFile | None:
 
 
 def _open_store(folder: Path) -> BlockStore | None:
-    source = folder / STATE_DIR / SOURCE_NAME
-    if not source.is_file():
+    if not is_mirror(folder):
         return None
-    config = _source_config(source)
+    config = _source_config(folder / STATE_DIR / MIRROR_SOURCE)
     manifest = Manifest.load(folder)
     entries = list(manifest.files.values())
     indexes = [read_block_index(folder / index_name(e.file), e.size, e.sha256) for e in entries]

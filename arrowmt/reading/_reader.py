@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -50,9 +51,12 @@ from arrowmt.io import (
     read_ahead,
     will_need,
 )
-from arrowmt.reading._mirror import attached_file, guarded_copy
 from arrowmt.reading._offsets_crc import OffsetChecks
 from arrowmt.reading._spans import flat_positions, take_flat
+from arrowmt.storage import is_mirror
+
+if TYPE_CHECKING:
+    from arrowmt.storage import BlockFile
 
 IPC_FILE_MAGIC = b"ARROW1"
 
@@ -134,7 +138,7 @@ class SplitFile:
         self._open()
 
     def _open(self) -> None:
-        self.remote = attached_file(self.path)  # the block cache when the file caches a remote one
+        self.remote = _attached(self.path)  # the block cache when the file caches a remote one
         self.identity, self._map = _map_file(self.path)
         advise(self._map, self.access)
         self.stamp = FileStamp.of(self.identity)
@@ -218,6 +222,8 @@ class SplitFile:
         """The word ranges ``[starts[i], starts[i] + lengths[i])`` concatenated (a copy; fetched first when remote)."""
         if self.remote is None:
             return take_flat(self.words, starts, lengths)
+        from arrowmt.reading._mirror import guarded_copy  # loaded by _attached already
+
         return guarded_copy(self.remote, self.words, starts, lengths)
 
     def stretch_ranges(self, column: str, starts: np.ndarray, ends: np.ndarray) -> tuple[WordRanges, np.ndarray]:
@@ -649,3 +655,14 @@ def check_indices(indices: np.ndarray, n: int, where: object) -> None:
     if indices.size and np.maximum.reduce(indices.view(np.uint64), axis=None) >= n:
         bad = indices[(indices < 0) | (indices >= n)][0]
         raise IndexError(f"{where}: row {int(bad)} out of range (expected 0 <= row < {n})")
+
+
+def _attached(path: Path) -> BlockFile | None:
+    """The block cache's file of split file ``path`` when its folder mirrors a remote corpus, else None. The
+    mirror's code (the block store, block indexes) is loaded for a mirror only: reading a local corpus never pays
+    for it (memory in every rank)."""
+    if not is_mirror(path.parent):
+        return None
+    from arrowmt.reading._mirror import attached_file
+
+    return attached_file(path)

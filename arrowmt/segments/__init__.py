@@ -13,6 +13,8 @@ from arrowmt._lazy import attach
 if TYPE_CHECKING:
     from arrowmt.segments._sampled import (
         BUILD_HINT,
+        DRAWS_FORMAT,
+        DRAWS_NAME,
         FORMS_DIR,
         FORMS_SPLIT,
         LAYERS_KEY,

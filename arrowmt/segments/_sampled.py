@@ -6,15 +6,18 @@ corpus, as two ordinary arrowmt folders, so that every integrity check of a corp
 
 * ``sampled/words``: the corpus's splits again, each row the ids of its words (the pieces between two word
   starts, ``▁``) in a dictionary of words (``dict.<lang>.txt``, one symbol per distinct word), ``</s>`` last;
-* ``sampled/forms``: the split ``forms``, holding (per column) ``T_w`` sampled segmentations of each word ``w``
-  (``min(K * count, max_draws)`` draws of sentencepiece's sampler, ``max_draws`` <= 256), in pieces of the
-  corpus's dictionary extended by every piece a sample uses (``dict.<lang>.txt`` there). Word ids run by count,
-  descending, so ``T_w`` never grows with ``w``: the forms are stored in layers, layer ``t`` holding form ``t``
-  of the ``layers[t]`` words that have more than ``t``, and form ``t`` of word ``w`` is row
-  ``layer_rows(layers)[t] + w``. The manifest records ``layers`` per column (``provenance["layers"]``, at most
-  256 numbers).
+* ``sampled/forms``: each word ``w`` has ``T_w`` draws of sentencepiece's sampler (``min(K * count,
+  max_draws)``, ``max_draws`` <= 256), of which ``F_w`` differ (a frequent short word has few segmentations).
+  The split ``forms`` holds (per column) the distinct forms, word after word, in pieces of the corpus's
+  dictionary extended by every piece a sample uses (``dict.<lang>.txt`` there). The side file
+  ``draws.<column>.bin`` (:data:`DRAWS_FORMAT`; header: words, draws, forms) holds the first row of each word's
+  forms (uint32, one more for the end), then which of its word's forms each draw is (a byte a draw). Word ids run
+  by count, descending, so ``T_w`` never grows with ``w``: the draws are stored in layers, layer ``t`` holding draw
+  ``t`` of the ``layers[t]`` words that have more than ``t``, and draw ``t`` of word ``w`` is byte
+  ``layer_rows(layers)[t] + w`` of the draws. The manifest records ``layers`` per column
+  (``provenance["layers"]``, at most 256 numbers).
 
-In sample ``s`` (0 .. ``K`` - 1) the ``j``-th word of row ``r`` takes form ``(h(r, j) + s) % T_w``, ``h`` a hash:
+In sample ``s`` (0 .. ``K`` - 1) the ``j``-th word of row ``r`` takes draw ``(h(r, j) + s) % T_w``, ``h`` a hash:
 each occurrence of a rare word has ``K`` draws of its own, one per sample, and the occurrences of a frequent word
 spread over its draws. Reading a row in a sample gathers its words' forms: training reads each epoch from a copy
 of the corpus in that epoch's samples (:func:`arrowmt.copies.epoch_copy`), written once.
@@ -34,12 +37,14 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
 from arrowmt._arrays import row_blocks
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt.files import CheckedArray, SideFile, SideFormat, open_side_file
 from arrowmt.format import MANIFEST_NAME, Dictionary, Manifest
 from arrowmt.reading import Spans, exclusive_cumsum, take_flat
 from arrowmt.splits import Split
@@ -48,12 +53,16 @@ SAMPLED_DIR = "sampled"  # in the corpus folder
 WORDS_DIR = "words"
 FORMS_DIR = "forms"
 FORMS_SPLIT = "forms"
-LAYERS_KEY = "layers"  # the forms folder's provenance entry: column -> how many words have more than t forms
+LAYERS_KEY = "layers"  # the forms folder's provenance entry: column -> how many words have more than t draws
+DRAWS_NAME = "draws.{column}.bin"  # in the forms folder: which distinct form each draw is, a byte a draw
 SEGMENTATION_KEY = "segmentation"  # the provenance entry both folders record
 MAX_SAMPLES = 255
 LENGTH_BLOCK = 1 << 18  # rows whose lengths are taken at once
-MAX_FORMS = 256  # draws of one word at most (a frequent word's occurrences share them)
+MAX_FORMS = 256  # draws of one word at most (a frequent word's occurrences share them): a byte names each one's form
 BUILD_HINT = "arrowmt.add_sampled_segmentations(corpus, spm_model, samples=K) (or convert text --spm-samples K)"
+DRAWS_FORMAT = SideFormat(  # fields: words, draws, forms; body: first form of each word (uint32), a byte a draw
+    "draws", b"ARROWMT-DRAWS\x00\x00\x00", 1, "QQQ", f"rebuild the samples with {BUILD_HINT}", cache=False
+)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's constants
 _ROWS = np.uint64(0x632BE59BD9B4E019)  # the key of the rows' hash (any odd constant)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -151,8 +160,8 @@ class SampledSplit:
         self.forms = Split(folder / FORMS_DIR, FORMS_SPLIT)
         self.info = Segmentation.of(self.words.manifest, folder / WORDS_DIR)
         self._check_made_from(folder)
-        self._layers = {col: _layers(self.forms, col, self.words.metadata.columns[col].vocab_size, folder)
-                        for col in self.columns}  # fmt: skip
+        self._draws = {col: _Draws.opened(self.forms, col, self.words.metadata.columns[col].vocab_size, folder)
+                       for col in self.columns}  # fmt: skip
 
     def _check_made_from(self, folder: Path) -> None:
         forms = Segmentation.of(self.forms.manifest, folder / FORMS_DIR)
@@ -202,12 +211,10 @@ class SampledSplit:
 
     def max_length(self, column: str) -> int:
         """The most pieces (``</s>`` included) a row of ``column`` can take in any sample: each word's longest
-        draw, summed (what a model's positions must cover)."""
-        sizes, starts = self._layers[column]
-        drawn = self.forms.lengths(column)
-        longest = np.zeros(int(sizes[0]), dtype=np.int64)
-        for size, start in zip(sizes.tolist(), starts.tolist(), strict=True):
-            np.maximum(longest[:size], drawn[start : start + size], out=longest[:size])
+        form, summed (what a model's positions must cover)."""
+        draws = self._draws[column]
+        first = draws.first.slice(0, len(draws.first)).astype(np.int64)
+        longest = np.maximum.reduceat(self.forms.lengths(column)[: int(first[-1])], first[:-1])
         most = 0
         for rows in row_blocks(len(self), LENGTH_BLOCK):
             words = self.words.column_spans(column, rows)
@@ -217,13 +224,19 @@ class SampledSplit:
 
     def fingerprint(self) -> str:
         """Identity of the rows in every sample: the corpus split's, and the samples' files."""
-        text = f"sampled:{self.corpus.fingerprint()}:{self.words.fingerprint()}:{self.forms.fingerprint()}"
+        draws = ":".join(f"{self._draws[col].side.crc:08x}" for col in self.columns)
+        text = f"sampled:{self.corpus.fingerprint()}:{self.words.fingerprint()}:{self.forms.fingerprint()}:{draws}"
         return hashlib.sha256(text.encode()).hexdigest()
 
     def check_unchanged(self) -> None:
         """FormatError if a file of the corpus split or of its samples changed since opening."""
         for split in (self.corpus, self.words, self.forms):
             split.check_unchanged()
+        for draws in self._draws.values():
+            if _stamp(draws.side.path.stat()) != _stamp(draws.side.stat):
+                raise FormatError(
+                    f"{draws.side.path}: changed since it was opened; rebuild the samples with {BUILD_HINT}"
+                )
 
     def _forms(self, column: str, rows: np.ndarray, samples: np.ndarray) -> tuple[Spans, Spans]:
         """The rows' words, and the form of each word the rows' samples give it."""
@@ -235,20 +248,30 @@ class SampledSplit:
             )
         words = self.words.column_spans(column, rows)
         ids = take_flat(words.words, words.starts, words.lengths).astype(np.int64)
-        sizes, starts = self._layers[column]
-        if ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < sizes[0]:
-            bad = int(np.flatnonzero((ids < 0) | (ids >= sizes[0]))[0])
-            row = int(rows[np.searchsorted(np.cumsum(words.lengths), bad, side="right")])
-            raise FormatError(
-                f"{self.words.path} split {self.words.split!r} {column} row {row}: word id {int(ids[bad])}, "
-                f"expected 0 <= id < {int(sizes[0])} (the words' dictionary); rebuild them with {BUILD_HINT}"
-            )
-        forms = sizes.shape[0] - np.searchsorted(sizes[::-1], ids, side="right")  # layers holding a form of each word
+        draws = self._draws[column]
+        words_known = int(draws.layers[0])
+        if ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < words_known:
+            self._refuse(column, rows, words, np.flatnonzero((ids < 0) | (ids >= words_known))[0],
+                         f"word id {{}}, expected 0 <= id < {words_known} (the words' dictionary)", ids)  # fmt: skip
         position = np.arange(ids.shape[0], dtype=np.uint64) - np.repeat(exclusive_cumsum(words.lengths),
                                                                         words.lengths).astype(np.uint64)  # fmt: skip
         occurrence = mix64(position, np.uint64(0)) ^ np.repeat(mix64(rows.astype(np.uint64), _ROWS), words.lengths)
         draw = (occurrence >> np.uint64(33)).astype(np.int64) + np.repeat(samples, words.lengths)
-        return words, self.forms.column_spans(column, starts[draw % forms] + ids)
+        held = draws.layers.shape[0] - np.searchsorted(draws.layers[::-1], ids, side="right")  # draws of each word
+        form = draws.draws.take(draws.rows[draw % held] + ids).astype(np.int64)
+        first, end = draws.first.take(ids).astype(np.int64), draws.first.take(ids + 1).astype(np.int64)
+        wrong = (first + form >= end) | (end > draws.forms)
+        if wrong.any():
+            bad = int(np.flatnonzero(wrong)[0])
+            self._refuse(column, rows, words, bad, f"word {{}} takes form {int(form[bad])} of rows {int(first[bad])} "
+                         f"to {int(end[bad])} (of {draws.forms}) in {draws.side.path}", ids)  # fmt: skip
+        return words, self.forms.column_spans(column, first + form)
+
+    def _refuse(self, column: str, rows: np.ndarray, words: Spans, bad: int, what: str, ids: np.ndarray) -> NoReturn:
+        """FormatError naming the row that holds word occurrence ``bad`` (``what``: the problem, ``{}`` its id)."""
+        row = int(rows[np.searchsorted(np.cumsum(words.lengths), bad, side="right")])
+        raise FormatError(f"{self.words.path} split {self.words.split!r} {column} row {row}: "
+                          f"{what.format(int(ids[bad]))}; rebuild them with {BUILD_HINT}")  # fmt: skip
 
 
 def row_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -265,20 +288,64 @@ def layer_rows(layers: np.ndarray) -> np.ndarray:
     return exclusive_cumsum(np.asarray(layers, dtype=np.int64))
 
 
-def _layers(forms: Split, column: str, words: int, folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The layer sizes the forms folder records for ``column``, checked against the split (FormatError)."""
+@dataclass(frozen=True)
+class _Draws:
+    """A column's draws: how many words have more than ``t`` draws (``layers``) and each layer's first byte of the
+    draws (``rows``); its side file, the first form row of each word (``first``), the draws' forms (``draws``)."""
+
+    layers: np.ndarray
+    rows: np.ndarray
+    side: SideFile
+    first: CheckedArray
+    draws: CheckedArray
+    forms: int
+
+    @classmethod
+    def opened(cls, forms: Split, column: str, words: int, folder: Path) -> _Draws:
+        """The layers the forms folder records for ``column`` and its draws file, checked (FormatError)."""
+        layers = _recorded_layers(forms, column, words, f"{folder / FORMS_DIR}: manifest provenance")
+        path = folder / FORMS_DIR / DRAWS_NAME.format(column=column)
+        if not os.path.lexists(path):
+            raise FormatError(f"{path}: missing (samples made before draws files, or damaged); rebuild them with "
+                              f"{BUILD_HINT}")  # fmt: skip
+        side = _open_draws(path, words, int(layers.sum()), len(forms))
+        used = int(side.values[2])
+        _check_filled(forms, column, used, f"{path} (its forms)")
+        first = side.array(np.uint32, words + 1, 0)
+        return cls(layers, layer_rows(layers), side, first, side.array(np.uint8, int(layers.sum()), 4 * (words + 1)),
+                   used)  # fmt: skip
+
+
+def _recorded_layers(forms: Split, column: str, words: int, where: str) -> np.ndarray:
+    """The draws' layer sizes ``provenance["layers"][column]``: 1 to ``MAX_FORMS`` sizes from ``words`` down."""
     recorded = forms.manifest.provenance.get(LAYERS_KEY)
     sizes = recorded.get(column) if isinstance(recorded, dict) else None
-    where = f"{folder / FORMS_DIR}: manifest provenance[{LAYERS_KEY!r}][{column!r}]"
+    where = f"{where}[{LAYERS_KEY!r}][{column!r}]"
     if not isinstance(sizes, list) or not all(type(n) is int for n in sizes):
         raise FormatError(f"{where}: expected a list of integers, got {sizes!r}")
     array = np.array(sizes, dtype=np.int64)
     if not 1 <= array.shape[0] <= MAX_FORMS or array[0] != words or (np.diff(array) > 0).any() or array[-1] < 1:
         raise FormatError(f"{where}: expected 1 to {MAX_FORMS} sizes from {words} (the words) down, got {sizes}")
-    if int(array.sum()) > len(forms):
-        raise FormatError(f"{where}: {int(array.sum())} forms, but the split holds {len(forms)} rows")
-    _check_filled(forms, column, int(array.sum()), where)
-    return array, layer_rows(array)
+    return array
+
+
+def _stamp(stat: os.stat_result) -> tuple[int, int, int]:
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _open_draws(path: Path, words: int, draws: int, rows: int) -> SideFile:
+    """A column's draws file: its header counts ``words`` and ``draws`` (the manifest's layers) and at most ``rows``
+    forms (the split's rows); FormatError otherwise."""
+
+    def check(side: SideFile) -> None:
+        found = tuple(side.values)
+        if found[:2] != (words, draws) or not 1 <= found[2] <= rows:
+            raise FormatError(
+                f"{path}: expected {words} words, {draws} draws (the manifest's layers) and 1 to {rows} forms (the "
+                f"split's rows), got {found}; rebuild the samples with {BUILD_HINT}"
+            )
+
+    return open_side_file(path, DRAWS_FORMAT, lambda _, fields: 4 * (int(fields[0]) + 1) + int(fields[1]), check)
 
 
 def _check_filled(forms: Split, column: str, used: int, where: str) -> None:

@@ -55,7 +55,7 @@ class Split:
         (default; training reads rows all over the files), ``"sequential"``, ``"normal"``.
         ``path`` may be a URL (``s3://bucket/prefix``): the corpus is then read through a
         node-local cache in ``cache_dir`` holding at most ``cache_limit`` bytes (see
-        :func:`arrowmt.reading._mirror.local_folder`).
+        :func:`arrowmt.reading._local.local_folder`).
         """
         self.path = local_folder(path, cache_dir, cache_limit)
         self.split = split

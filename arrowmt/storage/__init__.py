@@ -14,10 +14,12 @@ from arrowmt._lazy import attach
 if TYPE_CHECKING:
     from arrowmt.storage._ranges import block_bounds, block_runs, block_uses, covered_blocks
     from arrowmt.storage._remote import RemoteFolder, request_buffer
-    from arrowmt.storage._state import STATE_DIR
     from arrowmt.storage._store import BlockFile, BlockStore, CachedFile, Snapshot
     from arrowmt.storage._urls import (
         DOWNLOAD_FIRST,
+        MIRROR_SOURCE,
+        STATE_DIR,
+        is_mirror,
         is_url,
         local_only_path,
         local_output,

@@ -24,8 +24,6 @@ import numpy as np
 
 from arrowmt._errors import StorageError
 
-STATE_DIR = ".arrowmt-remote"  # a cache folder's own files: the state, the block locks, the source
-
 MAGIC = b"AMTCACH2"  # version 2: next_use and later_use
 HEADER = struct.Struct("<8sQ")
 NO_USE = np.iinfo(np.int64).max

@@ -37,7 +37,8 @@ from arrowmt._errors import StorageError
 from arrowmt.storage._punch import punch_hole
 from arrowmt.storage._ranges import block_runs, block_uses, covered_blocks
 from arrowmt.storage._remote import RemoteFolder, request_buffer, write_exactly
-from arrowmt.storage._state import NO_USE, STATE_DIR, CacheState
+from arrowmt.storage._state import NO_USE, CacheState
+from arrowmt.storage._urls import STATE_DIR
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

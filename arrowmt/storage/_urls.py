@@ -1,4 +1,5 @@
-"""Which paths name remote folders: the one test every reader makes, without loading the remote client."""
+"""Which paths name remote folders, and which local folders mirror one: the tests every reader makes, without
+loading the remote client or the block cache."""
 
 from __future__ import annotations
 
@@ -12,12 +13,19 @@ from arrowmt._errors import InvalidParameterError
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 FILE_URL = "file://"
+STATE_DIR = ".arrowmt-remote"  # a cache folder's own files: the state, the block locks, the source
+MIRROR_SOURCE = "source.json"  # in STATE_DIR: the remote folder a local folder mirrors
 
 
 def is_url(path: object) -> bool:
     """True for ``scheme://...`` strings other than ``file://`` (those are local folders)."""
     text = os.fspath(path) if isinstance(path, os.PathLike) else path
     return isinstance(text, str) and bool(URL.match(text)) and not text.lower().startswith(FILE_URL)
+
+
+def is_mirror(folder: Path) -> bool:
+    """True for a local folder that caches a remote corpus (its state folder records the source)."""
+    return (folder / STATE_DIR / MIRROR_SOURCE).is_file()
 
 
 def local_path(path: str | os.PathLike[str]) -> Path:

@@ -9,7 +9,8 @@ reads here safe; pyarrow's full validation runs last, as a backstop.
 The folder-level checks: the manifest lists at least one split file, every listed
 dictionary loads, and every column names a dictionary the manifest lists.
 
-Side files found beside the corpus are checked too: every view (``*.view`` in the
+A corpus's sampled segmentations (``sampled/``) are checked as two folders of their own, and each split is
+opened in its samples. Side files found beside the corpus are checked too: every view (``*.view`` in the
 folder or in a folder inside it) is opened over the corpus as a reader opens it
 (header, description, row order, CRC-32, made from this corpus), and every cached batch
 plan and block table in ``.arrowmt-cache`` must be a regular file whose header and
@@ -53,6 +54,7 @@ from arrowmt.format import (
     unterminated_row,
 )
 from arrowmt.reading import SplitFile, attached_file, local_folder
+from arrowmt.segments import BUILD_HINT, DRAWS_FORMAT, DRAWS_NAME, FORMS_DIR, WORDS_DIR, SampledSplit, sampled_folder
 from arrowmt.splits import block_orders, check_order_marker, check_row_order, column_place, mismatch_error, order_files
 from arrowmt.views._view import VIEW_SUFFIX, View
 
@@ -76,7 +78,7 @@ class VerifyReport:
     rows: int = 0
     tokens: int = 0
     problems: list[str] = field(default_factory=list)
-    side_files: int = 0  # views and cache files found sound
+    side_files: int = 0  # views, cache files and sampled segmentations' files found sound
 
     @property
     def ok(self) -> bool:
@@ -102,14 +104,50 @@ def verify_dataset(
     manifest = Manifest.load(folder)
     if not manifest.files:
         report.problems.append(f"{folder / MANIFEST_NAME}: lists no split files (expected at least one)")
-    vocab_sizes = _dictionary_sizes(folder, manifest, report)
-    pieces = _block_pieces(manifest)
     with progress_bar(total=len(manifest.files), desc="verify", unit="step", enabled=progress) as bar:
-        for name, entry in sorted(manifest.files.items()):
-            _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar, terminated=name not in pieces)
+        _verify_files(folder, manifest, report, bar)
         _verify_side_files(folder, report, bar)
         _verify_plan_orders(folder, manifest, report, bar)
+        _verify_samples(folder, manifest, report, bar)
     return report
+
+
+def _verify_files(folder: Path, manifest: Manifest, report: VerifyReport, bar: tqdm) -> None:
+    """Every split file the manifest of ``folder`` lists, checked whole, with the dictionaries they name."""
+    vocab_sizes = _dictionary_sizes(folder, manifest, report)
+    pieces = _block_pieces(manifest)
+    for name, entry in sorted(manifest.files.items()):
+        _verify_file(split_path(folder, name), entry, vocab_sizes, report, bar, terminated=name not in pieces)
+
+
+def _verify_samples(folder: Path, manifest: Manifest, report: VerifyReport, bar: tqdm) -> None:
+    """A corpus's sampled segmentations (``sampled/``, if any): both folders' files and the draws files checked
+    whole, then each split opened in its samples as training opens it (made from this corpus, the layers of draws
+    as recorded)."""
+    sampled = sampled_folder(folder)
+    if not sampled.is_dir():
+        return
+    for inner in (sampled / WORDS_DIR, sampled / FORMS_DIR):
+        try:
+            inner_manifest = Manifest.load(inner)
+        except (ArrowMTError, OSError) as exc:
+            report.problems.append(f"{exc} (sampled segmentations: rebuild them with {BUILD_HINT})")
+            return
+        bar.total += len(inner_manifest.files)
+        bar.refresh()
+        files = VerifyReport()  # the corpus's rows and tokens are counted once, in its own files
+        _verify_files(inner, inner_manifest, files, bar)
+        report.problems.extend(files.problems)
+        report.side_files += files.files
+    for path in sorted((sampled / FORMS_DIR).glob(DRAWS_NAME.format(column="*"))):
+        _count_or_report(report, lambda path=path: _check_side_file(path, DRAWS_FORMAT), "")
+    for split in manifest.splits():
+        _count_or_report(report, lambda split=split: _open_in_samples(folder, split), "")
+
+
+def _open_in_samples(folder: Path, split: str) -> None:
+    """FormatError unless ``split`` opens in its samples (not counted as a side file)."""
+    SampledSplit(folder, split)
 
 
 def _block_pieces(manifest: Manifest) -> set[str]:

@@ -169,7 +169,7 @@ if TYPE_CHECKING:
     from arrowmt.reading._ragged import Ragged
     from arrowmt.reading._reader import SplitFile, ensure_offsets_checked, open_split_file
     from arrowmt.reading._spans import Spans, as_spans, take_flat
-    from arrowmt.segments._sampled import epoch_samples, layer_rows, row_sums, sampled_folder
+    from arrowmt.segments._sampled import DRAWS_FORMAT, epoch_samples, layer_rows, row_sums, sampled_folder
     from arrowmt.splits._dictionaries import file_digest
     from arrowmt.splits._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
     from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys

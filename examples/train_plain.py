@@ -111,12 +111,6 @@ def longest_row(data: str) -> int:
     return longest
 
 
-def dictionaries(data: str) -> dict[str, Dictionary]:
-    """The source and target dictionaries, by column, as the manifest names them."""
-    manifest = Manifest.load(data)
-    return {c: Dictionary.load(Path(data) / manifest.dictionaries[lang]) for c, lang in manifest.languages.items()}
-
-
 def build_model(data: str, ds: ArrowMTDataset | ArrowMTSampledDataset, dim: int) -> Seq2Seq:
     columns = ds.metadata.columns  # a sampled dataset's: the dictionaries extended by the pieces only samples use
     longest = longest_row(data)
@@ -196,10 +190,10 @@ def translate(model: Seq2Seq, ds: ArrowMTDataset, rows: list[int], batch_size: i
     return hypotheses
 
 
-def report_test(model: Seq2Seq, data: str, args: argparse.Namespace) -> None:
-    """Show a few greedy translations of the test split and BLEU over ``--bleu-sentences`` of them."""
+def report_test(model: Seq2Seq, data: str, args: argparse.Namespace, vocab: dict[str, Dictionary]) -> None:
+    """Show a few greedy translations of the test split and BLEU over ``--bleu-sentences`` of them (``vocab``: the
+    dictionaries the model was trained with, by column: a sampled dataset's extend the corpus's)."""
     test = open_dataset(data, "test")
-    vocab = dictionaries(data)
     rows = list(range(min(len(test), max(args.show, args.bleu_sentences))))
     hypotheses = [detokenize(vocab["target"], h) for h in translate(model, test, rows)]
     references = [detokenize(vocab["target"], test.row("target", i).tolist()) for i in rows]
@@ -300,7 +294,7 @@ def train(args: argparse.Namespace) -> None:
         if args.save:
             save_checkpoint(args.save, model, optimizer, loader, at)
     print(f"parameters sha256 {parameters_sha256(model)}")
-    report_test(model, args.data, args)
+    report_test(model, args.data, args, {column: ds.dictionary(column) for column in ds.columns})
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -62,11 +62,15 @@ def test_each_epoch_reads_other_samples_with_its_own_batches(side: Side, two_epo
     assert two_epochs.records("test"), "no validation ran"
 
 
-def test_a_run_resumed_in_epoch_2_continues_exactly(side: Side, two_epochs: Run) -> None:
+def test_a_run_resumed_in_epoch_2_continues_exactly(side: Side, two_epochs: Run, tmp_path: Path) -> None:
+    """Stopped in epoch 2 and resumed, with the epochs' copies in --arrow-plan-cache-dir (the samples are the
+    uninterrupted run's, whose copies went to the corpus's own cache)."""
     first = epoch_updates(two_epochs)[0]
     stop = first + 3
-    train(side, "until", "--max-update", str(stop), save="ckpt")
-    resumed = train(side, "resumed", "--max-update", str(first + 8), save="ckpt")
+    cache = ("--arrow-plan-cache-dir", str(tmp_path / "plans"))
+    train(side, "until", "--max-update", str(stop), *cache, save="ckpt")
+    resumed = train(side, "resumed", "--max-update", str(first + 8), *cache, save="ckpt")
+    assert [p.name[:8] for p in (tmp_path / "plans").iterdir() if p.is_dir()] == ["sampled-"]
     assert f"(epoch 2 @ {stop} updates)" in resumed.log
     straight = [r for r in two_epochs.records("train_inner") if stop < int(r["num_updates"]) <= first + 8]
     assert resumed.records("train_inner") == straight and len(straight) == 5

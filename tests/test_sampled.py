@@ -4,6 +4,7 @@ on it, checked against sentencepiece itself (decoding, its own sampler's distrib
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from arrowmt import (
@@ -32,9 +34,11 @@ from arrowmt import (
     summarize,
     verify_dataset,
 )
+from arrowmt.files import open_side_file, write_side_file
 from arrowmt.format import Dictionary
 from arrowmt.reading import Ragged
 from arrowmt.testing import (
+    DRAWS_FORMAT,
     TIE_TOLERANCE,
     Segmenter,
     check_deterministic,
@@ -353,6 +357,32 @@ def test_the_plain_example_trains_on_samples_and_resumes_exactly(tmp_path: Path,
     assert sizes is not None and int(sizes.group(1)) >= 2 * max(ds.max_length(c) for c in ds.columns) + 2
 
 
+def test_the_plain_example_decodes_pieces_only_samples_use(
+    corpus: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model trained on samples may emit a piece the corpus's own dictionary lacks (seen in the experiment at
+    alpha 0.5): the example decodes its test translations with the dictionaries it trained with."""
+    import importlib.util
+
+    from tests.test_examples import EXAMPLE
+
+    spec = importlib.util.spec_from_file_location("train_plain", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, example)  # its dataclasses look their module up
+    spec.loader.exec_module(example)
+    ds = open_dataset(corpus, "train", segmentation="sampled")
+    vocab = {column: ds.dictionary(column) for column in ds.columns}
+    extra = len(open_dataset(corpus, "train").dictionary("target"))  # the first piece only samples use
+    assert extra < len(vocab["target"])
+    model = example.build_model(str(corpus), ds, 16)
+    with torch.no_grad():
+        model.project.bias[extra] = 100.0  # every step emits that piece
+    args = example.parse_args(["--data", str(corpus), "--show", "1", "--bleu-sentences", "2"])
+    example.report_test(model, str(corpus), args, vocab)
+    assert vocab["target"].symbols[extra].replace("\u2581", "") in capsys.readouterr().out
+
+
 def test_a_failed_rebuild_leaves_the_samples_and_edited_layers_are_refused(
     tmp_path: Path, corpus: Path, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -374,11 +404,24 @@ def test_a_failed_rebuild_leaves_the_samples_and_edited_layers_are_refused(
     data = json.loads(manifest.read_text())
     original = json.loads(json.dumps(data["provenance"]["layers"]))
     layers = data["provenance"]["layers"]["source"]
-    layers[1], layers[2] = layers[1] - 1, layers[2] + 1  # the same count, shifted: other rows would be read
+    t = next(t for t in range(1, len(layers) - 2) if layers[t] - layers[t + 1] >= 2)
+    layers[t], layers[t + 1] = layers[t] - 1, layers[t + 1] + 1  # the same count, still falling: other draws read
     manifest.write_text(json.dumps(data))
-    with pytest.raises(FormatError, match="layers"):
+    with pytest.raises(FormatError, match=r"draws.source.bin: expected .* \(layers digest differs\)"):
         SampledSplit(copy, "train")
     manifest.write_text(json.dumps({**data, "provenance": {**data["provenance"], "layers": original}}))
+    draws = sampled_folder(copy) / "forms" / "draws.source.bin"
+    sound = draws.read_bytes()
+    side = open_side_file(draws, DRAWS_FORMAT, None)
+    words, count, forms, digest = side.values
+    first = np.frombuffer(side.body(0, 4 * (words + 1)), dtype=np.uint32).copy()
+    body = side.body(4 * (words + 1), 4 * (words + 1) + count)
+    side.map.close()
+    first[5], first[6] = first[6], first[5]  # written with sound checksums: only the check of the rows sees it
+    write_side_file(draws, DRAWS_FORMAT, (words, count, forms, digest), [first, np.frombuffer(body, np.uint8)])
+    with pytest.raises(FormatError, match="first form row rising from 0"):
+        SampledSplit(copy, "train")
+    draws.write_bytes(sound)
     (sampled_folder(copy) / "forms" / "draws.target.bin").unlink()  # as samples made before draws files
     with pytest.raises(FormatError, match=r"draws.target.bin: missing \(samples made before draws files"):
         SampledSplit(copy, "train")
@@ -411,6 +454,22 @@ def test_verify_checks_the_samples_files_and_their_layers(tmp_path: Path, corpus
     assert len(problems) == len(SampledSplit(corpus, "train").corpus.manifest.splits())  # each split, in its samples
     assert all("provenance['layers']['target']" in problem for problem in problems), problems
     assert main(["verify", "--quiet", str(copy)]) == 2
+
+
+def test_sampled_datasets_pickle_and_read_the_same_in_spawned_workers(corpus: Path) -> None:
+    """A worker started by spawn (macOS, Python 3.14's default) unpickles the dataset: the draws files reopen."""
+    ds = open_dataset(corpus, "train", segmentation="sampled")
+    again = pickle.loads(pickle.dumps(ds))
+    rows = np.arange(20) + 3 * ds.rows  # epoch 3
+    pieces = [d.column_spans("target", rows).compact().words for d in (ds, again)]
+    assert np.array_equal(*pieces)
+    sampler = TokenBatchSampler(ds, max_tokens=2048, seed=2)
+    sampler.set_epoch(3)
+    collate = FairseqCollater(ds.special_ids)
+    expected = [b["net_input"]["src_tokens"] for b in DataLoader(ds, batch_sampler=sampler, collate_fn=collate)]
+    spawned = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=1, multiprocessing_context="spawn")
+    got = [b["net_input"]["src_tokens"] for b in spawned]
+    assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_seeds_keep_their_own_epoch_copies(corpus: Path) -> None:

@@ -287,6 +287,27 @@ def test_seq2seq_trainer_reads_sampled_segmentations_and_resumes_exactly(sampled
     assert _parameters_sha256(resumed.model) == _parameters_sha256(straight.model)
 
 
+def test_an_epoch_stopped_early_continues_from_its_last_trained_batch(parallel: Path) -> None:
+    """Batches a stopped Trainer epoch read ahead but never trained on come again in the next one; the windows
+    (Trainer epochs) run over the sampler's epochs one after another."""
+    ds = open_dataset(parallel, "train")
+    straight = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=5, prefetch=0)
+    expected = []
+    for epoch in (1, 2):
+        straight.set_epoch(epoch)
+        expected += list(straight)
+    batches = hf.TrainerBatches(TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=5, prefetch=0))
+    batches.set_epoch(0)
+    first = iter(batches)
+    got = [next(first) for _ in range(5)]  # read ahead
+    batches.count()
+    batches.count()  # two trained on, then the epoch stops (should_epoch_stop)
+    batches.set_epoch(1)
+    got = got[:2] + list(batches)
+    assert got == expected[: len(got)] and len(got) == 2 + len(batches)
+    assert batches.state_dict()["epoch"] == 1 and batches.state_dict()["batches_done"] == 2
+
+
 def _tiny_marian(parallel: Path) -> Any:
     """A Marian model of width 8 over ``parallel``'s joined dictionary (for checks that train nothing)."""
     config = transformers.MarianConfig(

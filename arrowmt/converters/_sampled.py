@@ -49,6 +49,7 @@ from arrowmt.segments import (
     WORDS_DIR,
     Segmentation,
     layer_rows,
+    layers_digest,
     row_sums,
     sampled_folder,
 )
@@ -69,9 +70,10 @@ MULTI_PAIR_REFUSAL = (
     "(convert each pair to its own folder)"
 )
 DEFAULT_NBEST = 64  # draw among the 64 best segmentations of a word (Kudo 2018's l = 64)
-MAX_NBEST = 1024
+MAX_NBEST = 512  # sentencepiece 0.2 refuses more
 NBEST, DROPOUT = "n-best", "dropout"  # how words are drawn: a unigram model's n best, a BPE model's dropout
-TIE_TOLERANCE = 0.01  # a word's score in a sentence may differ by float32 rounding from its score alone
+TIE_TOLERANCE = 0.1  # a word's score in a sentence may differ by float32 rounding from its score alone (rows of
+# up to about 10,000 pieces: the running score's float32 spacing there is below 0.01 a piece)
 
 
 def add_sampled_segmentations(
@@ -323,12 +325,14 @@ def _deduplicated(drawn: Spans, layers: np.ndarray) -> tuple[Spans, np.ndarray, 
     draws' layers: draw ``t`` of word ``w`` is row ``layer_rows(layers)[t] + w`` of ``drawn``). A frequent short
     word drawn 64 times may have only a few segmentations."""
     word = flat_positions(np.zeros(layers.shape[0], dtype=np.int64), layers)  # each draw's word, layer by layer
-    codes = pc.dictionary_encode(_form_keys(word, drawn)).indices.to_numpy().astype(np.int64)  # by first draw
-    running = np.maximum.accumulate(codes)
-    first = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])  # each distinct (word, form)'s first draw
+    codes = pc.dictionary_encode(_form_keys(word, drawn)).indices.to_numpy().astype(np.int64)
+    by_code = np.argsort(codes, kind="stable")
+    group = np.r_[True, codes[by_code][1:] != codes[by_code][:-1]]
+    first = np.empty(int(group.sum()), dtype=np.int64)
+    first[codes[by_code][group]] = by_code[group]  # each distinct (word, form)'s first draw, by code
     owner = word[first]
     counts = np.bincount(owner, minlength=int(layers[0]))
-    order = np.lexsort((np.arange(first.shape[0]), owner))  # by word, then by first draw: the forms' rows
+    order = np.lexsort((first, owner))  # by word, then by first draw (layer t before t + 1): the forms' rows
     starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     local = np.empty(first.shape[0], dtype=np.int64)
@@ -613,7 +617,7 @@ def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict
             forms[col] = column(_padded(table.forms, height), langs[col], name, table.pieces, f"forms of {col}")
         folder.write(FORMS_SPLIT, forms, specials)
         for col, table in tables.items():
-            header = (int(table.layers[0]), int(table.draws.shape[0]), len(table.forms))
+            header = (int(table.layers[0]), int(table.draws.shape[0]), len(table.forms), layers_digest(table.layers))
             sections = [table.first_forms, table.draws]
             name = DRAWS_NAME.format(column=col)
             write_side_file(folder.path / name, DRAWS_FORMAT, header, sections)

@@ -60,10 +60,10 @@ from arrowmt.training import GatheredBatch, GatheredBlocks, PlanSampler, as_tens
 
 _transformers = require("transformers", "transformers", "the transformers integration")
 _trainer_utils = require("transformers.trainer_utils", "transformers", "the transformers integration")
+_trainer = require("transformers.trainer", "transformers", "the transformers integration")
 
 LABEL_PAD = -100  # the label id Hugging Face losses ignore
 STATE_FILE = "arrowmt-sampler-{rank}.json"  # in each checkpoint folder, one per rank
-TRAINER_KEY = "trainer_position"  # a state's batches trained on in the Trainer's epoch
 
 # ----- collating --------------------------------------------------------------------------------
 
@@ -161,9 +161,10 @@ class TrainerBatches(Sampler[list[int]]):
     sampler's epochs (the Trainer's epoch ``e`` is the sampler's ``e + 1``).
 
     :meth:`count` counts the batches the model has trained on (the Trainer's ``training_step`` calls it);
-    :meth:`state_dict` records the sampler's position after the last of them, and the position in the Trainer's
-    epoch. After :meth:`resume`, the next iteration starts with as many empty placeholders as the Trainer's
-    ``skip_first_batches`` discards, then continues where the state says.
+    :meth:`state_dict` records the sampler's position after the last of them. Each Trainer epoch continues from that
+    position (batches a stopped epoch had read ahead are read again). After :meth:`resume`, the next iteration
+    starts with as many empty placeholders as the Trainer's ``skip_first_batches`` discards, then continues where
+    the state says.
     """
 
     def __init__(self, sampler: PlanSampler) -> None:
@@ -176,22 +177,26 @@ class TrainerBatches(Sampler[list[int]]):
         self.length = len(sampler)
         self._handed: deque[tuple[dict[str, Any], int]] = deque()  # each epoch batches came from: state, length
         self._trained = 0  # batches trained on in the oldest of those epochs (its position)
-        self._in_window = 0  # batches trained on in the Trainer's epoch
-        self._stream: Iterator[list[int]] | None = None
         self._placeholders = 0
+        self._resumed = False
 
     def __len__(self) -> int:
         return self.length
 
     def set_epoch(self, epoch: int) -> None:
-        """The Trainer's epochs are windows over the sampler's (see the class): the sampler moves on by itself."""
+        """The Trainer's epoch ``epoch`` (from 0): its first starts the sampler's epoch 1 afresh, unless a state was
+        loaded; the others are windows over the sampler's next batches (see the class)."""
+        if epoch == 0 and not self._resumed:
+            self.sampler.set_epoch(1)
+            self._handed = deque()
+        self._resumed = False
 
     def __iter__(self) -> Iterator[list[int]]:
         placeholders, self._placeholders = self._placeholders, 0
-        self._in_window = placeholders
-        if self._stream is None:
-            self._stream = self._epochs()
-        window = itertools.islice(self._stream, self.length - placeholders)
+        if self._handed:  # from the last batch trained on, not from what an earlier epoch read ahead
+            self.sampler.load_state_dict(self.state_dict())
+            self._handed = deque()
+        window = itertools.islice(self._epochs(), self.length - placeholders)
         return itertools.chain(itertools.repeat([], placeholders), window)
 
     def _epochs(self) -> Iterator[list[int]]:
@@ -211,23 +216,16 @@ class TrainerBatches(Sampler[list[int]]):
             self._handed.popleft()  # the batch is the next epoch's first
             self._trained = self._handed[0][0]["batches_done"]
         self._trained += 1
-        self._in_window += 1
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state after the last batch trained on (batches read ahead are not counted), and the
-        position in the Trainer's epoch."""
-        state = {**self._handed[0][0], "batches_done": self._trained} if self._handed else self.sampler.state_dict()
-        return {**state, TRAINER_KEY: self._in_window}
+        """The sampler's state after the last batch trained on (batches read ahead are not counted)."""
+        return {**self._handed[0][0], "batches_done": self._trained} if self._handed else self.sampler.state_dict()
 
-    def resume(self, state: dict[str, Any], trainer_skips: bool) -> None:
-        """Load ``state``; ``trainer_skips``: the Trainer will skip the batches already trained on in its epoch."""
-        state = dict(state)
-        saved = state.pop(TRAINER_KEY, None)
+    def resume(self, state: dict[str, Any], skipped: int) -> None:
+        """Load ``state``; ``skipped``: the batches the Trainer will skip at the start of its epoch (placeholders)."""
         self.sampler.load_state_dict(state)
-        self._stream, self._handed = None, deque()
-        same_world = state.get("num_replicas") == self.sampler.num_replicas
-        position = saved if isinstance(saved, int) and same_world else self.sampler.batches_done  # else: as saved
-        self._placeholders = position if trainer_skips and 0 < position < self.length else 0
+        self._handed, self._resumed = deque(), True
+        self._placeholders = skipped if 0 < skipped < self.length else 0
 
 
 class _EpochLoader(DataLoader):
@@ -345,8 +343,19 @@ class _ArrowMTBatches:
             checkpoint = _trainer_utils.get_last_checkpoint(self.args.output_dir) or True  # type: ignore[attr-defined]
         if isinstance(checkpoint, (str, os.PathLike)):
             state = load_sampler_state(checkpoint, self.args.process_index)  # type: ignore[attr-defined]
-            self._batches.resume(state, trainer_skips=not self.args.ignore_data_skip)  # type: ignore[attr-defined]
+            self._batches.resume(state, self._skipped(Path(checkpoint)))
         return super().train(checkpoint, *args, **kwargs)  # type: ignore[misc]
+
+    def _skipped(self, checkpoint: Path) -> int:
+        """The batches the Trainer skips at the start of its epoch when it resumes from ``checkpoint``: its own
+        arithmetic (``Trainer._init_training_state``), over this world's epoch length."""
+        args = self.args  # type: ignore[attr-defined]
+        if args.ignore_data_skip:
+            return 0
+        state = _transformers.TrainerState.load_from_json(str(checkpoint / _trainer.TRAINER_STATE_NAME))
+        accumulation = args.gradient_accumulation_steps
+        per_epoch = max(len(self._batches) // accumulation + int(len(self._batches) % accumulation > 0), 1)
+        return int(state.global_step % per_epoch) * accumulation
 
 
 def default_collater(dataset: Dataset | None, model: Any) -> TransformersCollater:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         Segmentation,
         epoch_samples,
         layer_rows,
+        layers_digest,
         recorded_segmentation,
         row_sums,
         sampled_folder,

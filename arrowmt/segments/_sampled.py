@@ -46,7 +46,7 @@ from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.files import CheckedArray, SideFile, SideFormat, open_side_file
 from arrowmt.format import MANIFEST_NAME, Dictionary, Manifest
-from arrowmt.reading import Spans, exclusive_cumsum, take_flat
+from arrowmt.reading import FileIdentity, Spans, exclusive_cumsum, take_flat
 from arrowmt.splits import Split
 
 SAMPLED_DIR = "sampled"  # in the corpus folder
@@ -60,8 +60,8 @@ MAX_SAMPLES = 255
 LENGTH_BLOCK = 1 << 18  # rows whose lengths are taken at once
 MAX_FORMS = 256  # draws of one word at most (a frequent word's occurrences share them): a byte names each one's form
 BUILD_HINT = "arrowmt.add_sampled_segmentations(corpus, spm_model, samples=K) (or convert text --spm-samples K)"
-DRAWS_FORMAT = SideFormat(  # fields: words, draws, forms; body: first form of each word (uint32), a byte a draw
-    "draws", b"ARROWMT-DRAWS\x00\x00\x00", 1, "QQQ", f"rebuild the samples with {BUILD_HINT}", cache=False
+DRAWS_FORMAT = SideFormat(  # fields: words, draws, forms, the layers' digest; body: each word's first form (u32), draws
+    "draws", b"ARROWMT-DRAWS\x00\x00\x00", 1, "QQQ32s", f"rebuild the samples with {BUILD_HINT}", cache=False
 )
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's constants
 _ROWS = np.uint64(0x632BE59BD9B4E019)  # the key of the rows' hash (any odd constant)
@@ -160,8 +160,24 @@ class SampledSplit:
         self.forms = Split(folder / FORMS_DIR, FORMS_SPLIT)
         self.info = Segmentation.of(self.words.manifest, folder / WORDS_DIR)
         self._check_made_from(folder)
-        self._draws = {col: _Draws.opened(self.forms, col, self.words.metadata.columns[col].vocab_size, folder)
-                       for col in self.columns}  # fmt: skip
+        self._draws = self._open_draws()
+
+    def _open_draws(self) -> dict[str, _Draws]:
+        folder = sampled_folder(self.corpus.path)
+        return {col: _Draws.opened(self.forms, col, self.words.metadata.columns[col].vocab_size, folder)
+                for col in self.columns}  # fmt: skip
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the draws files' maps (a DataLoader worker reopens them): their checksums instead."""
+        return {**self.__dict__, "_draws": {col: draws.side.crc for col, draws in self._draws.items()}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        crcs = state.pop("_draws")
+        self.__dict__.update(state)
+        self._draws = self._open_draws()
+        for col, draws in self._draws.items():
+            if draws.side.crc != crcs[col]:  # type: ignore[index]
+                raise FormatError(f"{draws.side.path}: replaced since the samples were opened; open them again")
 
     def _check_made_from(self, folder: Path) -> None:
         forms = Segmentation.of(self.forms.manifest, folder / FORMS_DIR)
@@ -233,7 +249,7 @@ class SampledSplit:
         for split in (self.corpus, self.words, self.forms):
             split.check_unchanged()
         for draws in self._draws.values():
-            if _stamp(draws.side.path.stat()) != _stamp(draws.side.stat):
+            if FileIdentity.of(draws.side.path) != FileIdentity.of_stat(draws.side.stat):
                 raise FormatError(
                     f"{draws.side.path}: changed since it was opened; rebuild the samples with {BUILD_HINT}"
                 )
@@ -308,10 +324,18 @@ class _Draws:
         if not os.path.lexists(path):
             raise FormatError(f"{path}: missing (samples made before draws files, or damaged); rebuild them with "
                               f"{BUILD_HINT}")  # fmt: skip
-        side = _open_draws(path, words, int(layers.sum()), len(forms))
+        side = _open_draws(path, words, layers, len(forms))
         used = int(side.values[2])
         _check_filled(forms, column, used, f"{path} (its forms)")
         first = side.array(np.uint32, words + 1, 0)
+        starts = first.slice(0, words + 1).astype(np.int64)
+        if starts[0] != 0 or starts[-1] != used or (np.diff(starts) < 1).any():
+            wrong = int(np.flatnonzero(np.diff(starts) < 1)[0]) if (np.diff(starts) < 1).any() else words
+            raise FormatError(
+                f"{path}: expected each word's first form row rising from 0 to {used} (the forms), got "
+                f"{starts[0]} first and {starts[-1]} last, word {wrong} at {starts[wrong]}; rebuild the samples with "
+                f"{BUILD_HINT}"
+            )
         return cls(layers, layer_rows(layers), side, first, side.array(np.uint8, int(layers.sum()), 4 * (words + 1)),
                    used)  # fmt: skip
 
@@ -329,20 +353,23 @@ def _recorded_layers(forms: Split, column: str, words: int, where: str) -> np.nd
     return array
 
 
-def _stamp(stat: os.stat_result) -> tuple[int, int, int]:
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+def layers_digest(layers: np.ndarray) -> bytes:
+    """What a draws file records of the layers it was written for (SHA-256 of them as little-endian int64)."""
+    return hashlib.sha256(np.asarray(layers, dtype="<i8").tobytes()).digest()
 
 
-def _open_draws(path: Path, words: int, draws: int, rows: int) -> SideFile:
-    """A column's draws file: its header counts ``words`` and ``draws`` (the manifest's layers) and at most ``rows``
-    forms (the split's rows); FormatError otherwise."""
+def _open_draws(path: Path, words: int, layers: np.ndarray, rows: int) -> SideFile:
+    """A column's draws file: its header counts ``words`` and the draws of the manifest's ``layers`` (and their
+    digest), and at most ``rows`` forms (the split's rows); FormatError otherwise."""
+    expected = (words, int(layers.sum()), layers_digest(layers))
 
     def check(side: SideFile) -> None:
         found = tuple(side.values)
-        if found[:2] != (words, draws) or not 1 <= found[2] <= rows:
+        if (found[0], found[1], found[3]) != expected or not 1 <= found[2] <= rows:
             raise FormatError(
-                f"{path}: expected {words} words, {draws} draws (the manifest's layers) and 1 to {rows} forms (the "
-                f"split's rows), got {found}; rebuild the samples with {BUILD_HINT}"
+                f"{path}: expected {words} words and {expected[1]} draws in the manifest's layers (and their digest), "
+                f"1 to {rows} forms (the split's rows), got {found[:3]} (layers digest "
+                f"{'equal' if found[3] == expected[2] else 'differs'}); rebuild the samples with {BUILD_HINT}"
             )
 
     return open_side_file(path, DRAWS_FORMAT, lambda _, fields: 4 * (int(fields[0]) + 1) + int(fields[1]), check)

@@ -26,7 +26,8 @@ class TranslationArrowConfig(TranslationConfig):
     arrow_plan_cache_dir: str = field(
         default="",
         metadata={
-            "help": "folder for arrowmt's shared batch-plan files (default: .arrowmt-cache inside the data folder)"
+            "help": "folder for arrowmt's shared batch-plan files, and with --arrow-segmentation sampled each epoch's "
+            "copy in its samples (default: .arrowmt-cache inside the data folder)"
         },
     )
     arrow_train_view: str = field(

@@ -110,7 +110,12 @@ class TranslationArrowTask(TranslationTask):
         segmentation = self.cfg.arrow_segmentation if split == self.cfg.train_subset else "fixed"
         if view and segmentation != "fixed":
             raise InvalidParameterError(f"arrow_segmentation: {segmentation!r} reads a split, not a view ({view})")
-        arrow = open_view_dataset(view, folder) if view else open_dataset(folder, split, segmentation=segmentation)
+        if view:
+            arrow = open_view_dataset(view, folder)
+        elif segmentation == "sampled":  # each epoch's copy in its samples goes with the batch plans
+            arrow = ArrowMTSampledDataset(open_dataset(folder, split), cache_dir=self.cfg.arrow_plan_cache_dir or None)
+        else:
+            arrow = open_dataset(folder, split)
         reverse = _is_reverse(arrow, self.cfg)
         _check_dictionaries(arrow, reverse, self.src_dict, self.tgt_dict)
         collater = self._collater(arrow)

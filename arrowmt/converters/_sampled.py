@@ -327,9 +327,10 @@ def _deduplicated(drawn: Spans, layers: np.ndarray) -> tuple[Spans, np.ndarray, 
     word = flat_positions(np.zeros(layers.shape[0], dtype=np.int64), layers)  # each draw's word, layer by layer
     codes = pc.dictionary_encode(_form_keys(word, drawn)).indices.to_numpy().astype(np.int64)
     by_code = np.argsort(codes, kind="stable")
-    group = np.r_[True, codes[by_code][1:] != codes[by_code][:-1]]
+    sorted_codes = codes[by_code]
+    group = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]
     first = np.empty(int(group.sum()), dtype=np.int64)
-    first[codes[by_code][group]] = by_code[group]  # each distinct (word, form)'s first draw, by code
+    first[sorted_codes[group]] = by_code[group]  # each distinct (word, form)'s first draw, by code
     owner = word[first]
     counts = np.bincount(owner, minlength=int(layers[0]))
     order = np.lexsort((first, owner))  # by word, then by first draw (layer t before t + 1): the forms' rows
@@ -381,12 +382,13 @@ class Segmenter:
     dictionary: Dictionary
     scores: np.ndarray | None
 
-    def score(self, scores: np.ndarray, flat: pa.Array, lengths: np.ndarray) -> np.ndarray:
-        """The score of each segmentation (pieces ``flat``, ``lengths`` a row); -inf where a piece is not the
-        model's (the words checked hold no special symbol)."""
-        ids = np.array(self.processor.piece_to_id(flat.to_pylist()), dtype=np.int64)
-        unknown = row_sums(ids == self.processor.unk_id(), lengths) > 0
-        return np.where(unknown, -np.inf, row_sums(scores[ids], lengths))
+
+def _segmentation_scores(processor: Any, piece_scores: np.ndarray, pieces: pa.Array,
+                         lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Each segmentation's score (pieces ``pieces``, ``lengths`` a segmentation: the sum of their log
+    probabilities), and whether it holds a piece the model maps to ``<unk>``."""
+    ids = np.array(processor.piece_to_id(pieces.to_pylist()), dtype=np.int64)
+    return row_sums(piece_scores[ids], lengths), row_sums(ids == processor.unk_id(), lengths) > 0
 
 
 def check_deterministic(best: Pieces, model: Segmenter, own: Ragged, sampled: np.ndarray, strings: pa.Array) -> None:
@@ -407,8 +409,10 @@ def check_deterministic(best: Pieces, model: Segmenter, own: Ragged, sampled: np
         corpus = _select(theirs, k)
         symbols = pa.array(model.dictionary.symbols, pa.large_string()).take(pa.array(corpus.values))
         alone = flat.take(pa.array(flat_positions(offsets[:-1][k], lengths[k])))
-        best_score = model.score(model.scores, alone, lengths[k])
-        differs[k] = model.score(model.scores, symbols, corpus.lengths()) < best_score - TIE_TOLERANCE
+        best, best_unknown = _segmentation_scores(model.processor, model.scores, alone, lengths[k])
+        score, unknown = _segmentation_scores(model.processor, model.scores, symbols, corpus.lengths())
+        low = np.where(best_unknown, -np.inf, best - TIE_TOLERANCE)  # a piece the model lacks scores -inf
+        differs[k] = np.where(unknown, -np.inf, score) < low
     if differs.any():
         k = int(np.flatnonzero(differs)[0])
         word = strings[int(sampled[k])].as_py()
@@ -463,8 +467,7 @@ def _draw_nbest(processor: Any, piece_scores: np.ndarray, words: list[str], coun
     per_word = np.diff(listed.offsets.to_numpy())  # candidates of each word
     candidates = listed.flatten()
     piece_offsets, pieces = candidates.offsets.to_numpy().astype(np.int64), candidates.flatten()
-    scores = piece_scores[np.array(processor.piece_to_id(pieces.to_pylist()), dtype=np.int64)]
-    score = row_sums(scores, np.diff(piece_offsets))  # of each candidate
+    score, _ = _segmentation_scores(processor, piece_scores, pieces, np.diff(piece_offsets))  # of each candidate
     weight = np.exp(options.alpha * (score - np.repeat(_group_max(score, per_word), per_word)))
     cumulative = np.cumsum(weight)
     before = np.concatenate([[0.0], cumulative])[np.repeat(exclusive_cumsum(per_word), per_word)]

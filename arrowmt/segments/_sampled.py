@@ -276,11 +276,11 @@ class SampledSplit:
         held = draws.layers.shape[0] - np.searchsorted(draws.layers[::-1], ids, side="right")  # draws of each word
         form = draws.draws.take(draws.rows[draw % held] + ids).astype(np.int64)
         first, end = draws.first.take(ids).astype(np.int64), draws.first.take(ids + 1).astype(np.int64)
-        wrong = (first + form >= end) | (end > draws.forms)
+        wrong = first + form >= end  # the rows themselves are checked on opening (_Draws.opened)
         if wrong.any():
             bad = int(np.flatnonzero(wrong)[0])
-            self._refuse(column, rows, words, bad, f"word {{}} takes form {int(form[bad])} of rows {int(first[bad])} "
-                         f"to {int(end[bad])} (of {draws.forms}) in {draws.side.path}", ids)  # fmt: skip
+            self._refuse(column, rows, words, bad, f"word {{}} takes form {int(form[bad])} of its "
+                         f"{int(end[bad] - first[bad])} in {draws.side.path}", ids)  # fmt: skip
         return words, self.forms.column_spans(column, first + form)
 
     def _refuse(self, column: str, rows: np.ndarray, words: Spans, bad: int, what: str, ids: np.ndarray) -> NoReturn:
@@ -307,14 +307,14 @@ def layer_rows(layers: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class _Draws:
     """A column's draws: how many words have more than ``t`` draws (``layers``) and each layer's first byte of the
-    draws (``rows``); its side file, the first form row of each word (``first``), the draws' forms (``draws``)."""
+    draws (``rows``); its side file, the first form row of each word (``first``, checked to rise from 0 to the
+    forms on opening), the draws' forms (``draws``)."""
 
     layers: np.ndarray
     rows: np.ndarray
     side: SideFile
     first: CheckedArray
     draws: CheckedArray
-    forms: int
 
     @classmethod
     def opened(cls, forms: Split, column: str, words: int, folder: Path) -> _Draws:
@@ -329,15 +329,15 @@ class _Draws:
         _check_filled(forms, column, used, f"{path} (its forms)")
         first = side.array(np.uint32, words + 1, 0)
         starts = first.slice(0, words + 1).astype(np.int64)
-        if starts[0] != 0 or starts[-1] != used or (np.diff(starts) < 1).any():
-            wrong = int(np.flatnonzero(np.diff(starts) < 1)[0]) if (np.diff(starts) < 1).any() else words
+        flat = np.flatnonzero(np.diff(starts) < 1)  # a word without a form
+        if starts[0] != 0 or starts[-1] != used or flat.size:
+            wrong = int(flat[0]) if flat.size else words
             raise FormatError(
                 f"{path}: expected each word's first form row rising from 0 to {used} (the forms), got "
                 f"{starts[0]} first and {starts[-1]} last, word {wrong} at {starts[wrong]}; rebuild the samples with "
                 f"{BUILD_HINT}"
             )
-        return cls(layers, layer_rows(layers), side, first, side.array(np.uint8, int(layers.sum()), 4 * (words + 1)),
-                   used)  # fmt: skip
+        return cls(layers, layer_rows(layers), side, first, side.array(np.uint8, int(layers.sum()), 4 * (words + 1)))
 
 
 def _recorded_layers(forms: Split, column: str, words: int, where: str) -> np.ndarray:
@@ -376,8 +376,8 @@ def _open_draws(path: Path, words: int, layers: np.ndarray, rows: int) -> SideFi
 
 
 def _check_filled(forms: Split, column: str, used: int, where: str) -> None:
-    """FormatError unless the forms the layers count are the non-empty rows: every word has a form of at least one
-    piece, and the padding after them is empty (layers edited to another shape read the wrong rows)."""
+    """FormatError unless the forms the draws file counts (``used``) are the non-empty rows: every form has at least
+    one piece, and the padding after them is empty."""
     for rows in row_blocks(len(forms), LENGTH_BLOCK):
         filled = forms.lengths(column, rows, np.int32) > 0
         wrong = np.flatnonzero(filled != (rows < used))

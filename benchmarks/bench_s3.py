@@ -49,6 +49,19 @@ Run it in ``.venv-peers`` (``benchmarks/setup-peers.sh``)::
     .venv-peers/bin/python benchmarks/bench_s3.py serve --data ...   # the bucket, for trying a reader by hand
 
 ``run`` writes ``benchmarks/results/s3-ROWS.json`` (``--json``) and prints one table.
+
+Against another commit (a change to the read path is measured against the commit before it): ``--base WORKTREE``
+runs each arrowmt system also with that checkout's arrowmt, interleaved, as ``SYSTEM@base``, on that commit's own
+copies of the corpus (its format may differ: ``prepare --base`` converts DATA/data-bin with it into
+DATA/base-COMMIT)::
+
+    git worktree add --detach bench-data/ab/577e3ab 577e3ab
+    .venv-peers/bin/python benchmarks/bench_s3.py prepare --data DATA --base bench-data/ab/577e3ab
+    .venv-peers/bin/python benchmarks/bench_s3.py run --data DATA --systems arrowmt-window litdata \
+        --base bench-data/ab/577e3ab --repeat 3
+
+Every system's reader imports all of arrowmt's modules before its baseline (but the integrations), so that the
+private memory it adds is data on every commit, not the code a commit happens to load on open.
 """
 
 from __future__ import annotations
@@ -72,12 +85,34 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))  # run from a checkout: arrowmt
+BASE_ENV = "ARROWMT_BENCH_BASE"  # a checkout of another commit, for the "@base" systems (``run --base``)
+ROOT = Path(os.environ.get(BASE_ENV) or HERE.parent)
+sys.path.insert(0, str(ROOT))  # run from a checkout: arrowmt (this one's, or the base commit's)
+
+
+def _alias_converters(root: Path) -> None:
+    """Before 0603b00 the checkout kept ``converters/`` at the top, installed as ``arrowmt.converters``
+    (pyproject's package-dir): import it under that name from ``root``."""
+    import importlib.util
+
+    folder = root / "converters"
+    if not folder.is_dir() or (root / "arrowmt" / "converters").is_dir():
+        return
+    spec = importlib.util.spec_from_file_location(
+        "arrowmt.converters", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["arrowmt.converters"] = module
+    spec.loader.exec_module(module)
+
+
+_alias_converters(ROOT)
 sys.path.insert(0, str(HERE))  # run_one's padding
 
 BUCKET = "arrowmt-bench"
 SYSTEMS = ("arrowmt", "arrowmt-ordered", "arrowmt-window", "streaming", "litdata")
+BASE_SUFFIX = "@base"  # a system read with the arrowmt of ``run --base`` (a worktree of another commit)
 PREFIX = {  # folder under DATA and in the bucket
     "arrowmt": "arrowmt",
     "arrowmt-ordered": "arrowmt-ordered",
@@ -305,7 +340,33 @@ def corpus_info(data: Path) -> dict[str, Any]:
     return json.loads((data / "corpus.json").read_text())
 
 
+def prepare_base(args: argparse.Namespace) -> int:
+    """The base commit's folders (``prepare --base``): converted from DATA/data-bin and ordered with its arrowmt
+    (in a process that imports it: ``convert-base``)."""
+    out = base_data(args.data, args.base)
+    if (out / PREFIX["arrowmt-ordered"] / "arrowmt.json").exists() and not args.force:
+        print(f"{out}: exists")
+        return 0
+    t0 = time.perf_counter()
+    command = [sys.executable, str(Path(__file__).resolve()), "convert-base", str(args.data), str(out)]
+    subprocess.run(command, env={**os.environ, BASE_ENV: str(args.base.resolve())}, check=True)
+    print(f"{out}: the base's copies in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def convert_base(data: Path, out: Path) -> int:
+    """``out``/arrowmt and its copy in plan order, by the arrowmt imported (the base's, see :func:`prepare_base`)."""
+    import arrowmt
+
+    arrowmt.convert_fairseq(data / "data-bin", out / "arrowmt", overwrite=True, progress=False)
+    ordered = out / PREFIX["arrowmt-ordered"]
+    arrowmt.order_copy(out / "arrowmt", ordered, max_tokens=MAX_TOKENS, seed=SEED, overwrite=True)
+    return 0
+
+
 def prepare(args: argparse.Namespace) -> int:
+    if args.base is not None:
+        return prepare_base(args)
     info = corpus_info(args.data)
     ordered = args.data / PREFIX["arrowmt-ordered"]
     if args.force or not (ordered / "arrowmt.json").exists():
@@ -409,18 +470,39 @@ def s3_filesystem(endpoint: str) -> Any:
     )
 
 
-def upload(data: Path, endpoint: str, systems: list[str]) -> dict[str, int]:
+def base_data(data: Path, base: Path) -> Path:
+    """Where ``prepare --base`` puts the base commit's arrowmt folders (its format may not be this one's)."""
+    return data / f"base-{commits(base)['base']}"
+
+
+def folder_of(data: Path, system: str, base: Path | None) -> Path:
+    """The local corpus folder ``system`` reads (an "@base" system: the base commit's copy)."""
+    if system.endswith(BASE_SUFFIX):
+        assert base is not None
+        return base_data(data, base) / PREFIX[system.removesuffix(BASE_SUFFIX)]
+    return data / PREFIX[system]
+
+
+def prefix_of(system: str) -> str:
+    """Where in the bucket ``system``'s copy is."""
+    if system.endswith(BASE_SUFFIX):
+        return "base/" + PREFIX[system.removesuffix(BASE_SUFFIX)]
+    return PREFIX[system]
+
+
+def upload(data: Path, endpoint: str, systems: list[str], base: Path | None = None) -> dict[str, int]:
     """Copy each system's corpus folder to ``s3://BUCKET/PREFIX``; bytes stored per system."""
     s3 = s3_filesystem(endpoint)
     s3.create_dir(BUCKET)
     stored = {}
-    for system in systems:
-        folder = data / PREFIX[system]
+    for system in with_base(systems, base):
+        folder = folder_of(data, system, base)
         if not folder.is_dir():
-            raise SystemExit(f"{folder}: missing (run `bench_s3.py prepare --data {data}` first)")
+            hint = f" --base {base}" if system.endswith(BASE_SUFFIX) else ""
+            raise SystemExit(f"{folder}: missing (run `bench_s3.py prepare --data {data}{hint}` first)")
         total = 0
         for path in _uploaded_files(folder):
-            key = f"{BUCKET}/{PREFIX[system]}/{path.relative_to(folder).as_posix()}"
+            key = f"{BUCKET}/{prefix_of(system)}/{path.relative_to(folder).as_posix()}"
             with open(path, "rb") as source, s3.open_output_stream(key) as sink:
                 shutil.copyfileobj(source, sink, 1 << 24)
             total += path.stat().st_size
@@ -492,6 +574,16 @@ def du(folder: str) -> int:
     return total
 
 
+def load_all(package: Any) -> None:
+    """Import every module of arrowmt but its integrations and command line (which modules a read loads differs
+    from commit to commit: a corpus by URL loads the remote cache's on open)."""
+    import pkgutil
+
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if not any(part in module.name for part in (".integrations", "._cli", ".__main__")):
+            __import__(module.name)
+
+
 def reader(args: argparse.Namespace) -> int:
     """Run one system for ``--epochs`` epochs and print its measurements as JSON (the last stdout line)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -505,8 +597,9 @@ def reader(args: argparse.Namespace) -> int:
 
     import arrowmt
 
-    for name in ("open_dataset", "TokenBatchSampler", "FairseqCollater"):  # loaded on first use: load them now,
-        getattr(arrowmt, name)  # like the peers' imports above, so that the growth measured is data, not code
+    if not Path(arrowmt.__file__).resolve().is_relative_to(ROOT.resolve()):
+        raise SystemExit(f"imported {arrowmt.__file__}, expected the arrowmt of {ROOT}")
+    load_all(arrowmt)  # loaded on first use: load it now, like the peers' imports above (the growth: data, not code)
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     server_pid = args.server_pid
     base = smaps()
@@ -523,7 +616,7 @@ def reader(args: argparse.Namespace) -> int:
             "server_cpu_s": round(b[1] - a[1], 2),
         }
 
-    url = f"s3://{BUCKET}/{PREFIX[args.system]}"
+    url = f"s3://{BUCKET}/{args.bucket_prefix or PREFIX[args.system]}"
     s0, c0, t0 = server_state(), cpu_seconds(), time.perf_counter()
     extra = {"shuffle_block": args.shuffle_block} if args.system == "streaming" else {}
     loader, set_epoch = OPENERS[args.system](url, args.cache_dir, args.cache_limit, args.rows_per_batch, **extra)
@@ -601,15 +694,18 @@ def run_reader(
     system: str, args: argparse.Namespace, server: Server, limit: int, rows: int, shuffle_block: int
 ) -> dict[str, Any]:
     cache = Path(tempfile.mkdtemp(prefix=f"arrowmt-s3-{system}-", dir=args.cache_root))
+    label, at_base = system, system.endswith(BASE_SUFFIX)  # "arrowmt-window@base": the base commit's arrowmt
+    system = system.removesuffix(BASE_SUFFIX)
     command = [sys.executable, str(Path(__file__).resolve()), "reader", system]
     command += ["--cache-dir", str(cache), "--cache-limit", str(limit), "--rows-per-batch", str(rows)]
+    command += ["--bucket-prefix", prefix_of(label)]
     command += ["--epochs", str(args.epochs), "--server-pid", str(server.pid), "--shuffle-block", str(shuffle_block)]
     if args.max_batches:
         command += ["--max-batches", str(args.max_batches)]
     budget = dict(item.split("=") for item in args.epoch_seconds).get(system)
     if budget:
         command += ["--epoch-seconds", budget]
-    env = {**os.environ, **server.env()}
+    env = {**os.environ, **server.env(), BASE_ENV: str(args.base) if at_base else ""}
     counters(server.endpoint, reset=True)
     started = time.perf_counter()
     try:
@@ -622,17 +718,25 @@ def run_reader(
                 os.killpg(p.pid, signal.SIGKILL)
                 p.communicate()
                 fetched = counters(server.endpoint)["total"]
-                return {"system": system, "error": f"not done in {args.timeout:.0f} s", "fetched": fetched}
+                return {"system": label, "error": f"not done in {args.timeout:.0f} s", "fetched": fetched}
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     if p.returncode != 0:
         errors = [line for line in err.splitlines() if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line)]
         last = errors[-1] if errors else f"exit {p.returncode}"
         print(f"{system}: exit {p.returncode}\n{err[-3000:]}", file=sys.stderr)
-        return {"system": system, "error": last, "exit": p.returncode, "wall_s": time.perf_counter() - started}
+        return {"system": label, "error": last, "exit": p.returncode, "wall_s": time.perf_counter() - started}
     result = json.loads(out.strip().splitlines()[-1])
+    result["system"] = label
     result["objects"] = counters(server.endpoint)["objects"]
     return result
+
+
+def with_base(systems: list[str], base: Path | None) -> list[str]:
+    """``systems``, each arrowmt one followed by itself read with the arrowmt at ``base`` (when given)."""
+    if base is None:
+        return systems
+    return [s for system in systems for s in ([system, system + BASE_SUFFIX] if "arrowmt" in system else [system])]
 
 
 def shuffle_block(args: argparse.Namespace, info: dict[str, Any], limit: int, stored: int) -> int:
@@ -662,14 +766,15 @@ def run(args: argparse.Namespace) -> int:
     server = Server(max_seconds=args.max_server_seconds)
     try:
         t0 = time.perf_counter()
-        stored = upload(args.data, server.endpoint, args.systems)
+        stored = upload(args.data, server.endpoint, args.systems, args.base)
         print(f"uploaded {stored} in {time.perf_counter() - t0:.0f} s to {server.endpoint}", file=sys.stderr)
         runs = []
         for k in range(args.repeat):
-            for system in args.systems:
-                limit = int(args.cache_frac * stored[system])
-                result = run_reader(system, args, server, limit, rows, shuffle_block(args, info, limit, stored[system]))
-                result.update(repeat=k, stored_bytes=stored[system])
+            for system in with_base(args.systems, args.base):
+                copy = stored[system]
+                limit = int(args.cache_frac * copy)
+                result = run_reader(system, args, server, limit, rows, shuffle_block(args, info, limit, copy))
+                result.update(repeat=k, stored_bytes=copy)
                 check(result, info, args.max_batches)
                 runs.append(result)
                 print(f"{system} #{k + 1}: {result.get('error', 'done')}", file=sys.stderr, flush=True)
@@ -692,6 +797,8 @@ def run(args: argparse.Namespace) -> int:
         "max_batches": args.max_batches,
         "epoch_seconds": args.epoch_seconds,
         "repeat": args.repeat,
+        "base": str(args.base) if args.base else None,
+        "commits": commits(args.base),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "versions": _versions(),
@@ -702,6 +809,18 @@ def run(args: argparse.Namespace) -> int:
     path.write_text(json.dumps({"header": header, "runs": runs}, indent=1) + "\n")
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def commits(base: Path | None) -> dict[str, str]:
+    """The commit of this checkout and of ``base`` (the "@base" systems')."""
+    found = {}
+    for name, folder in (("head", HERE.parent), ("base", base)):
+        if folder is not None:
+            out = subprocess.run(
+                ["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            )
+            found[name] = out.stdout.strip() or "?"
+    return found
 
 
 def _versions() -> dict[str, str]:
@@ -805,12 +924,15 @@ def serve(args: argparse.Namespace) -> int:
     """Start the server, upload the corpus copies, print the environment to use, wait (Ctrl-C stops)."""
     server = Server(max_seconds=args.max_server_seconds)
     try:
-        stored = upload(args.data, server.endpoint, args.systems)
+        stored = upload(args.data, server.endpoint, args.systems, args.base)
         print(f"uploaded {stored}")
         for key, value in server.env().items():
             print(f"export {key}={value}")
         print(f"# counters: curl {server.endpoint}/__counters ; reset: curl -X POST {server.endpoint}/__counters/reset")
-        print(f"# the bucket: s3://{BUCKET}/{{{','.join(PREFIX[s] for s in args.systems)}}}", flush=True)
+        print(
+            f"# the bucket: s3://{BUCKET}/{{{','.join(prefix_of(s) for s in with_base(args.systems, args.base))}}}",
+            flush=True,
+        )
         server.process.wait()
     except KeyboardInterrupt:
         pass
@@ -830,12 +952,19 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("prepare", help="write the peers' copies (DATA/mds, DATA/litdata) of DATA/arrowmt")
     data_option(q)
     q.add_argument("--force", action="store_true", help="write them again even if they exist")
+    q.add_argument("--base", type=Path, help="write instead the arrowmt folders of this checkout of another commit")
 
     for name in ("run", "serve"):
         q = sub.add_parser(name)
         data_option(q)
         q.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
         q.add_argument("--max-server-seconds", type=float, default=4 * 3600.0, help="the server stops after this")
+        q.add_argument(
+            "--base",
+            type=Path,
+            help="a checkout of another commit (git worktree): each arrowmt system also runs with its arrowmt, "
+            "interleaved, as SYSTEM@base",
+        )
     q = sub.choices["run"]
     q.add_argument("--cache-frac", type=float, default=0.25, help="cache limit, a fraction of the stored copy")
     q.add_argument("--epochs", type=int, default=2)
@@ -863,12 +992,17 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("system", choices=SYSTEMS)
     q.add_argument("--cache-dir", required=True)
     q.add_argument("--cache-limit", type=int, required=True)
+    q.add_argument("--bucket-prefix", default="", help="the copy's folder in the bucket (default: the system's)")
     q.add_argument("--rows-per-batch", type=int, required=True)
     q.add_argument("--epochs", type=int, default=2)
     q.add_argument("--max-batches", type=int, default=0)
     q.add_argument("--server-pid", type=int, required=True)
     q.add_argument("--shuffle-block", type=int, default=0)
     q.add_argument("--epoch-seconds", type=float, default=0.0, help="stop an epoch after this long (0: never)")
+
+    q = sub.add_parser("convert-base", help="(internal) the base commit's folders, by its arrowmt")
+    q.add_argument("data", type=Path)
+    q.add_argument("out", type=Path)
 
     q = sub.add_parser("table", help="print the table of a saved JSON")
     q.add_argument("json", type=Path)
@@ -882,6 +1016,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "reader":
         return reader(args)
+    if args.command == "convert-base":
+        return convert_base(args.data, args.out)
     print(table(json.loads(args.json.read_text())))
     return 0
 

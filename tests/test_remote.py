@@ -769,6 +769,37 @@ def test_concurrent_read_ahead_stays_within_the_limit(url: str, corpus: Path, tm
     assert 0 < store.used_bytes() <= max(limit, int(store.pinned.sum()) * SMALL_BLOCK)
 
 
+def test_a_fetched_block_counts_once_against_the_limit(
+    s3: pafs.S3FileSystem, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block being fetched counts against the limit (reserved), then as present: never both. Until 2026-12-06 a
+    request's blocks stayed reserved until all its range requests were done, and a read-ahead request made
+    meanwhile found no room and was cut short (1M pairs from S3: 18% of the read-ahead, fetched again batch by
+    batch as the reads needed it). Here every range request of a read-ahead as large as the room sees the cache
+    exactly full, counting each block once."""
+    tiny = tmp_path / "tiny"
+    shutil.copytree(corpus, tiny)
+    write_block_indexes(tiny, Manifest.load(tiny), TINY_BLOCK)  # ~110 blocks: more range requests than fetchers
+    limit = size_of(tiny) // 2
+    url = upload(s3, tiny, "tiny")
+    store = arrowmt.open_dataset(url, "train", cache_dir=tmp_path / "c", cache_limit=limit).shards[0].remote.store
+    capacity = limit // store.block_size
+    every_other = np.flatnonzero(~store.pinned)[::2]  # a range request each
+    assert every_other.size > capacity - int(store.pinned.sum()) > 2 * store.workers
+    seen = []
+    read_into = store.remote.read_into
+
+    def counting(name: str, start: int, data: memoryview) -> None:
+        seen.append(int(np.count_nonzero(store.state.present)) + store._reserved)
+        read_into(name, start, data)
+
+    monkeypatch.setattr(store.remote, "read_into", counting)
+    store._fetch(every_other, wait=False)
+    assert len(seen) == capacity - int(store.pinned.sum())  # as many as fit; some began after others were done
+    assert set(seen) == {capacity} and int(np.count_nonzero(store.state.present)) == capacity
+    assert store._reserved == 0
+
+
 HOLD = """
 import fcntl, sys, time
 handle = open(sys.argv[1], "r+b")

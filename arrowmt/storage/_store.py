@@ -63,6 +63,13 @@ class CachedFile:
     pinned: np.ndarray  # block numbers within the file
 
 
+@dataclass
+class Admitted:
+    """How many blocks of one fill are admitted against the cache's limit and not present yet."""
+
+    left: int
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The blocks a read covers and their generations when they were all present."""
@@ -341,12 +348,19 @@ class BlockStore:
         fetches only the first of ``blocks`` that fit. Admitted blocks count against the limit
         (reserved) until they are present, so concurrent read-ahead never overfills the cache.
         """
-        room = self._admit(int(blocks.size), required, step)
+        admitted = Admitted(self._admit(int(blocks.size), required, step))
         try:
-            self._fetch_runs(blocks[:room])
+            self._fetch_runs(blocks[: admitted.left], admitted)
         finally:
             with self._evicting:
-                self._reserved -= room
+                self._settle(admitted, admitted.left)
+
+    def _settle(self, admitted: Admitted, count: int) -> None:
+        """``count`` of ``admitted``'s blocks are present now (or will not be fetched): no longer reserved (the
+        caller holds ``_evicting``)."""
+        count = min(count, admitted.left)
+        admitted.left -= count
+        self._reserved -= count
 
     def _file_runs(self, blocks: np.ndarray, max_run: int) -> list[tuple[int, int, int]]:
         """(file, first block within it, block count) of the runs of sorted unique ``blocks``, within files."""
@@ -357,17 +371,17 @@ class BlockStore:
             runs += [(f, a, n) for a, n in zip(first.tolist(), count.tolist(), strict=True)]
         return runs
 
-    def _fetch_runs(self, blocks: np.ndarray) -> None:
+    def _fetch_runs(self, blocks: np.ndarray, admitted: Admitted) -> None:
         if not blocks.size:
             return
         tasks = self._file_runs(blocks, MAX_RUN_BYTES // self.block_size)
         if len(tasks) == 1:
-            self._fill_run(*tasks[0])
+            self._fill_run(*tasks[0], admitted)
             return
-        for future in [self._fetchers.submit(self._fill_run, *task) for task in tasks]:
+        for future in [self._fetchers.submit(self._fill_run, *task, admitted) for task in tasks]:
             future.result()
 
-    def _fill_run(self, k: int, first: int, count: int) -> None:
+    def _fill_run(self, k: int, first: int, count: int, admitted: Admitted) -> None:
         f = self.files[k]
         start = first * self.block_size
         end = min((first + count) * self.block_size, f.size)
@@ -389,9 +403,11 @@ class BlockStore:
                     "copies: free space, delete it or point cache_dir elsewhere"
                 ) from exc
         blocks = np.arange(first, first + count) + self.base[k]
-        self.state.generation[blocks] += 1
-        self.checked[blocks] = self.state.generation[blocks]  # checked above, before it was written
-        self.state.present[blocks] = 1
+        with self._evicting:  # present and no longer reserved at once: a block is never counted twice against the
+            self.state.generation[blocks] += 1  # limit (concurrent read-ahead then found no room and was cut short)
+            self.checked[blocks] = self.state.generation[blocks]  # checked above, before it was written
+            self.state.present[blocks] = 1
+            self._settle(admitted, count)
         with self._mutex:
             self.fetched_bytes += end - start
 

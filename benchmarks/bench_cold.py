@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -144,16 +145,25 @@ def run_row(name: str, args: argparse.Namespace, budget_mib: int) -> dict:
     return result
 
 
+def median_tokens(results: list[dict], row: str) -> float | None:
+    """The median tokens/s of ``row``'s finished runs (None: none finished)."""
+    done = [r["tokens_per_s"] for r in results if r["row"] == row and not r["timed_out"]]
+    return statistics.median(done) if done else None
+
+
 def table(results: list[dict]) -> str:
-    by = {r["row"]: r for r in results}
-    cache = by.get("arrowmt in cache", {}).get("tokens_per_s")
-    fairseq = by.get("fairseq cold", {}).get("tokens_per_s")
+    """A line per row: the median run of its repeats (tokens/s with their range when repeated)."""
+    cache = median_tokens(results, "arrowmt in cache")
+    fairseq = median_tokens(results, "fairseq cold")
     lines = [
         "| system | batches | tokens/s | x in cache | x fairseq cold | read amplification | read at setup "
         "| private MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
+    for name in dict.fromkeys(r["row"] for r in results):
+        runs = [r for r in results if r["row"] == name]
+        done = sorted((r for r in runs if not r["timed_out"]), key=lambda r: r["tokens_per_s"])
+        r = done[(len(done) - 1) // 2] if done else runs[0]
         if r["timed_out"]:
             why = (
                 f"exit {r['failed']} after {r['wall_s']:.0f} s"
@@ -162,11 +172,14 @@ def table(results: list[dict]) -> str:
             )
             lines.append(f"| {r['row']} | | {why} | | | | | |")
             continue
-        tps = r["tokens_per_s"]
+        tps = statistics.median(d["tokens_per_s"] for d in done)
+        spread = (
+            f" ({done[0]['tokens_per_s'] / 1e6:.2f}-{done[-1]['tokens_per_s'] / 1e6:.2f}M)" if len(done) > 1 else ""
+        )
         x_cache = f"{tps / cache:.2f}" if cache else ""
         x_fairseq = f"{tps / fairseq:.0f}" if fairseq else ""
         lines.append(
-            f"| {r['row']} | {r['batches']} | {tps / 1e6:.2f}M | {x_cache} | {x_fairseq} | "
+            f"| {r['row']} | {r['batches']} | {tps / 1e6:.2f}M{spread} | {x_cache} | {x_fairseq} | "
             f"{r['read_amplification']:.1f} | {r['read_bytes_setup'] / 2**20:.1f} MiB | "
             f"{r['private_mib']['rss_anon_batches']:.1f} |"
         )
@@ -184,6 +197,7 @@ def main() -> int:
     p.add_argument("--throttle", help="BPS,IOPS read limits of the disk (blkio), e.g. 100000000,2000")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     p.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="ROW")
+    p.add_argument("--repeat", type=int, default=1, help="runs of every row, interleaved (the table: medians)")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args()
     budget = args.budget or corpus_bytes(args.data) // 3 // 2**20
@@ -193,9 +207,10 @@ def main() -> int:
         check=True,
     )
     results = []
-    for name in args.rows:
-        results.append(run_row(name, args, budget))
-        print(f"{name}: done", file=sys.stderr)
+    for k in range(args.repeat):  # interleaved: the host's speed drifts between runs
+        for name in args.rows:
+            results.append({**run_row(name, args, budget), "repeat": k})
+            print(f"{name} #{k + 1}: done", file=sys.stderr)
     header = {
         "corpus_bytes": corpus_bytes(args.data),
         "budget_mib": budget,
@@ -203,6 +218,7 @@ def main() -> int:
         "batches": args.batches,
         "slow_batches": args.slow_batches,
         "throttle": args.throttle,
+        "repeat": args.repeat,
         "platform": platform.platform(),
         "read_ahead_kb": Path("/sys/block/vda/queue/read_ahead_kb").read_text().strip()
         if Path("/sys/block/vda/queue/read_ahead_kb").exists()

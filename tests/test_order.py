@@ -297,6 +297,21 @@ def test_the_ordered_split_checks_its_offsets_in_small_pieces(ordered: Path) -> 
     assert set(SplitFile(ordered / "test.arrow").offset_checks.piece_rows.tolist()) == {PIECE_ROWS}
 
 
+def test_read_ahead_names_the_stored_plan_pages_of_the_batches_to_come(ordered: Path) -> None:
+    """A cold copy's read-ahead asks for the row order's pages holding the batches to come (it waited for each batch's
+    page in the batch loop): the ranges are exactly the batches' indices."""
+    plan = load_plan(Split(ordered, "train"), params(), None)
+    assert isinstance(plan, StoredPlan)
+    batches = np.array([0, 5, len(plan) - 1])
+    (part,) = plan.word_ranges(batches)
+    words = np.frombuffer(part.mapped, dtype=np.int32)
+    named = [words[start : start + count].tolist() for start, count in zip(part.starts, part.lengths, strict=True)]
+    assert named == [plan.batch(int(b)).tolist() for b in batches]
+    sampler = arrowmt.TokenBatchSampler(arrowmt.open_dataset(ordered, "train"), max_tokens=MAX_TOKENS, seed=3)
+    next(iter(sampler))
+    assert sampler.prefetcher is not None and sampler.prefetcher.plan_ranges is not None
+
+
 def test_a_pass_left_midway_stops_its_read_ahead(ordered: Path) -> None:
     sampler = arrowmt.TokenBatchSampler(arrowmt.open_dataset(ordered, "train"), max_tokens=MAX_TOKENS, seed=3)
     walk = iter(sampler)

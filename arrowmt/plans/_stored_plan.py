@@ -7,7 +7,8 @@ plan's batch offsets; the manifest's provenance names the plan's fields under
 :class:`StoredPlan`: batch ``b`` is ``order[offsets[b]:offsets[b + 1]]``, the very bytes that
 then place its rows in one stretch of the files. Nothing is built (no row lengths are read
 at setup), no plan file is written, and a batch reads no plan pages beside the row order's:
-the batch offsets (8 bytes a batch) are read whole when the plan is opened, and a batch handed
+the batch offsets (8 bytes a batch) are read whole when the plan is opened (read-ahead asks for the pages
+of the batches to come: :meth:`StoredPlan.word_ranges`), and a batch handed
 out is noted with its stretch (:meth:`~arrowmt.format.RowOrder.note`), so that reading it in
 the same process needs no ``where`` lookup.
 Its key is the key the built plan would have, so a sampler's state moves freely between the
@@ -25,8 +26,9 @@ import numpy as np
 from arrowmt._errors import FormatError
 from arrowmt.files import check_batch_offsets
 from arrowmt.format import ORDERED_BY_KEY
+from arrowmt.io import WordRanges
 from arrowmt.plans._plan_cache import check_contents, checked_batch
-from arrowmt.reading import FileIdentity
+from arrowmt.reading import FileIdentity, indices_within
 from arrowmt.splits import RowOrder, Split, open_row_order
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,15 @@ class StoredPlan:
         """Batch ``b``, not noted (a pass planned ahead by a thread would push the batches read next out of the
         row order's notes)."""
         return checked_batch(self.path, b, self.order.offsets, self.order.order, self.order.planned, self.rows)
+
+    def word_ranges(self, batches: np.ndarray) -> list[WordRanges]:
+        """Where the indices of plan batches ``batches`` lie in the row order file, for read-ahead (a cold copy's
+        read-ahead otherwise waited for each batch's page of it in the batch loop): the batch offsets were read and
+        checked at open, the indices are not read."""
+        offsets = self.order.offsets.raw
+        ids = indices_within(batches, len(self))
+        start, end = offsets[ids], offsets[ids + 1]
+        return [self.order.order.word_ranges(start, end - start)]
 
     def stretches(self, batches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where ``batches`` are stored: the stretches of rows ``[starts[i], ends[i])`` of the copy."""

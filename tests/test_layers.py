@@ -270,6 +270,34 @@ def test_training_on_a_corpus_never_loads_pyarrow_compute(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
 
 
+COPY_MODULES = ("arrowmt.splits._row_order", "arrowmt.splits._block_order", "arrowmt.plans._stored_plan")
+
+
+def test_reading_a_corpus_as_converted_never_loads_the_copies_code(tmp_path: Path) -> None:
+    """Pairs and a mixture of a corpus as converted are read without the code of copies in plan order (row and
+    block orders, the stored plan: Python objects in every rank's private memory); a copy loads it."""
+    out = converted_fixture(tmp_path)
+    arrowmt.order_copy(out, tmp_path / "ordered", max_tokens=64, seed=1, progress=False)
+    code = (
+        "import sys\n"
+        "import arrowmt\n"
+        "ds = arrowmt.open_dataset(sys.argv[1], 'train')\n"
+        "collate = arrowmt.FairseqCollater(ds.special_ids)\n"
+        "batches = [collate(ds.__getitems__(list(b))) for b in arrowmt.TokenBatchSampler(ds, max_tokens=64, seed=1)]\n"
+        "mix = arrowmt.open_mixture({'a': ds, 'b': arrowmt.open_dataset(sys.argv[1], 'train')})\n"
+        "batches += [collate(mix.__getitems__(list(b))) for b in arrowmt.MixtureBatchSampler(mix, max_tokens=64)]\n"
+        "assert len(batches) > 2, len(batches)\n"
+        f"loaded = [m for m in {COPY_MODULES!r} if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "copy = arrowmt.open_dataset(sys.argv[2], 'train')\n"
+        "next(iter(arrowmt.TokenBatchSampler(copy, max_tokens=64, seed=1)))\n"
+        f"assert all(m in sys.modules for m in {COPY_MODULES[::2]!r})\n"
+    )
+    args = [sys.executable, "-c", code, str(out), str(tmp_path / "ordered")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
 def test_importing_every_plan_module_does_not_load_torch() -> None:
     names = sorted(module for module in modules() if module.startswith("arrowmt.plans"))
     code = (

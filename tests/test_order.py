@@ -20,7 +20,7 @@ import arrowmt
 from arrowmt import FormatError, InvalidParameterError
 from arrowmt.files import write_side_file
 from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME
-from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _plan, load_plan
+from arrowmt.plans import BatchPlan, PlanParams, StoredPlan, _stored_plan, load_plan
 from arrowmt.reading import SplitFile
 from arrowmt.splits import Split, order_marker
 from arrowmt.testing import (
@@ -285,7 +285,7 @@ def test_a_sampler_state_moves_between_the_stored_and_the_built_plan(
     [next(walk) for _ in range(4)]
     state, rest = stored.state_dict(), list(walk)
     assert rest
-    monkeypatch.setattr(_plan, "stored_plan", lambda *args: None)
+    monkeypatch.setattr(_stored_plan, "stored_plan", lambda *args: None)
     built = sampler()
     assert isinstance(built.plan, BatchPlan) and built.plan.key == stored.plan.key
     built.load_state_dict(state)

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,8 +30,10 @@ from arrowmt.format import CACHE_DIR_NAME, SOURCE, TARGET
 from arrowmt.plans._plan_cache import PLAN_VERSION, BatchPlan, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.plans._sources import check_source
 from arrowmt.plans._spec import INTERNAL, SOURCE_LIMIT, TARGET_LIMIT, BatchSpec, Limits
-from arrowmt.plans._stored_plan import StoredPlan, stored_plan
 from arrowmt.splits import Split
+
+if TYPE_CHECKING:
+    from arrowmt.plans._stored_plan import StoredPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,7 +151,11 @@ def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[s
     with these options), else from ``cache_dir`` (default ``<corpus>/.arrowmt-cache``), else built."""
     check_source("dataset", dataset)
     key = plan_key({"dataset": dataset.fingerprint(), "rows": len(dataset), **key_fields(params)})
-    plan: BatchPlan | StoredPlan | None = stored_plan(dataset, plan_fields(params), key)
+    plan: BatchPlan | StoredPlan | None = None
+    if getattr(dataset, "row_order", None) is not None:  # a copy in plan order (its code loaded only for one)
+        from arrowmt.plans._stored_plan import stored_plan
+
+        plan = stored_plan(dataset, plan_fields(params), key)
     if plan is None:
         folder = Path(cache_dir) if cache_dir is not None else Path(dataset.path) / CACHE_DIR_NAME
         plan = load_or_build_plan(folder, key, len(dataset), lambda: build_plan(dataset, params))

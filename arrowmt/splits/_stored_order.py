@@ -14,9 +14,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.format import Manifest
-from arrowmt.splits._block_order import block_orders
-from arrowmt.splits._row_order import order_files
+from arrowmt.format import BLOCK_ORDER_KEY, ROW_ORDER_KEY, Manifest
 
 ROWS = "rows"  # rows in plan order: `arrowmt order`
 BLOCKS = "blocks"  # LM blocks in plan order: `arrowmt order --tokens-per-sample`
@@ -29,10 +27,21 @@ _REFUSALS = {
 
 def stored_orders(manifest: Manifest, split: str | None = None) -> tuple[str, ...]:
     """The plan orders ``manifest`` stores: :data:`ROWS` when any split is a copy's rows in plan order,
-    :data:`BLOCKS` when ``split`` (None: any split) holds LM blocks in plan order; () for a corpus as converted."""
+    :data:`BLOCKS` when ``split`` (None: any split) holds LM blocks in plan order; () for a corpus as converted
+    (whose readers then never load the copies' modules: their code is private memory in every rank)."""
+    if not is_copy(manifest):
+        return ()
+    from arrowmt.splits._block_order import block_orders
+    from arrowmt.splits._row_order import order_files
+
     blocks = block_orders(manifest)
     has_blocks = split in blocks if split is not None else bool(blocks)
     return (*((ROWS,) if order_files(manifest) else ()), *((BLOCKS,) if has_blocks else ()))
+
+
+def is_copy(manifest: Manifest) -> bool:
+    """Whether ``manifest`` lists any split stored in plan order (its entries are checked by their modules)."""
+    return bool(manifest.provenance.get(ROW_ORDER_KEY) or manifest.provenance.get(BLOCK_ORDER_KEY))
 
 
 def refuse_stored_order(

@@ -11,13 +11,16 @@ and the fairseq plugin's iterator meet here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from arrowmt._arrays import sorted_unique
 from arrowmt.io import PassRanges, WordRanges
-from arrowmt.plans import StoredPlan
 from arrowmt.splits import Split
+
+if TYPE_CHECKING:
+    from arrowmt.plans import StoredPlan
 
 Dealt = Callable[[int, int], tuple[np.ndarray, np.ndarray]]  # (first step, count) -> (plan batch ids, their steps)
 
@@ -55,6 +58,10 @@ def window_end_steps(starts: np.ndarray, start: int, k: int, steps: int) -> np.n
 def stored_copy(plan: object, source: object) -> tuple[Split, StoredPlan] | None:
     """(``source``, ``plan``) when ``source`` is the copy ``plan`` is stored by (a :class:`StoredPlan` of its own row
     order), else None."""
+    if getattr(source, "row_order", None) is None:  # not a copy (whose code is then never loaded)
+        return None
+    from arrowmt.plans import StoredPlan
+
     if not isinstance(plan, StoredPlan) or getattr(source, "row_order", None) is not plan.order:
         return None
     return source, plan  # type: ignore[return-value]  # a split: it has the plan's row order

@@ -35,6 +35,7 @@ from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt._heap import release_free_heap
 from arrowmt.bucketing import check_seed, resume_start, shard_batches, shard_length
 from arrowmt.io import (
     DEFAULT_DEPTH,
@@ -268,6 +269,7 @@ class PlanSampler(Sampler[list[int]]):
                 if ahead is not None:
                     ahead.step(position)
                 yield plan.batch(int(ids[position])).tolist()
+            release_free_heap()  # the pass is done: its freed temporaries, which glibc keeps in pieces over the heap
         finally:  # the pass ended, or was left: its planner stops
             if ahead is not None:
                 ahead.close()

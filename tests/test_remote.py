@@ -790,7 +790,8 @@ def test_a_fetched_block_counts_once_against_the_limit(
     read_into = store.remote.read_into
 
     def counting(name: str, start: int, data: memoryview) -> None:
-        seen.append(int(np.count_nonzero(store.state.present)) + store._reserved)
+        with store._evicting:  # as the limit is tested: present and reserved change together under this lock
+            seen.append(int(np.count_nonzero(store.state.present)) + store._reserved)
         read_into(name, start, data)
 
     monkeypatch.setattr(store.remote, "read_into", counting)

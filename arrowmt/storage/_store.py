@@ -25,7 +25,7 @@ import threading
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -378,7 +378,9 @@ class BlockStore:
         if len(tasks) == 1:
             self._fill_run(*tasks[0], admitted)
             return
-        for future in [self._fetchers.submit(self._fill_run, *task, admitted) for task in tasks]:
+        futures = [self._fetchers.submit(self._fill_run, *task, admitted) for task in tasks]
+        wait(futures)  # every run done before a failure is raised: the caller then releases the blocks' locks
+        for future in futures:
             future.result()
 
     def _fill_run(self, k: int, first: int, count: int, admitted: Admitted) -> None:

@@ -262,6 +262,7 @@ class PlanSampler(Sampler[list[int]]):
         ids = self.epoch_batch_ids()
         plan = self.plan  # the epoch's, for the whole pass
         ahead = self._prefetcher(ids, self.batches_done)
+        done = False
         try:
             for position in range(self.batches_done, ids.shape[0]):
                 if token == self._pass:  # an abandoned earlier iterator must not move the state
@@ -269,10 +270,12 @@ class PlanSampler(Sampler[list[int]]):
                 if ahead is not None:
                     ahead.step(position)
                 yield plan.batch(int(ids[position])).tolist()
-            release_free_heap()  # the pass is done: its freed temporaries, which glibc keeps in pieces over the heap
+            done = True
         finally:  # the pass ended, or was left: its planner stops
             if ahead is not None:
                 ahead.close()
+        if done:  # (not when left: a generator closed at exit finds the module's names gone)
+            release_free_heap()  # its freed temporaries, which glibc keeps in pieces over the heap
 
     def _prefetcher(self, ids: np.ndarray, start: int) -> Prefetcher | None:
         """Read-ahead of this pass's batches from position ``start`` (None when off)."""

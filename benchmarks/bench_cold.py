@@ -172,7 +172,8 @@ def table(results: list[dict]) -> str:
             )
             lines.append(f"| {r['row']} | | {why} | | | | | |")
             continue
-        tps = statistics.median(d["tokens_per_s"] for d in done)
+        tps = median_tokens(results, name)
+        assert tps is not None
         spread = (
             f" ({done[0]['tokens_per_s'] / 1e6:.2f}-{done[-1]['tokens_per_s'] / 1e6:.2f}M)" if len(done) > 1 else ""
         )

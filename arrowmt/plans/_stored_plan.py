@@ -82,9 +82,7 @@ class StoredPlan:
         """Where the indices of plan batches ``batches`` lie in the row order file, for read-ahead (a cold copy's
         read-ahead otherwise waited for each batch's page of it in the batch loop): the batch offsets were read and
         checked at open, the indices are not read."""
-        offsets = self.order.offsets.raw
-        ids = indices_within(batches, len(self))
-        start, end = offsets[ids], offsets[ids + 1]
+        start, end = self.stretches(indices_within(batches, len(self)))  # the copy stores rows in the order's order
         return [self.order.order.word_ranges(start, end - start)]
 
     def stretches(self, batches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -58,11 +58,12 @@ def window_end_steps(starts: np.ndarray, start: int, k: int, steps: int) -> np.n
 def stored_copy(plan: object, source: object) -> tuple[Split, StoredPlan] | None:
     """(``source``, ``plan``) when ``source`` is the copy ``plan`` is stored by (a :class:`StoredPlan` of its own row
     order), else None."""
-    if getattr(source, "row_order", None) is None:  # not a copy (whose code is then never loaded)
+    order = getattr(source, "row_order", None)
+    if order is None:  # not a copy (whose code is then never loaded)
         return None
     from arrowmt.plans import StoredPlan
 
-    if not isinstance(plan, StoredPlan) or getattr(source, "row_order", None) is not plan.order:
+    if not isinstance(plan, StoredPlan) or order is not plan.order:
         return None
     return source, plan  # type: ignore[return-value]  # a split: it has the plan's row order
 

@@ -36,10 +36,12 @@ from arrowmt._version import __version__
 if TYPE_CHECKING:
     from arrowmt._info import ColumnSummary, SplitSummary, summarize
     from arrowmt.converters import (
+        TextConversion,
         add_sampled_segmentations,
         convert_fairseq,
         convert_table,
         convert_text,
+        convert_with_options,
         export_fairseq,
         export_parquet,
     )

@@ -67,7 +67,6 @@ if TYPE_CHECKING:
         UNKNOWN_WARNING_RATE,
         Spilled,
         _parallelism,
-        convert_with_options,
         parse_byte_size,
         unknown_lines,
     )
@@ -95,8 +94,9 @@ if TYPE_CHECKING:
         tokenize,
     )
     from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
-    from arrowmt.converters._text_inputs import TextConversion, prefix_files
+    from arrowmt.converters._text_inputs import prefix_files
     from arrowmt.copies._block_rows import cut_lengths, stored_starts
+    from arrowmt.copies.stored._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
     from arrowmt.files._atomic import (
         COMPLETED_NOTE,
         STAGING_MARK,
@@ -118,6 +118,7 @@ if TYPE_CHECKING:
         parse_table_prefix,
         table_bytes,
     )
+    from arrowmt.files._digests import file_sha256
     from arrowmt.files._locks import LOCK_SUFFIX, OutputLock, lock_path
     from arrowmt.files._sidefile import (
         BLOCKS_FORMAT,
@@ -129,7 +130,7 @@ if TYPE_CHECKING:
         open_side_file,
         write_side_file,
     )
-    from arrowmt.format._manifest import MAX_JSON_BYTES, file_entry, file_sha256, plain_name_error, split_path
+    from arrowmt.format._manifest import MAX_JSON_BYTES, plain_name_error, split_path
     from arrowmt.format._metadata import SplitMetadata
     from arrowmt.format._schema import CACHE_DIR_NAME, MANIFEST_NAME, METADATA_KEY, SOURCE, TARGET, TOKENS
     from arrowmt.format._symbols import text_symbols_digest
@@ -171,7 +172,6 @@ if TYPE_CHECKING:
     from arrowmt.reading._spans import Spans, as_spans, take_flat
     from arrowmt.segments._sampled import DRAWS_FORMAT, epoch_samples, layer_rows, row_sums, sampled_folder
     from arrowmt.splits._dictionaries import file_digest
-    from arrowmt.splits._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
     from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys
     from arrowmt.storage._store import BlockStore, furthest
     from arrowmt.training._batch import GatheredBatch

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from arrowmt import FormatError, Manifest
+from arrowmt import FileEntry, FormatError, Manifest
 from arrowmt.testing import (
     SOURCE,
     TARGET,
     ColumnData,
     Ragged,
-    file_entry,
     file_sha256,
     read_indexed,
     split_path,
@@ -77,7 +76,7 @@ def write_columns(
             dictionaries={name: col.dictionary_file for name, col in columns.items()},
             source_format=source_format,
         )
-    manifest.files[split] = file_entry(path, meta.rows)
+    manifest.files[split] = FileEntry.of(path, meta.rows)
     manifest.save(folder)
     return folder
 

@@ -104,7 +104,7 @@ def fairseq_lazy_dir(tmp_path: Path) -> Path:
 
 def text_options(**kw: object) -> Any:
     """A de-en ``TextConversion`` of Multi30k val (train) and test (test) unless ``prefixes`` says."""
-    from arrowmt.testing import TextConversion
+    from arrowmt import TextConversion
 
     prefixes = kw.pop("prefixes", {"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test")})
     return TextConversion(src_lang="de", tgt_lang="en", prefixes=prefixes, **kw)  # type: ignore[arg-type]

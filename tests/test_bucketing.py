@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arrowmt import InputDataError, InvalidParameterError
+from arrowmt.bucketing import every_rank, own, window_end_steps
 from arrowmt.testing import (
     batch_by_size,
     check_integer,
@@ -664,3 +665,22 @@ def test_epoch_order_and_shards_match_fairseq(fairseq: SimpleNamespace, n_batche
         assert len(ours) == len(theirs)
         real = [b for b in theirs if b is not None]
         assert ours[: len(real)] == real
+
+
+def test_a_deal_gives_every_rank_its_positions_exact_values() -> None:
+    """Two ranks dealt an order of five batches from position 1: step s holds positions 1 + 2s and 2 + 2s; the
+    position past the end (a deal's padding) is left out."""
+    order = np.array([40, 41, 42, 43, 44])
+    batches, steps = every_rank(order, 1, 2)(0, 3)
+    assert batches.tolist() == [41, 42, 43, 44] and steps.tolist() == [0, 0, 1, 1]
+    batches, steps = every_rank(order, 1, 2)(1, 5)
+    assert batches.tolist() == [43, 44] and steps.tolist() == [1, 1]
+    batches, positions = own(np.array([7, 8, 9]))(1, 5)
+    assert batches.tolist() == [8, 9] and positions.tolist() == [1, 2]
+
+
+def test_the_steps_that_end_windows_exact_values() -> None:
+    """Windows begin at positions 0, 4 and 8 of a deal to two ranks from position 2: the first window's last
+    position (3) is step 0, the second's (7) step 2; the last step ends the pass."""
+    assert window_end_steps(np.array([4, 8]), 2, 2, 6).tolist() == [0, 2, 5]
+    assert window_end_steps(np.array([4, 8]), 9, 2, 3).tolist() == [2]  # every window began before the deal

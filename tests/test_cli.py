@@ -336,10 +336,10 @@ def test_unk_count_is_per_record_batch(tmp_path: Path) -> None:
     d.save(folder / "dict.txt")
     data = ColumnData(Ragged.from_rows(rows), None, "dict.txt", d.sha256(), len(d), "test")
     meta = write_split(split_path(folder, "train"), "train", {"tokens": data}, rows_per_batch=7)
-    from arrowmt.testing import file_entry
+    from arrowmt import FileEntry
 
     manifest = Manifest(languages={"tokens": None}, dictionaries={"": "dict.txt"}, source_format="test")
-    manifest.files["train"] = file_entry(split_path(folder, "train"), meta.rows)
+    manifest.files["train"] = FileEntry.of(split_path(folder, "train"), meta.rows)
     manifest.save(folder)
     (summary,) = summarize(folder, progress=False)
     assert summary.columns[0].unk_tokens == sum(r.count(UNK) for r in rows)

@@ -20,12 +20,13 @@ from arrowmt import (
     ArrowMTDataset,
     Dictionary,
     FairseqCollater,
+    FileEntry,
     InvalidParameterError,
     Manifest,
     PlainCollater,
     SpecialIds,
 )
-from arrowmt.testing import ColumnData, GatheredBatch, Ragged, file_entry, split_path, write_split
+from arrowmt.testing import ColumnData, GatheredBatch, Ragged, split_path, write_split
 from tests.conftest import fairseq_fixture
 
 LANGS = ("de", "en")
@@ -107,7 +108,7 @@ def write_dataset(
         data = {col: _column(folder, slice_rows(rows, lo, hi), lang) for col, (rows, lang) in columns.items()}
         path = split_path(folder, name)
         meta = write_split(path, name, data, rows_per_batch=rows_per_batch, source_format="fairseq-mmap")
-        manifest.files[name] = file_entry(path, meta.rows)
+        manifest.files[name] = FileEntry.of(path, meta.rows)
     manifest.save(folder)
     return folder
 

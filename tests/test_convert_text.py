@@ -10,8 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt import Dictionary, InputDataError, InvalidParameterError, open_dataset
-from arrowmt.testing import TextConversion, convert_with_options
+from arrowmt import (
+    Dictionary,
+    InputDataError,
+    InvalidParameterError,
+    TextConversion,
+    convert_with_options,
+    open_dataset,
+)
 from tests.conftest import (
     MULTI30K,
     fairseq_fixture,

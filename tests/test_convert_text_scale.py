@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arrowmt import Dictionary, InputDataError, InvalidParameterError, Manifest, open_dataset
-from arrowmt.testing import UNKNOWN_WARNING_RATE, convert_with_options, parse_byte_size, unknown_lines
+from arrowmt import Dictionary, InputDataError, InvalidParameterError, Manifest, convert_with_options, open_dataset
+from arrowmt.testing import UNKNOWN_WARNING_RATE, parse_byte_size, unknown_lines
 from tests.conftest import MULTI30K, ROOT, fairseq_fixture, gz_lines, import_fairseq, text_options
 
 DATA_FILES = ("train.arrow", "test.arrow", "dict.de.txt", "dict.en.txt", "arrowmt.json")

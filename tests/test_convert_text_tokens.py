@@ -10,16 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from arrowmt.testing import (
-    UNSPLIT_WHITESPACE,
-    Spilled,
-    TextConversion,
-    _parallelism,
-    open_runner,
-    prefix_files,
-    token_ids,
-    tokenize,
-)
+from arrowmt import TextConversion
+from arrowmt.testing import UNSPLIT_WHITESPACE, Spilled, _parallelism, open_runner, prefix_files, token_ids, tokenize
 
 
 def _kept_whole_by_ascii_split(char: str) -> bool:

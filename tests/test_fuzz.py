@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_reader_hostile import SPLIT, ReadWorker, assert_consistent, make_dataset
 
-from arrowmt import Manifest
-from arrowmt.testing import SplitFile, file_entry, split_path
+from arrowmt import FileEntry, Manifest
+from arrowmt.testing import SplitFile, split_path
 
 Mutation = tuple[
     object, ...
@@ -125,7 +125,7 @@ def folder_with(base: Base, data: bytes) -> Path:
     path = split_path(folder, SPLIT)
     path.write_bytes(data)
     manifest = Manifest.load(folder)
-    manifest.files[SPLIT] = file_entry(path, manifest.files[SPLIT].rows)
+    manifest.files[SPLIT] = FileEntry.of(path, manifest.files[SPLIT].rows)
     manifest.save(folder)
     return folder
 

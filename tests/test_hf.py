@@ -21,6 +21,7 @@ from arrowmt import (
     BlockBatchSampler,
     Dictionary,
     FairseqCollater,
+    FileEntry,
     FormatError,
     InvalidParameterError,
     Manifest,
@@ -33,7 +34,7 @@ from arrowmt import (
     open_dataset,
 )
 from arrowmt.integrations import hf
-from arrowmt.testing import ColumnData, Ragged, SplitFile, file_entry, read_indexed, split_path, write_split
+from arrowmt.testing import ColumnData, Ragged, SplitFile, read_indexed, split_path, write_split
 from tests.builders import fairseq_mmap as fixture_mmap
 
 datasets = pytest.importorskip("datasets")
@@ -66,7 +67,7 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
         name = "train" if k == 0 else f"train{k}"
         columns = {role: _column(_rows(full[role], lo, hi), lang, dicts[lang]) for role, lang in LANGS.items()}
         meta = write_split(split_path(out, name), name, columns, rows_per_batch=4096)
-        manifest.files[name] = file_entry(split_path(out, name), meta.rows)
+        manifest.files[name] = FileEntry.of(split_path(out, name), meta.rows)
     manifest.save(out)
     return out
 

@@ -30,6 +30,7 @@ import pytest
 from arrowmt import (
     ArrowMTError,
     Dictionary,
+    FileEntry,
     FormatError,
     InputDataError,
     InvalidParameterError,
@@ -61,7 +62,6 @@ from arrowmt.testing import (
     column,
     deferred_signals,
     file_digest,
-    file_entry,
     lock_path,
     special_ids_of,
     split_path,
@@ -116,7 +116,7 @@ def rewrite_metadata(folder: Path, split: str, change: dict[str, object]) -> Non
             writer.write_batch(batch)
     path.write_bytes(sink.getvalue().to_pybytes())
     manifest = Manifest.load(folder)
-    manifest.files[split] = file_entry(path, manifest.files[split].rows)
+    manifest.files[split] = FileEntry.of(path, manifest.files[split].rows)
     manifest.save(folder)
 
 
@@ -211,8 +211,7 @@ def test_demo_refuses_a_dataset_without_overwrite(corpus_a: Path, tmp_path: Path
 STAGED_WRITER = """
 import sys
 from arrowmt.converters._output import OutputFolder
-from arrowmt.converters._parallel_text import convert_with_options
-from arrowmt.converters._text_inputs import TextConversion
+from arrowmt import TextConversion, convert_with_options
 real_finish = OutputFolder.finish
 def finish_later(self):
     print("staged", flush=True)
@@ -590,7 +589,7 @@ def test_disk_full_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         return real("/dev/full", mode) if mode == "wb" else real(path, mode)
 
     monkeypatch.setattr(pa, "OSFile", full)
-    with pytest.raises(OutputWriteError, match=r"\.arrowmt-tmp-spill-\d+\.arrow: .*No space left on device"):
+    with pytest.raises(OutputWriteError, match=r"\.arrowmt-tmp-\d+-spill-\d+\.arrow: .*No space left on device"):
         convert(tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
 

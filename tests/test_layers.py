@@ -40,6 +40,7 @@ LAYERS = {
     "arrowmt.blocks": 12,
     "arrowmt.mixing": 12,
     "arrowmt.copies": 13,
+    "arrowmt.copies.stored": 6,  # reading a copy: below the split that takes its row translator from it
     "arrowmt.training": 14,
     "arrowmt.integrations": 15,
 }
@@ -47,7 +48,7 @@ TOP = 16
 FACES = ["arrowmt", "arrowmt.storage", "arrowmt.io", "arrowmt.files", "arrowmt.format", "arrowmt.reading",
          "arrowmt.splits", "arrowmt.writing", "arrowmt.views", "arrowmt.segments",
          "arrowmt.converters", "arrowmt.bucketing", "arrowmt.plans", "arrowmt.blocks", "arrowmt.mixing",
-         "arrowmt.copies", "arrowmt.training"]  # fmt: skip
+         "arrowmt.copies", "arrowmt.copies.stored", "arrowmt.training"]  # fmt: skip
 TEST_SUPPORT = "arrowmt.testing"  # the tests' and benchmarks' table of private names
 TORCH_FREE = (
     "arrowmt.storage",
@@ -134,7 +135,7 @@ def test_plans_import_only_the_core_and_the_format() -> None:
     no integration."""
     planning = ("arrowmt.bucketing", "arrowmt.plans", "arrowmt.blocks", "arrowmt.mixing")
     allowed = ("arrowmt._", "arrowmt.storage", "arrowmt.io", "arrowmt.files", "arrowmt.format", "arrowmt.reading",
-               "arrowmt.splits", *planning)  # fmt: skip
+               "arrowmt.splits", "arrowmt.copies.stored", *planning)  # fmt: skip
     bad = [
         f"{module} imports {name}"
         for module, path in modules().items()
@@ -210,6 +211,14 @@ def test_faces_name_each_export_once(name: str) -> None:
     assert "__all__ = [" not in text and "_EXPORTS" not in text
 
 
+MAX_FACE_NAMES = 30  # a package's face; arrowmt itself, the public API, is the user's table of contents
+
+
+def test_no_package_face_exports_more_than_thirty_names() -> None:
+    sizes = {name: len(importlib.import_module(name).__all__) for name in FACES[1:]}
+    assert {name: size for name, size in sizes.items() if size > MAX_FACE_NAMES} == {}
+
+
 def test_lazy_faces_load_only_what_is_used() -> None:
     """Importing the faces loads none of their modules; a reading process that takes the reader from the reading
     face and the manifest and the schema from the format face never loads the writer, verification or the
@@ -219,7 +228,7 @@ def test_lazy_faces_load_only_what_is_used() -> None:
     code = (
         "import sys\n"
         f"import {', '.join(lazy)}\n"
-        f"loaded = [m for m in sys.modules if m.startswith(tuple(f + '.' for f in {lazy!r}))]\n"
+        f"loaded = [m for m in sys.modules if m.startswith(tuple(f + '.' for f in {lazy!r})) and m not in {lazy!r}]\n"
         "assert loaded == [], loaded\n"
         "from arrowmt.format import TOKENS, Manifest\n"
         "from arrowmt.reading import SplitFile\n"
@@ -270,12 +279,17 @@ def test_training_on_a_corpus_never_loads_pyarrow_compute(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
 
 
-COPY_MODULES = ("arrowmt.splits._row_order", "arrowmt.splits._block_order", "arrowmt.plans._stored_plan")
+COPY_MODULES = (
+    "arrowmt.copies.stored._row_order",
+    "arrowmt.copies.stored._block_order",
+    "arrowmt.copies.stored._stored_plan",
+)
 
 
 def test_reading_a_corpus_as_converted_never_loads_the_copies_code(tmp_path: Path) -> None:
     """Pairs and a mixture of a corpus as converted are read without the code of copies in plan order (row and
-    block orders, the stored plan: Python objects in every rank's private memory); a copy loads it."""
+    block orders, the stored plan: Python objects in every rank's private memory), and the LM block readers do not
+    load it at import; a copy loads it."""
     out = converted_fixture(tmp_path)
     arrowmt.order_copy(out, tmp_path / "ordered", max_tokens=64, seed=1, progress=False)
     code = (
@@ -287,6 +301,7 @@ def test_reading_a_corpus_as_converted_never_loads_the_copies_code(tmp_path: Pat
         "mix = arrowmt.open_mixture({'a': ds, 'b': arrowmt.open_dataset(sys.argv[1], 'train')})\n"
         "batches += [collate(mix.__getitems__(list(b))) for b in arrowmt.MixtureBatchSampler(mix, max_tokens=64)]\n"
         "assert len(batches) > 2, len(batches)\n"
+        "arrowmt.open_blocks, arrowmt.BlockBatchSampler, arrowmt.FairseqBlockCollater  # the LM readers' modules\n"
         f"loaded = [m for m in {COPY_MODULES!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
         "copy = arrowmt.open_dataset(sys.argv[2], 'train')\n"

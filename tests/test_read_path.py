@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from arrowmt import FormatError, InvalidParameterError, Manifest, Split, build_view
+from arrowmt import FileEntry, FormatError, InvalidParameterError, Manifest, Split, build_view
 from arrowmt.io import PAGE, CrcPieces, Residency, WordRanges, _residency
 from arrowmt.reading import _reader
 from arrowmt.testing import (
@@ -26,7 +26,6 @@ from arrowmt.testing import (
     SplitFile,
     SplitMetadata,
     encode_legacy_offsets_crcs,
-    file_entry,
     open_split_file,
     split_path,
 )
@@ -228,7 +227,7 @@ def as_version_1(folder: Path, split: str) -> Path:
             writer.write_batch(batch, custom_metadata=encode_legacy_offsets_crcs(offsets))
     out.replace(path)
     manifest = Manifest.load(folder)
-    manifest.files[split] = file_entry(path, manifest.files[split].rows)
+    manifest.files[split] = FileEntry.of(path, manifest.files[split].rows)
     manifest.save(folder)
     return path
 

@@ -33,6 +33,7 @@ import pytest
 from arrowmt import (
     ArrowMTDataset,
     Dictionary,
+    FileEntry,
     FormatError,
     Manifest,
     TokenBatchSampler,
@@ -54,7 +55,6 @@ from arrowmt.testing import (
     Ragged,
     SplitFile,
     ensure_offsets_checked,
-    file_entry,
     offsets_crc,
     special_ids_of,
     split_path,
@@ -266,7 +266,7 @@ def make_dataset(folder: Path) -> Path:
         dictionaries={lang: f"dict.{lang}.txt" for lang in LANGS.values()},
         source_format="synthetic",
     )
-    manifest.files[SPLIT] = file_entry(path, ROWS)
+    manifest.files[SPLIT] = FileEntry.of(path, ROWS)
     manifest.save(folder)
     return folder
 
@@ -765,7 +765,7 @@ def test_record_batches_without_offsets_checksums_read_as_before(dataset: Path, 
     """Batches without a checksum (written before it existed, or rewritten by another Arrow tool): read, no warning."""
     path = rewrite(split_path(dataset, SPLIT), None)
     manifest = Manifest.load(dataset)
-    manifest.files[SPLIT] = file_entry(path, ROWS)
+    manifest.files[SPLIT] = FileEntry.of(path, ROWS)
     manifest.save(dataset)
     assert not SplitFile(path).offset_checks.present.any()
     assert assert_consistent(path, worker.read(path))["rows"] == corpus()
@@ -884,7 +884,7 @@ def test_verify_flags_a_column_naming_a_dictionary_not_in_the_folder(dataset: Pa
     new = write_stream(path.with_name("new.arrow"), schema, table.cast(schema).to_batches(max_chunksize=RPB))
     os.replace(new, path)  # not written in place: the table maps the old file
     manifest = json.loads((dataset / MANIFEST_NAME).read_text())
-    manifest["files"][SPLIT] = file_entry(path, ROWS).__dict__
+    manifest["files"][SPLIT] = FileEntry.of(path, ROWS).__dict__
     if listed:
         manifest["dictionaries"]["fr"] = "dict.fr.txt"
     (dataset / MANIFEST_NAME).write_text(json.dumps(manifest))

@@ -283,7 +283,7 @@ def test_sizes_and_depths_from_the_store_are_bounded(
         stream.write(b"[" * 100_000)
     with pytest.raises(FormatError, match=r"nested/arrowmt\.json: malformed manifest: JSON nested too deeply"):
         arrowmt.open_dataset(nested, "train", cache_dir=tmp_path / "c1")
-    monkeypatch.setattr(_mirror, "MAX_JSON_BYTES", 100)
+    monkeypatch.setattr(Manifest, "MAX_BYTES", 100)
     with pytest.raises(StorageError, match=r"arrowmt\.json: expected at most 100 bytes, the object is larger"):
         arrowmt.open_dataset(url, "train", cache_dir=tmp_path / "c2")
     monkeypatch.undo()

@@ -12,6 +12,7 @@ import torch
 
 from arrowmt import (
     FairseqCollater,
+    FileEntry,
     FormatError,
     InvalidParameterError,
     Manifest,
@@ -32,7 +33,6 @@ from arrowmt.testing import (
     TARGET,
     ColumnData,
     Ragged,
-    file_entry,
     main,
     plan_key,
     split_path,
@@ -59,7 +59,7 @@ def write_rows(folder: Path, name: str, rows: dict[str, list[list[int]]], rows_p
         manifest = Manifest.load(folder)
     except FormatError:
         manifest = Manifest(languages=dict.fromkeys(rows), dictionaries={"": "dict.txt"}, source_format="test")
-    manifest.files[name] = file_entry(path, meta.rows)
+    manifest.files[name] = FileEntry.of(path, meta.rows)
     manifest.save(folder)
     return folder
 

@@ -42,7 +42,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from arrowmt.blocks._blocks import (
 )
 from arrowmt.blocks._token_stream import TokenStream
 from arrowmt.bucketing import batch_by_size, compact_counts, drop_too_long, report_skipped
+from arrowmt.copies.stored import block_order_of
 from arrowmt.files import (
     BLOCKS_FORMAT,
     COPY_BLOCKS_FORMAT,
@@ -71,18 +72,12 @@ from arrowmt.files import (
 )
 from arrowmt.format import BLOCK_ORDER_KEY, CACHE_DIR_NAME, MANIFEST_NAME
 from arrowmt.io import WordRanges
-from arrowmt.plans import (
-    BLOCK_LIMIT,
-    BatchPlan,
-    BatchSpec,
-    PlanArrays,
-    changed_fields,
-    load_or_build_plan,
-    order_command,
-    plan_key,
-)
+from arrowmt.plans import BLOCK_LIMIT, BatchPlan, BatchSpec, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.reading import check_indices, indices_within
-from arrowmt.splits import BlockOrder, Split, read_block_order
+from arrowmt.splits import Split
+
+if TYPE_CHECKING:
+    from arrowmt.copies.stored import BlockOrder
 
 logger = logging.getLogger(__name__)
 CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
@@ -354,10 +349,12 @@ def table_source(split: Split) -> dict[str, object]:
 def stored_blocks(split: Split, fields: dict[str, object]) -> BlockOrder | None:
     """The block table ``split`` stores (a copy made by ``arrowmt order --tokens-per-sample``), or None; an
     InvalidParameterError when it was made for block options other than ``fields``."""
-    stored = read_block_order(split.path, split.manifest, split.split)
+    stored = block_order_of(split.path, split.manifest, split.split)
     if stored is None:
         return None
     if stored.blocks != fields:
+        from arrowmt.copies.stored import changed_fields
+
         names, pairs = changed_fields(stored.blocks, fields)
         raise InvalidParameterError(
             f"{', '.join(names)}: {split.path} split {split.split!r} stores LM blocks in plan order for {pairs}; "
@@ -434,7 +431,9 @@ def load_block_plan(
     """The batch plan over ``table``'s blocks (made with ``blocks``) for ``params`` (its limit ``max_positions``):
     mapped from ``folder``, else built once."""
     stored = table.stored_plan
-    if stored is not None and stored != params.key_fields():
+    if stored is not None and stored != params.key_fields():  # a copy's (its code loaded only for one)
+        from arrowmt.copies.stored import changed_fields, order_command
+
         _, pairs = changed_fields(stored, params.key_fields())
         logger.warning(
             "%s: stores LM blocks in the order of another plan (%s): the same batches, read as blocks spread over "

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         window_starts,
         windowed_batch_order,
     )
+    from arrowmt.bucketing._deal import every_rank, own, window_end_steps
     from arrowmt.bucketing._order import plan_order
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -20,7 +20,6 @@ from arrowmt.format import (
     FileEntry,
     Manifest,
     SpecialIds,
-    file_entry,
     manifest_path,
     plain_name_error,
     read_json,
@@ -139,7 +138,7 @@ class OutputFolder:
             piece_rows=piece_rows,
             stored_order=stored_order,
         )
-        self.manifest.files[name] = file_entry(path, meta.rows)
+        self.manifest.files[name] = FileEntry.of(path, meta.rows)
 
     def record(self, name: str) -> FileEntry:
         """Record split ``name`` that another writer (a worker process) put at :meth:`split_file`.
@@ -150,7 +149,7 @@ class OutputFolder:
         if not path.is_file():
             raise InvalidParameterError(f"name: expected {path} to be written first, it is missing")
         rows = len(SplitFile(path))
-        self.manifest.files[name] = entry = file_entry(path, rows)
+        self.manifest.files[name] = entry = FileEntry.of(path, rows)
         return entry
 
     def finish(self) -> Manifest:

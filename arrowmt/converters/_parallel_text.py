@@ -31,7 +31,7 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import split_lang_pairs
-from arrowmt.converters._sampled import add_sampled_segmentations, sampling_options
+from arrowmt.converters._sampled import add_sampled_segmentations
 from arrowmt.converters._tasks import TaskRunner, open_runner
 from arrowmt.converters._text import SentencePieceModel, check_same_line_count
 from arrowmt.converters._text_chunks import (
@@ -58,7 +58,7 @@ from arrowmt.converters._text_inputs import (
     column_roles,
     prefix_files,
 )
-from arrowmt.files import TEMP_PREFIX, progress_bar
+from arrowmt.files import progress_bar, temp_prefix
 from arrowmt.format import SOURCE, TARGET, TOKENS, ColumnInfo, Dictionary, Manifest, SpecialIds
 
 SOURCE_FORMAT = "text"
@@ -125,7 +125,6 @@ def convert_text(
     Returns the manifest; ``manifest.provenance`` records the options, the sentencepiece
     model's SHA-256 and the share of tokens that became ``<unk>`` per split and column.
     """
-    sampling = sampling_options(spm_samples, spm_alpha, spm_model, lang_pairs)
     options = TextConversion(
         prefixes={"train": trainpref, "valid": validpref, "test": testpref},
         src_lang=src_lang,
@@ -138,15 +137,14 @@ def convert_text(
         thresholds=(thresholdsrc, thresholdtgt),
         nwords=(nwordssrc, nwordstgt),
         spm_model=spm_model,
+        spm_samples=spm_samples,
+        spm_alpha=spm_alpha,
         workers=workers,
         chunk_bytes=chunk_bytes,
         shard_rows=shard_rows,
         executor=executor,
     )
-    manifest = convert_with_options(options, out, overwrite=overwrite, progress=progress)
-    if sampling is not None and spm_model is not None:
-        add_sampled_segmentations(out, spm_model, **sampling.as_options(), overwrite=overwrite, progress=progress)
-    return manifest
+    return convert_with_options(options, out, overwrite=overwrite, progress=progress)
 
 
 # ----- pass bookkeeping -------------------------------------------------------------------------
@@ -202,6 +200,18 @@ class Spilled(dict[tuple[Path, str, int], SpilledFile]):
 def convert_with_options(
     options: TextConversion, out: str | Path, overwrite: bool = False, progress: bool = True
 ) -> Manifest:
+    """:func:`convert_text` with its options as one value (a :class:`TextConversion`): encode every split's text
+    with fairseq-compatible dictionaries, write an arrowmt folder at ``out``, then store the sampled
+    segmentations ``options`` asks for. Returns the manifest."""
+    sampling = options.sampling()
+    manifest = _convert(options, out, overwrite, progress)
+    if sampling is not None and options.spm_model is not None:
+        add_sampled_segmentations(out, options.spm_model, **sampling.as_options(), overwrite=overwrite,
+                                  progress=progress)  # fmt: skip
+    return manifest
+
+
+def _convert(options: TextConversion, out: str | Path, overwrite: bool, progress: bool) -> Manifest:
     """Encode every split's text with fairseq-compatible dictionaries and write an arrowmt folder."""
     prefixes = prefix_files(options)
     spm = SentencePieceModel.load(options.spm_model) if options.spm_model else None
@@ -341,7 +351,7 @@ class _Spills:
         self._paths: list[Path] = []
 
     def new(self) -> str:
-        path = self.folder / f"{TEMP_PREFIX}spill-{next(self._numbers):06d}.arrow"
+        path = self.folder / f"{temp_prefix()}spill-{next(self._numbers):06d}.arrow"
         self._paths.append(path)
         return str(path)
 

@@ -99,7 +99,7 @@ def add_sampled_segmentations(
     ``open_dataset(corpus, split, segmentation="sampled")``.
     ``overwrite`` replaces samples built before.
     """
-    options = _SamplingOptions.checked(samples, alpha, nbest_size, seed, max_draws)
+    options = SamplingOptions.checked(samples, alpha, nbest_size, seed, max_draws)
     path = Path(corpus)
     manifest = Manifest.load(path)
     if manifest.language_pairs:
@@ -124,7 +124,7 @@ def add_sampled_segmentations(
 
 def sampling_options(
     samples: int | None, alpha: float | None, spm_model: object, lang_pairs: object
-) -> _SamplingOptions | None:
+) -> SamplingOptions | None:
     """``convert_text``'s ``spm_samples`` and ``spm_alpha``, checked before anything is converted (None: none)."""
     if samples is None:
         if alpha is not None:
@@ -135,11 +135,11 @@ def sampling_options(
     if lang_pairs:
         raise InvalidParameterError(f"spm_samples: {MULTI_PAIR_REFUSAL}")
     alpha = DEFAULT_ALPHA if alpha is None else alpha
-    return _SamplingOptions.checked(samples, alpha, DEFAULT_NBEST, DEFAULT_SEED, DEFAULT_MAX_DRAWS)
+    return SamplingOptions.checked(samples, alpha, DEFAULT_NBEST, DEFAULT_SEED, DEFAULT_MAX_DRAWS)
 
 
 @dataclass(frozen=True)
-class _SamplingOptions:
+class SamplingOptions:
     samples: int
     alpha: float
     nbest_size: int
@@ -152,7 +152,7 @@ class _SamplingOptions:
     @classmethod
     def checked(
         cls, samples: object, alpha: object, nbest_size: object, seed: object, max_draws: object
-    ) -> _SamplingOptions:
+    ) -> SamplingOptions:
         k = check_integer("samples", samples, 1, MAX_SAMPLES + 1)
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1e6:
             raise InvalidParameterError(f"alpha: expected a number > 0, got {alpha!r}")
@@ -206,7 +206,7 @@ class _ColumnTable:
 
 
 def _column_words(
-    splits: dict[str, Split], col: str, model: SentencePieceModel, options: _SamplingOptions, progress: bool
+    splits: dict[str, Split], col: str, model: SentencePieceModel, options: SamplingOptions, progress: bool
 ) -> _ColumnTable:
     first = next(iter(splits.values()))
     vocabulary = _Vocabulary.of(first.dictionary(col))
@@ -284,7 +284,7 @@ def _sampled_forms(
     vocabulary: _Vocabulary,
     tokens: dict[str, int],
     model: SentencePieceModel,
-    options: _SamplingOptions,
+    options: SamplingOptions,
     progress: bool,
 ) -> _ColumnTable:
     """The forms of every word: ``min(K * count, max_draws)`` draws of sentencepiece's sampler for a word it
@@ -424,7 +424,7 @@ def check_deterministic(best: Pieces, model: Segmenter, own: Ragged, sampled: np
         )
 
 
-def _draw(processor: Any, scores: np.ndarray | None, surfaces: pa.Array, draws: np.ndarray, options: _SamplingOptions,
+def _draw(processor: Any, scores: np.ndarray | None, surfaces: pa.Array, draws: np.ndarray, options: SamplingOptions,
           progress: bool) -> Pieces:  # fmt: skip
     """``draws[i]`` draws of the segmentation of word ``surfaces[i]``, in order, ``DRAW_BLOCK`` words at a time
     (``scores``: a unigram model's piece scores, :func:`_piece_scores`; None for a BPE model).
@@ -459,7 +459,7 @@ def nbest_available(processor: Any) -> bool:
 
 
 def _draw_nbest(processor: Any, piece_scores: np.ndarray, words: list[str], counts: np.ndarray,
-                options: _SamplingOptions, block: int) -> Pieces:  # fmt: skip
+                options: SamplingOptions, block: int) -> Pieces:  # fmt: skip
     """``counts[i]`` draws among the n best segmentations of ``words[i]`` (see :func:`_draw`; ``piece_scores``:
     :func:`_piece_scores`)."""
     listed = pa.array(processor.nbest_encode(words, nbest_size=options.nbest_size, out_type=str),
@@ -492,7 +492,7 @@ def _piece_scores(processor: Any) -> np.ndarray:
     return np.array([processor.get_score(i) for i in range(processor.get_piece_size())], dtype=np.float64)
 
 
-def _draw_dropout(processor: Any, words: list[str], counts: np.ndarray, options: _SamplingOptions,
+def _draw_dropout(processor: Any, words: list[str], counts: np.ndarray, options: SamplingOptions,
                   block: int) -> Pieces:  # fmt: skip
     """``counts[i]`` draws of sentencepiece's BPE-dropout of ``words[i]`` (see :func:`_draw`)."""
     import sentencepiece

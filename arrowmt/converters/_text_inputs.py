@@ -17,6 +17,7 @@ import filecmp
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
@@ -24,6 +25,9 @@ from arrowmt.converters._pairs import check_distinct_splits, check_language, pai
 from arrowmt.converters._text_chunks import DEFAULT_CHUNK_BYTES
 from arrowmt.format import SOURCE, TARGET, TOKENS
 from arrowmt.storage import DOWNLOAD_FIRST, local_only_path
+
+if TYPE_CHECKING:
+    from arrowmt.converters._sampled import SamplingOptions
 
 SPLITS = ("train", "valid", "test")
 MAX_WORKERS = 4096  # local worker processes
@@ -35,7 +39,9 @@ TEXT_SUFFIXES = ("", ".gz")
 
 @dataclass(frozen=True)
 class TextConversion:
-    """What to convert and how (the fairseq-preprocess options that matter for the data, and how to run).
+    """What to convert and how: :func:`~arrowmt.convert_text`'s options as one value, for
+    :func:`~arrowmt.convert_with_options` (``prefixes``: split -> ``trainpref``/``validpref``/``testpref``;
+    ``thresholds`` and ``nwords``: the source's and the target's; the others as ``convert_text`` names them).
 
     Either ``src_lang`` and ``tgt_lang`` (one pair), ``lang_pairs`` (``("de-en", "fr-en")``:
     several pairs, one shared dictionary) or ``lang`` (monolingual text: column ``tokens``, the
@@ -53,6 +59,8 @@ class TextConversion:
     thresholds: tuple[int, int] = (NO_THRESHOLD, NO_THRESHOLD)
     nwords: tuple[int, int] = (ALL_WORDS, ALL_WORDS)
     spm_model: str | None = None
+    spm_samples: int | None = None
+    spm_alpha: float | None = None
     workers: int = 1
     padding_factor: int = 8
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -66,6 +74,7 @@ class TextConversion:
             if getattr(self, name):
                 object.__setattr__(self, name, str(_local(getattr(self, name), name, "a local file")))
         object.__setattr__(self, "pairs", self._resolve_pairs())
+        self.sampling()  # refused before anything is converted
         self._check_dictionary_options()
         check_integer("workers", self.workers, 1, MAX_WORKERS)
         check_integer("chunk_bytes", self.chunk_bytes, 1, 2**63, high_name="2**63")
@@ -84,6 +93,15 @@ class TextConversion:
                     )
                 where = "the prefix of local text files"
                 self.shards[split] = [str(_local(prefix, f"{split}pref", where)) for prefix in value.split(",")]
+
+    def sampling(self) -> SamplingOptions | None:
+        """The sampled segmentations to store once the corpus is written (``spm_samples``, ``spm_alpha``), checked;
+        None: none (the samples' code is then not loaded)."""
+        if self.spm_samples is None and self.spm_alpha is None:
+            return None
+        from arrowmt.converters._sampled import sampling_options
+
+        return sampling_options(self.spm_samples, self.spm_alpha, self.spm_model, self.lang_pairs)
 
     @property
     def multi(self) -> bool:

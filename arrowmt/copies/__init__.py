@@ -1,12 +1,12 @@
 """Layer 13, copies in plan order (``arrowmt order``): a copy of a corpus whose training split is stored in the
 order its batch plan reads it, sentence rows or a monolingual split's LM blocks, so that each planned batch is
-one contiguous read (corpora larger than memory, object storage).
+one contiguous read (corpora larger than memory, object storage); and an epoch's copy of a corpus in its sampled
+segmentations.
 
-Making a copy lives here: the command's API (:func:`order_copy`, :func:`order_blocks`), the writer of the reordered
-files and the streaming of an LM copy's rows. Reading one does not: the files' row order and block tables are the
-format's (``arrowmt.format``: the split translates row numbers), the plan a copy is stored by is a plan
-(``arrowmt.plans``: ``StoredPlan``), and every reader states which stored orders it reads
-(``arrowmt.format.refuse_stored_order``).
+The whole feature is this package: making a copy here (the command's API, :func:`order_copy`,
+:func:`order_blocks`, the writer of the reordered files, the streaming of an LM copy's rows), reading one in its
+subpackage :mod:`arrowmt.copies.stored` (layer 6, below the split that takes its row translator from it: row
+order, block order, the plan a copy is stored by, ``refuse_stored_order``).
 
 Imports the format, converters and plans layers; never torch.
 """

@@ -1,5 +1,5 @@
-"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.splits._row_order``),
-or stored as pieces of its rows (LM blocks in plan order, see ``arrowmt.splits._block_order``).
+"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.copies.stored._row_order``),
+or stored as pieces of its rows (LM blocks in plan order, see ``arrowmt.copies.stored._block_order``).
 
 The rows are gathered from the source in the new order block by block (never all in
 memory), written like any conversion (staging folder, manifest last), and the split's
@@ -18,9 +18,10 @@ import numpy as np
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.converters import OutputFolder, column
-from arrowmt.format import ORDERED_BY_KEY, ROW_ORDER_KEY, Dictionary, Manifest
+from arrowmt.copies.stored import ORDERED_BY_KEY, order_marker, order_name, refuse_stored_order, write_row_order
+from arrowmt.format import ROW_ORDER_KEY, Dictionary, Manifest
 from arrowmt.reading import PIECE_ROWS, STRETCH_PIECE_ROWS, Ragged
-from arrowmt.splits import Split, order_marker, order_name, refuse_stored_order, write_row_order
+from arrowmt.splits import Split
 from arrowmt.writing import RowSource
 
 
@@ -63,7 +64,7 @@ def write_reordered(
 ) -> Manifest:
     """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows),
     whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.format.write_row_order`);
-    ``ordered``: the manifest's :data:`~arrowmt.format.ORDERED_BY_KEY` entry naming that plan."""
+    ``ordered``: the manifest's :data:`~arrowmt.copies.stored.ORDERED_BY_KEY` entry naming that plan."""
 
     def stored(data: Split) -> dict[str, RowSource]:
         rows = len(data)

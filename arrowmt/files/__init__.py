@@ -14,7 +14,6 @@ from arrowmt._lazy import attach
 if TYPE_CHECKING:
     from arrowmt.files._atomic import (
         COMPLETED_NOTE,
-        TEMP_PREFIX,
         StagedOutput,
         atomic_output,
         atomic_path,
@@ -22,7 +21,9 @@ if TYPE_CHECKING:
         temp_prefix,
         write_bytes_atomic,
     )
+    from arrowmt.files._batches import check_batch_offsets, check_contents, checked_batch
     from arrowmt.files._chunks import CheckedArray
+    from arrowmt.files._digests import SHA256_HEX, canonical_json, file_sha256
     from arrowmt.files._kinds import file_kind, not_regular_error
     from arrowmt.files._locks import reading
     from arrowmt.files._progress import progress_bar
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
         VIEW_FORMAT,
         SideFile,
         SideFormat,
-        check_batch_offsets,
         check_blocks_header,
         exclusive_lock,
         load_or_build,

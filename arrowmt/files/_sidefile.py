@@ -292,17 +292,6 @@ class SideFile:
             )
 
 
-def check_batch_offsets(path: Path, offsets: np.ndarray, total: int) -> None:
-    """FormatError naming ``path`` unless the batch ``offsets`` run from 0 to ``total`` without decreasing."""
-    falls = np.flatnonzero(np.diff(offsets) < 0)
-    if int(offsets[0]) != 0 or int(offsets[-1]) != total or falls.size:
-        where = f", batch {int(falls[0])} ends before it starts" if falls.size else ""
-        raise FormatError(
-            f"{path}: plan offsets: expected non-decreasing from 0 to {total}, "
-            f"found {int(offsets[0])}..{int(offsets[-1])}{where} (corrupt)"
-        )
-
-
 def check_regular(path: Path, what: str) -> None:
     """FormatError when ``path`` exists and is not a regular file (found with ``stat``: never opened, never blocks)."""
     try:

@@ -16,17 +16,11 @@ if TYPE_CHECKING:
     from arrowmt.format._manifest import (
         BLOCK_ORDER_KEY,
         DICTIONARY_SUFFIX,
-        MAX_JSON_BYTES,
-        ORDERED_BY_KEY,
         ROW_ORDER_KEY,
-        SHA256_HEX,
         FileEntry,
         Manifest,
         data_bin_hint,
-        file_entry,
-        file_sha256,
         manifest_path,
-        parse_json,
         plain_name_error,
         read_json,
         split_path,
@@ -44,7 +38,6 @@ if TYPE_CHECKING:
         TARGET,
         TOKEN_TYPE,
         TOKENS,
-        canonical_json,
         token_schema,
     )
     from arrowmt.format._symbols import text_symbols_digest

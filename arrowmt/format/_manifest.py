@@ -8,29 +8,24 @@ not regular files there (a symlink leaving the folder, a FIFO, a folder, a devic
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from arrowmt._errors import FormatError
-from arrowmt.files import not_regular_error, write_bytes_atomic
+from arrowmt.files import SHA256_HEX, file_sha256, not_regular_error, write_bytes_atomic
 from arrowmt.format._schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, SPLIT_SUFFIX
 
-HASH_CHUNK = 1 << 24
 MAX_JSON_BYTES = 64 << 20  # a manifest of 100,000 shards is ~20 MB
 MAX_NAME_BYTES = 255  # NAME_MAX of every common filesystem
 DICTIONARY_SUFFIX = ".txt"
-SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 REQUIRED_KEYS = frozenset({"format", "format_version", "languages", "dictionaries", "source_format", "files"})
 OPTIONAL_KEYS = frozenset({"provenance"})
 PAIRS_KEY = "pairs"  # provenance key: the language pairs of a folder holding several (``["de-en", "fr-en"]``)
 ROW_ORDER_KEY = "row_order"  # provenance key: split -> row order file of a copy stored in plan order
-ORDERED_BY_KEY = "ordered_by"  # provenance key: {"split", "plan" (the original's key), "fields" (the plan's)}
 BLOCK_ORDER_KEY = "block_order"  # provenance key: split -> block table entry of LM blocks stored in plan order
 ENTRY_KEYS = ("file", "rows", "size", "sha256")
 SHOWN_CHARS = 80
@@ -45,6 +40,11 @@ class FileEntry:
     size: int
     sha256: str
 
+    @classmethod
+    def of(cls, path: Path, rows: int) -> FileEntry:
+        """The entry of the split file just written at ``path`` (``rows`` rows): its name, size and SHA-256."""
+        return cls(file=path.name, rows=rows, size=path.stat().st_size, sha256=file_sha256(path))
+
 
 @dataclass
 class Manifest:
@@ -57,6 +57,8 @@ class Manifest:
     provenance: dict[str, object] = field(default_factory=dict)  # how the corpus was made (converter options)
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
+
+    MAX_BYTES: ClassVar[int] = MAX_JSON_BYTES  # the largest manifest file read (from disk or object storage)
 
     @property
     def language_pairs(self) -> list[str]:
@@ -95,6 +97,12 @@ class Manifest:
         return manifest
 
     @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> Manifest:
+        """A Manifest from the bytes of a manifest file read elsewhere (object storage: ``where`` is its URL), checked
+        as :meth:`load` checks one."""
+        return cls.parse(parse_json(raw, where, "manifest"), Path(where))
+
+    @classmethod
     def parse(cls, data: object, path: Path) -> Manifest:
         """A Manifest from decoded JSON ``data``, every type and name checked (``path`` names it in errors)."""
         data = _expect(data, dict, "the top level", path)
@@ -118,8 +126,8 @@ class Manifest:
         return {entry.file for entry in self.files.values()} | set(self.dictionaries.values()) | self.row_order_files()
 
     def row_order_files(self) -> set[str]:
-        """The side files of splits stored in plan order: row orders (:mod:`arrowmt.splits._row_order`) and block
-        tables (:mod:`arrowmt.splits._block_order`)."""
+        """The side files of splits stored in plan order: row orders (:mod:`arrowmt.copies.stored._row_order`) and block
+        tables (:mod:`arrowmt.copies.stored._block_order`)."""
         rows = self.provenance.get(ROW_ORDER_KEY)
         blocks = self.provenance.get(BLOCK_ORDER_KEY)
         listed = list(rows.values()) if isinstance(rows, dict) else []
@@ -367,17 +375,3 @@ def _file_entry(name: str, entry: Any, path: Path) -> FileEntry:
             f"got rows {rows}, size {size}, sha256 {_shown(sha256)}"
         )
     return FileEntry(file=expected_file, rows=rows, size=size, sha256=sha256)
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file's bytes, read in large chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def file_entry(path: Path, rows: int) -> FileEntry:
-    """Manifest entry for a freshly written split file."""
-    return FileEntry(file=path.name, rows=rows, size=path.stat().st_size, sha256=file_sha256(path))

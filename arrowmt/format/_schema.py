@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 
 FORMAT_NAME = "arrowmt"
@@ -31,8 +29,3 @@ def token_schema(columns: tuple[str, ...], metadata: bytes) -> pa.Schema:
 
 
 CACHE_DIR_NAME = ".arrowmt-cache"  # batch and block plans cached beside the splits (a folder in the corpus)
-
-
-def canonical_json(value: object) -> bytes:
-    """``value`` as the JSON arrowmt stores and hashes: sorted keys, no spaces, ASCII (equal values, equal bytes)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")

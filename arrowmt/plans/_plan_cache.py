@@ -53,14 +53,14 @@ import numpy as np
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.files import (
     PLAN_FORMAT,
-    CheckedArray,
     SideFile,
-    check_batch_offsets,
+    canonical_json,
+    check_contents,
+    checked_batch,
     load_or_build,
     open_side_file,
     write_side_file,
 )
-from arrowmt.format import canonical_json
 from arrowmt.io import WordRanges
 from arrowmt.reading import indices_within
 
@@ -172,30 +172,6 @@ class BatchPlan:
         return (BatchPlan, (self.path, self.key, self.rows))
 
 
-def checked_batch(
-    path: Path, b: int, offsets: CheckedArray, indices: CheckedArray, total: int, rows: int
-) -> np.ndarray:
-    """Batch ``b`` of a plan stored as ``offsets`` into its first ``total`` ``indices`` (a read-only view of the
-    map), once the chunks it reads are checked and its bounds and indices are in range (FormatError naming
-    ``path`` otherwise; IndexError for a ``b`` outside the plan)."""
-    n = len(offsets) - 1
-    if not 0 <= b < n:
-        raise IndexError(f"{path}: plan batch {b}: expected 0..{n - 1}")
-    start, end = offsets.slice(b, b + 2).tolist()
-    if not 0 <= start <= end <= total:
-        raise FormatError(
-            f"{path}: plan batch {b}: expected offsets 0 <= start <= end <= {total}, found {start}..{end} (corrupt)"
-        )
-    batch = indices.slice(start, end)
-    # One reduction checks both ends: viewed unsigned, a negative index is larger than any row count.
-    if start < end and int(np.maximum.reduce(batch.view(f"u{batch.itemsize}"))) >= rows:
-        raise FormatError(
-            f"{path}: plan batch {b} indices: expected 0..{rows - 1}, "
-            f"found {int(batch.min())}..{int(batch.max())} (corrupt)"
-        )
-    return batch
-
-
 PLAN_PREFIX, PLAN_SUFFIX = "plan-", ".bin"  # a plan file's name: prefix, the key's first 32 hex digits, suffix
 PLAN_GLOB = f"{PLAN_PREFIX}*{PLAN_SUFFIX}"
 
@@ -250,14 +226,6 @@ def _check_header(side: SideFile, key: str, rows: int) -> None:
         raise FormatError(f"{side.path}: plan key: expected {key}, found {header.digest.hex()} (stale plan)")
     if header.rows != rows:
         raise FormatError(f"{side.path}: plan dataset rows: expected {rows}, found {header.rows} (stale plan)")
-
-
-def check_contents(path: Path, indices: np.ndarray, offsets: np.ndarray, rows: int) -> None:
-    """Offsets run from 0 to the index count without decreasing; indices lie in [0, rows)."""
-    check_batch_offsets(path, offsets, indices.shape[0])
-    low, high = (int(indices.min()), int(indices.max())) if indices.size else (0, -1)
-    if low < 0 or high >= rows:
-        raise FormatError(f"{path}: plan indices: expected 0..{rows - 1}, found {low}..{high} (corrupt)")
 
 
 def read_plan(path: str | os.PathLike[str], key: str, rows: int) -> BatchPlan:

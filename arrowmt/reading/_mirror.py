@@ -23,7 +23,7 @@ import numpy as np
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError, StorageError
 from arrowmt.files import atomic_output, exclusive_lock, write_bytes_atomic
-from arrowmt.format import MANIFEST_NAME, MAX_JSON_BYTES, Manifest, parse_json, read_json
+from arrowmt.format import MANIFEST_NAME, Manifest, read_json
 from arrowmt.reading._block_index import index_name, read_block_index
 from arrowmt.reading._spans import take_flat
 from arrowmt.storage import MIRROR_SOURCE, STATE_DIR, is_mirror
@@ -77,9 +77,9 @@ def mirror(url: str, options: CacheOptions) -> Path:
     from arrowmt.storage import RemoteFolder
 
     remote = RemoteFolder(url)
-    raw = remote.read(MANIFEST_NAME, MAX_JSON_BYTES)
+    raw = remote.read(MANIFEST_NAME, Manifest.MAX_BYTES)
     where = remote.url_of(MANIFEST_NAME)
-    manifest = Manifest.parse(parse_json(raw, where, "manifest"), Path(where))
+    manifest = Manifest.from_bytes(raw, where)
     key = hashlib.sha256(remote.url.encode() + b"\x00" + raw).hexdigest()[:20]
     folder = options.cache_dir / f"{_slug(remote.url)}-{key}"
     try:

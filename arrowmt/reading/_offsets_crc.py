@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.format import canonical_json
+from arrowmt.files import canonical_json
 from arrowmt.io import WORD, CrcPieces, ManyPieces, spread
 
 OFFSETS_CRC_KEY = b"arrowmt.offsets_crc32"  # version 1: one CRC per column (JSON)

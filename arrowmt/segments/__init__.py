@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
+    from arrowmt.segments._kinds import SEGMENTATIONS, check_segmentation
     from arrowmt.segments._sampled import (
         BUILD_HINT,
         DRAWS_FORMAT,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ import numpy as np
 from arrowmt._arrays import sorted_unique
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
+from arrowmt.copies.stored import row_translator
 from arrowmt.files import reading
 from arrowmt.format import TOKENS, Manifest, SpecialIds, SplitMetadata, split_path
 from arrowmt.io import DEFAULT_ACCESS, WordRanges, check_access
@@ -27,11 +27,9 @@ from arrowmt.reading import (
     row_numbers,
 )
 from arrowmt.splits._dictionaries import check_split_dictionaries, load_column_dictionary
-from arrowmt.splits._stored_order import is_copy
 
 if TYPE_CHECKING:
     from arrowmt.format import Dictionary
-    from arrowmt.splits._row_order import RowOrder
 
 
 class Split:
@@ -78,18 +76,9 @@ class Split:
         sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.cumulative = np.concatenate([[0], np.cumsum(sizes)])
         first = self.shards[0].metadata
-        self.row_order = self._row_order(split, first.stored_order)  # None: plain
+        self.row_order = row_translator(self.path, self.manifest, split, len(self), first.stored_order)
         self.columns: tuple[str, ...] = tuple(first.columns)
         self._check_shards_agree(first)
-
-    def _row_order(self, split: str, marker: Mapping[str, str] | None) -> RowOrder | None:
-        """The row order maps of a copy in plan order (``marker``: what the split's files record of it), None in
-        plain order; a corpus as converted loads none of the copies' code (private memory in every rank)."""
-        if marker is None and not is_copy(self.manifest):
-            return None
-        from arrowmt.splits._row_order import read_row_order
-
-        return read_row_order(self.path, self.manifest, split, len(self), marker)
 
     def _check_shards_agree(self, first: SplitMetadata) -> None:
         for shard in self.shards[1:]:

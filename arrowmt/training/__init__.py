@@ -24,10 +24,9 @@ if TYPE_CHECKING:
         pad_rows,
         pad_shifted,
     )
-    from arrowmt.training._dataset import SEGMENTATIONS, ArrowMTDataset, open_dataset
-    from arrowmt.training._deal import every_rank, stored_copy, stretch_ranges, window_end_steps
+    from arrowmt.training._dataset import ArrowMTDataset, open_dataset
     from arrowmt.training._loader import ReadAheadLoader
-    from arrowmt.training._mixture import Corpus, Mixture, MixtureBatchSampler, open_mixture
+    from arrowmt.training._mixture import Mixture, MixtureBatchSampler, open_mixture
     from arrowmt.training._resume import load_loader_state
     from arrowmt.training._sampled_dataset import ArrowMTSampledDataset
     from arrowmt.training._sampler import PlanSampler, TokenBatchSampler

@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from arrowmt._errors import InvalidParameterError
+from arrowmt.copies.stored import ROWS, refuse_stored_order
 from arrowmt.io import DEFAULT_ACCESS
-from arrowmt.splits import ROWS, Split, refuse_stored_order
+from arrowmt.segments import check_segmentation
+from arrowmt.splits import Split
 from arrowmt.training._rows_dataset import RowsDataset
 
 if TYPE_CHECKING:
     from arrowmt.training._sampled_dataset import ArrowMTSampledDataset
-
-SEGMENTATIONS = ("fixed", "sampled")  # open_dataset's segmentation: the converted ids, or sampled segmentations
 
 
 class ArrowMTDataset(Split, RowsDataset):
@@ -54,8 +53,7 @@ def open_dataset(
     ``~/.cache/arrowmt``) shared by the processes of the node, holding at most
     ``cache_limit`` bytes (an int or ``"20G"``; default ``$ARROWMT_CACHE_LIMIT``, else no limit).
     """
-    if segmentation not in SEGMENTATIONS:
-        raise InvalidParameterError(f"segmentation: expected one of {list(SEGMENTATIONS)}, got {segmentation!r}")
+    check_segmentation("segmentation", segmentation)
     dataset = ArrowMTDataset(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)
     if segmentation == "fixed":
         return dataset

@@ -36,7 +36,8 @@ from torch.utils.data import Sampler
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
-from arrowmt.bucketing import check_seed, resume_start, shard_batches, shard_length
+from arrowmt.bucketing import check_seed, every_rank, own, resume_start, shard_batches, shard_length, window_end_steps
+from arrowmt.copies.stored import ROWS, refuse_stored_order, stored_copy, stretch_ranges
 from arrowmt.io import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -49,8 +50,7 @@ from arrowmt.io import (
     prefetch_source,
 )
 from arrowmt.plans import BatchOrder, FixedPlan, Plan, PlanParams, PlanProvider, as_provider, batch_order, load_plan
-from arrowmt.splits import ROWS, Split, refuse_stored_order
-from arrowmt.training._deal import every_rank, own, stored_copy, stretch_ranges, window_end_steps
+from arrowmt.splits import Split
 from arrowmt.training._world import World, resolve_world
 
 logger = logging.getLogger(__name__)

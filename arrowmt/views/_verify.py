@@ -30,6 +30,7 @@ import pyarrow.ipc as ipc
 from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError, FormatError
+from arrowmt.copies.stored import block_orders, check_order_marker, check_row_order, order_files
 from arrowmt.files import (
     BLOCKS_FORMAT,
     COPY_BLOCKS_FORMAT,
@@ -37,6 +38,7 @@ from arrowmt.files import (
     SideFile,
     SideFormat,
     check_blocks_header,
+    file_sha256,
     open_side_file,
     progress_bar,
     stored_version,
@@ -48,14 +50,13 @@ from arrowmt.format import (
     Dictionary,
     FileEntry,
     Manifest,
-    file_sha256,
     id_outside,
     split_path,
     unterminated_row,
 )
 from arrowmt.reading import SplitFile, attached_file, local_folder
 from arrowmt.segments import BUILD_HINT, DRAWS_FORMAT, DRAWS_NAME, FORMS_DIR, WORDS_DIR, SampledSplit, sampled_folder
-from arrowmt.splits import block_orders, check_order_marker, check_row_order, column_place, mismatch_error, order_files
+from arrowmt.splits import column_place, mismatch_error
 from arrowmt.views._view import VIEW_SUFFIX, View
 
 VocabSizes = dict[str, tuple[int, str] | None]

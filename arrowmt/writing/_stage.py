@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import StorageError
-from arrowmt.files import StagedOutput, progress_bar
-from arrowmt.format import MANIFEST_NAME, Manifest, file_sha256
+from arrowmt.files import StagedOutput, file_sha256, progress_bar
+from arrowmt.format import MANIFEST_NAME, Manifest
 from arrowmt.reading import CacheOptions, attached_file, index_name, mirror
 from arrowmt.storage import local_output
 

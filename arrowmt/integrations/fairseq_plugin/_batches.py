@@ -32,10 +32,11 @@ import numpy as np
 from fairseq.data import iterators
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.bucketing import every_rank, window_end_steps
+from arrowmt.copies.stored import stored_copy, stretch_ranges
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.plans import BatchSpec, BlockSpec, PlanParams, WindowShuffle, batch_order, load_plan
-from arrowmt.training import every_rank, stored_copy, stretch_ranges, window_end_steps
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def batch_iterator(
 @dataclass(frozen=True)
 class WindowReads:
     """An epoch dealt from a windowed order of the batches of a copy in plan order: where every rank's batches of some
-    steps lie, and the steps that end windows (read ahead a window at a time, see :mod:`arrowmt.training._deal`)."""
+    steps lie, and the steps that end windows (read ahead a window at a time, see :mod:`arrowmt.bucketing._deal`)."""
 
     copy: Any  # the split stored by ``plan``
     plan: Any

@@ -42,7 +42,15 @@ from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder
 from arrowmt.io import DEFAULT_DEPTH, check_depth
 from arrowmt.mixing import Sampling, load_mixture_plan, temperature_ratios
 from arrowmt.plans import PlanParams
-from arrowmt.training import Corpus, FairseqCollater, Mixture, Tags, open_dataset, open_view_dataset
+from arrowmt.training import (
+    ArrowMTDataset,
+    ArrowMTViewDataset,
+    FairseqCollater,
+    Mixture,
+    Tags,
+    open_dataset,
+    open_view_dataset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +108,7 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
         self.datasets[split] = ArrowMixtureDataset(mixture, split, collater, sampled=self.training and train)
         logger.info("%s: split %s: %s memory-mapped from %s", MULTI_TASK_NAME, split, mixture, folder)
 
-    def _corpus(self, folder: Path, split: str, pair: str, train: bool) -> Corpus:
+    def _corpus(self, folder: Path, split: str, pair: str, train: bool) -> ArrowMTDataset | ArrowMTViewDataset:
         if train and pair in self.views:
             return open_view_dataset(self.views[pair], folder)
         name = f"{split}.{pair}"

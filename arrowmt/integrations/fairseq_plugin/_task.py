@@ -34,16 +34,9 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.reading import local_folder
-from arrowmt.segments import BUILD_HINT, FORMS_DIR, sampled_folder
+from arrowmt.segments import BUILD_HINT, FORMS_DIR, check_segmentation, sampled_folder
 from arrowmt.splits import mismatch_error
-from arrowmt.training import (
-    SEGMENTATIONS,
-    ArrowMTDataset,
-    ArrowMTSampledDataset,
-    FairseqCollater,
-    open_dataset,
-    open_view_dataset,
-)
+from arrowmt.training import ArrowMTDataset, ArrowMTSampledDataset, FairseqCollater, open_dataset, open_view_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -214,10 +207,7 @@ def _dictionary_file(manifest: Manifest, lang: str) -> str:
 def _dictionaries_of(folder: Path, manifest: Manifest, cfg: TranslationArrowConfig) -> tuple[Path, Manifest]:
     """Where the task's dictionaries are, and the manifest naming them: the folder's, or with
     ``--arrow-segmentation sampled`` its samples' (the folder's extended by the pieces only samples use)."""
-    if cfg.arrow_segmentation not in SEGMENTATIONS:
-        raise InvalidParameterError(
-            f"arrow_segmentation: expected one of {list(SEGMENTATIONS)}, got {cfg.arrow_segmentation!r}"
-        )
+    check_segmentation("arrow_segmentation", cfg.arrow_segmentation)
     if cfg.arrow_segmentation == "fixed":
         return folder, manifest
     forms = sampled_folder(folder) / FORMS_DIR

@@ -1,20 +1,25 @@
 """How a corpus stores its splits, asked of its manifest once, and the one refusal of a reader that cannot read it.
 
 A split is stored as converted (its rows in their own order), or in a copy made by ``arrowmt order``: rows in the
-order a batch plan reads them (:data:`ROWS`, :mod:`arrowmt.splits._row_order`; the split's readers translate row
+order a batch plan reads them (:data:`ROWS`, :mod:`arrowmt.copies.stored._row_order`; the split's readers translate row
 numbers, so datasets and samplers read the original's rows), or LM blocks in plan order (:data:`BLOCKS`,
-:mod:`arrowmt.splits._block_order`; its rows are pieces of blocks, read by the LM block readers only). A reader
+:mod:`arrowmt.copies.stored._block_order`; its rows are pieces of blocks, read by the LM block readers only). A reader
 states which stored orders it reads; :func:`refuse_stored_order` refuses the others, naming the folder and what
 to read instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format import BLOCK_ORDER_KEY, ROW_ORDER_KEY, Manifest
+
+if TYPE_CHECKING:
+    from arrowmt.copies.stored._block_order import BlockOrder
+    from arrowmt.copies.stored._row_order import RowOrder
 
 ROWS = "rows"  # rows in plan order: `arrowmt order`
 BLOCKS = "blocks"  # LM blocks in plan order: `arrowmt order --tokens-per-sample`
@@ -31,12 +36,36 @@ def stored_orders(manifest: Manifest, split: str | None = None) -> tuple[str, ..
     (whose readers then never load the copies' modules: their code is private memory in every rank)."""
     if not is_copy(manifest):
         return ()
-    from arrowmt.splits._block_order import block_orders
-    from arrowmt.splits._row_order import order_files
+    from arrowmt.copies.stored._block_order import block_orders
+    from arrowmt.copies.stored._row_order import order_files
 
     blocks = block_orders(manifest)
     has_blocks = split in blocks if split is not None else bool(blocks)
     return (*((ROWS,) if order_files(manifest) else ()), *((BLOCKS,) if has_blocks else ()))
+
+
+def row_translator(
+    folder: Path, manifest: Manifest, split: str, rows: int, marker: Mapping[str, str] | None
+) -> RowOrder | None:
+    """The row translator of ``split`` (``rows`` rows) of the corpus in ``folder``: where each row is stored when the
+    split is a copy's rows in plan order, else None. ``marker``: what the split's files record of the order they
+    are stored in. The one place a split asks how its rows are stored; a corpus as converted loads none of the
+    copies' code (private memory in every rank)."""
+    if marker is None and not is_copy(manifest):
+        return None
+    from arrowmt.copies.stored._row_order import read_row_order
+
+    return read_row_order(folder, manifest, split, rows, marker)
+
+
+def block_order_of(folder: Path, manifest: Manifest, split: str) -> BlockOrder | None:
+    """The block table of ``split`` when the corpus in ``folder`` stores it as LM blocks in plan order, else None
+    (a corpus as converted loads none of the copies' code)."""
+    if not is_copy(manifest):
+        return None
+    from arrowmt.copies.stored._block_order import read_block_order
+
+    return read_block_order(folder, manifest, split)
 
 
 def is_copy(manifest: Manifest) -> bool:

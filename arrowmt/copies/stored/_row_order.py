@@ -15,7 +15,7 @@ manifest's provenance under :data:`ROW_ORDER_KEY`. Layout (a side file,
 The first ``planned rows`` of ``order`` are the plan's batches back to back (batch ``b`` is
 ``order[offsets[b]:offsets[b + 1]]``), then the rows it leaves out: a sampler with the
 plan's options reads its batches from here instead of building the plan
-(:mod:`arrowmt.plans._stored_plan`).
+(:mod:`arrowmt.copies.stored._stored_plan`).
 
 Translating a planned batch costs one or two pages, not a page per row (:meth:`RowOrder.stored`):
 its first row's ``where`` gives the stretch it would fill (or the stored plan noted it when it
@@ -33,12 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.files import CheckedArray, SideFormat, check_batch_offsets, open_side_file, write_side_file
-from arrowmt.format import ORDERED_BY_KEY, ROW_ORDER_KEY, Manifest, canonical_json, plain_name_error
+from arrowmt.files import CheckedArray, SideFormat, canonical_json, check_batch_offsets, open_side_file, write_side_file
+from arrowmt.format import ROW_ORDER_KEY, Manifest, plain_name_error
 from arrowmt.io import advise
 from arrowmt.reading import FileIdentity
 
 ORDER_SUFFIX = ".rows"
+ORDERED_BY_KEY = "ordered_by"  # provenance key: {"split", "plan" (the original's key), "fields" (the plan's)}
 CHECK_ROWS = 1 << 20  # rows of the maps compared at a time by check_row_order
 NOTED = 4096  # planned batches whose stretch a RowOrder remembers (read-ahead notes up to 2 x 1,024 + 7 batches ahead)
 ORDER_FORMAT = SideFormat(

@@ -15,7 +15,7 @@ was made for and the batching options of the plan it is stored by::
 The table key is the hash of ``source`` and ``blocks`` (as the original's block table is
 named), so block options edited in the manifest no longer match it.
 
-Readers of rows as sentences refuse such a copy (:func:`~arrowmt.splits._stored_order.refuse_stored_order`);
+Readers of rows as sentences refuse such a copy (:func:`~arrowmt.copies.stored._stored_order.refuse_stored_order`);
 the LM block readers read its table.
 """
 
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arrowmt._errors import FormatError
-from arrowmt.format import BLOCK_ORDER_KEY, SHA256_HEX, Manifest, plain_name_error
+from arrowmt.files import SHA256_HEX
+from arrowmt.format import BLOCK_ORDER_KEY, Manifest, plain_name_error
 
 BLOCKS_SUFFIX = ".lm-blocks"  # not ".blocks": that ends the block index of a split file
 ENTRY_FIELDS = ("file", "table", "source", "blocks", "plan")

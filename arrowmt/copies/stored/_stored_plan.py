@@ -1,7 +1,7 @@
 """The plan a copy in plan order was stored by (``arrowmt order``), read from the copy instead of built.
 
 A copy made by :func:`arrowmt.order_copy` stores a split's rows batch after batch in the
-order of one plan, and its row order file (:mod:`arrowmt.splits._row_order`) keeps that
+order of one plan, and its row order file (:mod:`arrowmt.copies.stored._row_order`) keeps that
 plan's batch offsets; the manifest's provenance names the plan's fields under
 :data:`ORDERED_BY_KEY`. A sampler that asks the copy for that plan gets a
 :class:`StoredPlan`: batch ``b`` is ``order[offsets[b]:offsets[b + 1]]``, the very bytes that
@@ -9,7 +9,7 @@ then place its rows in one stretch of the files. Nothing is built (no row length
 at setup), no plan file is written, and a batch reads no plan pages beside the row order's:
 the batch offsets (8 bytes a batch) are read whole when the plan is opened (read-ahead asks for the pages
 of the batches to come: :meth:`StoredPlan.word_ranges`), and a batch handed
-out is noted with its stretch (:meth:`~arrowmt.format.RowOrder.note`), so that reading it in
+out is noted with its stretch (:meth:`~arrowmt.copies.stored.RowOrder.note`), so that reading it in
 the same process needs no ``where`` lookup.
 Its key is the key the built plan would have, so a sampler's state moves freely between the
 two.
@@ -20,16 +20,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.files import check_batch_offsets
-from arrowmt.format import ORDERED_BY_KEY
+from arrowmt.copies.stored._row_order import ORDERED_BY_KEY, RowOrder, open_row_order
+from arrowmt.files import check_batch_offsets, check_contents, checked_batch
 from arrowmt.io import WordRanges
-from arrowmt.plans._plan_cache import check_contents, checked_batch
 from arrowmt.reading import FileIdentity, indices_within
-from arrowmt.splits import RowOrder, Split, open_row_order
+
+if TYPE_CHECKING:
+    from arrowmt.copies.stored._stretches import Copy
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +125,7 @@ def _reopen(path: Path, key: str, rows: int, identity: FileIdentity) -> StoredPl
     return StoredPlan(order, key, rows)
 
 
-def stored_plan(dataset: Split, fields: Mapping[str, object], key: str) -> StoredPlan | None:
+def stored_plan(dataset: Copy, fields: Mapping[str, object], key: str) -> StoredPlan | None:
     """The plan of ``fields`` (named ``key``) as ``dataset`` stores it, or None when its rows are stored by no plan
     or by another one."""
     order = getattr(dataset, "row_order", None)  # views (and other plan sources) store no plan
@@ -139,7 +141,7 @@ def stored_plan(dataset: Split, fields: Mapping[str, object], key: str) -> Store
     return StoredPlan(order, key, len(dataset))
 
 
-def other_plan(dataset: Split, stored: object, fields: Mapping[str, object]) -> str:
+def other_plan(dataset: Copy, stored: object, fields: Mapping[str, object]) -> str:
     """Why the plan asked for is built instead of read from the copy: the fields that differ, stored vs asked."""
     _, pairs = changed_fields(stored if isinstance(stored, dict) else {}, fields)
     return (

@@ -15,6 +15,7 @@ import pytest
 import arrowmt
 import arrowmt._lazy as lazy_faces  # the module under test here
 from tests.conftest import MULTI30K, ROOT, fairseq_fixture
+from tests.lm_data import mono_corpus
 
 # Lower number = lower layer. The top (CLI, info, demo) may import everything.
 LAYERS = {
@@ -211,6 +212,12 @@ def test_faces_name_each_export_once(name: str) -> None:
     assert "__all__ = [" not in text and "_EXPORTS" not in text
 
 
+def test_the_copies_face_loads_nothing_eagerly() -> None:
+    """Importing ``arrowmt.copies.stored`` (layer 6, imported by the split) runs the face of ``arrowmt.copies``
+    (layer 13) first: an eager import there would load the copy makers' layers under every reader."""
+    assert lazy_faces.face_imports(modules()["arrowmt.copies"])[0] == []
+
+
 MAX_FACE_NAMES = 30  # a package's face; arrowmt itself, the public API, is the user's table of contents
 
 
@@ -287,9 +294,8 @@ COPY_MODULES = (
 
 
 def test_reading_a_corpus_as_converted_never_loads_the_copies_code(tmp_path: Path) -> None:
-    """Pairs and a mixture of a corpus as converted are read without the code of copies in plan order (row and
-    block orders, the stored plan: Python objects in every rank's private memory), and the LM block readers do not
-    load it at import; a copy loads it."""
+    """Pairs, a mixture and LM blocks of corpora as converted are read without the code of copies in plan order (row
+    and block orders, the stored plan: Python objects in every rank's private memory); a copy loads it."""
     out = converted_fixture(tmp_path)
     arrowmt.order_copy(out, tmp_path / "ordered", max_tokens=64, seed=1, progress=False)
     code = (
@@ -301,14 +307,18 @@ def test_reading_a_corpus_as_converted_never_loads_the_copies_code(tmp_path: Pat
         "mix = arrowmt.open_mixture({'a': ds, 'b': arrowmt.open_dataset(sys.argv[1], 'train')})\n"
         "batches += [collate(mix.__getitems__(list(b))) for b in arrowmt.MixtureBatchSampler(mix, max_tokens=64)]\n"
         "assert len(batches) > 2, len(batches)\n"
-        "arrowmt.open_blocks, arrowmt.BlockBatchSampler, arrowmt.FairseqBlockCollater  # the LM readers' modules\n"
+        "lm = arrowmt.open_blocks(sys.argv[3], 'train', 8, 'none')\n"
+        "lm_collate = arrowmt.FairseqBlockCollater(lm.special_ids)\n"
+        "blocks = [lm_collate(lm.__getitems__(list(b))) for b in arrowmt.BlockBatchSampler(lm, max_tokens=32)]\n"
+        "assert len(blocks) > 2, len(blocks)\n"
         f"loaded = [m for m in {COPY_MODULES!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
         "copy = arrowmt.open_dataset(sys.argv[2], 'train')\n"
         "next(iter(arrowmt.TokenBatchSampler(copy, max_tokens=64, seed=1)))\n"
         f"assert all(m in sys.modules for m in {COPY_MODULES[::2]!r})\n"
     )
-    args = [sys.executable, "-c", code, str(out), str(tmp_path / "ordered")]
+    lm = mono_corpus(tmp_path / "lm", [[5, 6, 7, 2], [8, 9, 2]] * 20)
+    args = [sys.executable, "-c", code, str(out), str(tmp_path / "ordered"), str(lm)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
 

@@ -213,25 +213,27 @@ def test_refusals_name_what_is_wrong(tmp_path: Path, corpus: Path, models: dict[
         SampledSplit(corpus, "train").spans("source", np.array([0]), np.array([K]))
 
 
-def test_the_options_as_one_value_convert_the_same_folder_as_convert_text(
+def test_the_options_as_one_value_convert_the_corpus_then_store_its_samples(
     tmp_path: Path, models: dict[str, Path]
 ) -> None:
-    """``convert_with_options(TextConversion(...))``, samples included, writes what ``convert_text`` writes with the
-    same options, byte for byte; a bad sampling option is refused when the value is made, before any work."""
-    options = {"spm_samples": 2, "spm_alpha": 0.2, "nwordstgt": 300}
-    by_function = converted(tmp_path / "function", models["unigram"], **options)
+    """``convert_with_options(TextConversion(..., spm_samples=K))`` writes, byte for byte, what converting without
+    samples and then ``add_sampled_segmentations`` write; a bad sampling option is refused when the value is made,
+    before any other option is looked at."""
     value = TextConversion(
         prefixes={"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test")}, src_lang="de", tgt_lang="en",
         spm_model=str(models["unigram"]), spm_samples=2, spm_alpha=0.2, nwords=(-1, 300),
     )  # fmt: skip
     manifest = convert_with_options(value, tmp_path / "value", progress=False)
     assert manifest.splits() == ["test", "train"]
-    files = sorted(p.relative_to(by_function) for p in by_function.rglob("*") if p.is_file())
+    apart = converted(tmp_path / "apart", models["unigram"], nwordstgt=300)
+    add_sampled_segmentations(apart, models["unigram"], samples=2, alpha=0.2, progress=False)
+    files = sorted(p.relative_to(apart) for p in apart.rglob("*") if p.is_file())
     assert sorted(p.relative_to(tmp_path / "value") for p in (tmp_path / "value").rglob("*") if p.is_file()) == files
     assert any(f.parts[0] == "sampled" for f in files)
-    assert all((by_function / f).read_bytes() == (tmp_path / "value" / f).read_bytes() for f in files)
-    with pytest.raises(InvalidParameterError, match="spm_samples: expected with spm_model"):
-        TextConversion(prefixes={"train": str(MULTI30K / "val")}, src_lang="de", tgt_lang="en", spm_samples=2)
+    assert all((apart / f).read_bytes() == (tmp_path / "value" / f).read_bytes() for f in files)
+    for given in ({}, {"spm_model": ""}):
+        with pytest.raises(InvalidParameterError, match="spm_samples: expected with spm_model"):
+            TextConversion(prefixes={"train": "x"}, lang_pairs=("de-en",), src_lang="de", spm_samples=2, **given)
 
 
 def test_the_command_line_converts_with_samples_and_info_shows_them(

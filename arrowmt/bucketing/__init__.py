@@ -1,8 +1,10 @@
 """Layer 10, fairseq's bucketing arithmetic as pure numpy functions over lengths, each with exact-value tests:
 ``ordered_indices``' order, the size filter, ``batch_by_size``, epoch orders of batches (fairseq's shuffle, windows),
-dealing batches to ranks and resuming a deal, and the stored order of a plan's rows.
+dealing batches to ranks (which batches a deal gives at some steps, the steps that end windows) and resuming a deal,
+and the stored order of a plan's rows.
 
-Imports only the core (errors, checks); never torch. Other packages import from here, not from the private modules.
+Imports only the core (errors, checks) and a type of the I/O layer (``Dealt``); never torch. Other packages import
+from here, not from the private modules.
 """
 
 from __future__ import annotations

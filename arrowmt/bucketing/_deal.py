@@ -1,5 +1,6 @@
 """Which batches a deal gives at some steps: the positions of an epoch order that ranks take, and the steps that end
-shuffle windows (pure functions; where those batches lie in a copy in plan order is :mod:`arrowmt.copies.stored`'s).
+shuffle windows (pure functions, each an ``arrowmt.io.Dealt``; where those batches lie in a copy in plan order is
+:mod:`arrowmt.copies.stored`'s).
 
 A *deal* gives ``k`` ranks the positions of an epoch order from ``start`` on: at step ``s``
 rank r takes position ``start + k * s + r``. Read-ahead through a remote cache asks for a
@@ -16,7 +17,7 @@ import numpy as np
 from arrowmt._arrays import sorted_unique
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored import Dealt
+    from arrowmt.io import Dealt
 
 
 def every_rank(order: np.ndarray, start: int, k: int) -> Dealt:

@@ -31,7 +31,6 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import split_lang_pairs
-from arrowmt.converters._sampled import add_sampled_segmentations
 from arrowmt.converters._tasks import TaskRunner, open_runner
 from arrowmt.converters._text import SentencePieceModel, check_same_line_count
 from arrowmt.converters._text_chunks import (
@@ -203,10 +202,11 @@ def convert_with_options(
     """:func:`convert_text` with its options as one value (a :class:`TextConversion`): encode every split's text
     with fairseq-compatible dictionaries, write an arrowmt folder at ``out``, then store the sampled
     segmentations ``options`` asks for. Returns the manifest."""
-    sampling = options.sampling()
     manifest = _convert(options, out, overwrite, progress)
-    if sampling is not None and options.spm_model is not None:
-        add_sampled_segmentations(out, options.spm_model, **sampling.as_options(), overwrite=overwrite,
+    if options.sampling is not None and options.spm_model:
+        from arrowmt.converters._sampled import add_sampled_segmentations  # loaded only when samples are asked for
+
+        add_sampled_segmentations(out, options.spm_model, **options.sampling.as_options(), overwrite=overwrite,
                                   progress=progress)  # fmt: skip
     return manifest
 

@@ -130,7 +130,7 @@ def sampling_options(
         if alpha is not None:
             raise InvalidParameterError(f"spm_alpha: expected with spm_samples (the samples it shapes), got {alpha}")
         return None
-    if spm_model is None:
+    if not spm_model:
         raise InvalidParameterError(f"spm_samples: expected with spm_model (the model to sample), got {samples}")
     if lang_pairs:
         raise InvalidParameterError(f"spm_samples: {MULTI_PAIR_REFUSAL}")

@@ -68,13 +68,14 @@ class TextConversion:
     executor: Executor | None = field(default=None, compare=False, repr=False)
     pairs: tuple[tuple[str, ...], ...] = field(init=False)  # each corpus's column languages (one when monolingual)
     shards: dict[str, list[str]] = field(init=False, default_factory=dict)
+    sampling: SamplingOptions | None = field(init=False, default=None, compare=False)  # spm_samples', checked
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "sampling", self._sampling())  # refused before anything else is looked at
         for name in ("srcdict", "tgtdict", "spm_model"):
             if getattr(self, name):
                 object.__setattr__(self, name, str(_local(getattr(self, name), name, "a local file")))
         object.__setattr__(self, "pairs", self._resolve_pairs())
-        self.sampling()  # refused before anything is converted
         self._check_dictionary_options()
         check_integer("workers", self.workers, 1, MAX_WORKERS)
         check_integer("chunk_bytes", self.chunk_bytes, 1, 2**63, high_name="2**63")
@@ -94,7 +95,7 @@ class TextConversion:
                 where = "the prefix of local text files"
                 self.shards[split] = [str(_local(prefix, f"{split}pref", where)) for prefix in value.split(",")]
 
-    def sampling(self) -> SamplingOptions | None:
+    def _sampling(self) -> SamplingOptions | None:
         """The sampled segmentations to store once the corpus is written (``spm_samples``, ``spm_alpha``), checked;
         None: none (the samples' code is then not loaded)."""
         if self.spm_samples is None and self.spm_alpha is None:

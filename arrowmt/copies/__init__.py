@@ -8,7 +8,7 @@ The whole feature is this package: making a copy here (the command's API, :func:
 subpackage :mod:`arrowmt.copies.stored` (layer 6, below the split that takes its row translator from it: row
 order, block order, the plan a copy is stored by, ``refuse_stored_order``).
 
-Imports the format, converters and plans layers; never torch.
+Imports every layer up to blocks and mixing (format, splits, converters, plans, blocks, copies.stored); never torch.
 """
 
 from __future__ import annotations

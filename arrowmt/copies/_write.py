@@ -63,7 +63,7 @@ def write_reordered(
     progress: bool = True,
 ) -> Manifest:
     """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows),
-    whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.format.write_row_order`);
+    whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.copies.stored.write_row_order`);
     ``ordered``: the manifest's :data:`~arrowmt.copies.stored.ORDERED_BY_KEY` entry naming that plan."""
 
     def stored(data: Split) -> dict[str, RowSource]:
@@ -94,7 +94,7 @@ def write_copy(
     """Copy the folder ``corpus`` to ``out`` with split ``split``'s columns stored as ``stored(split)`` gives
     them (checked before anything is written); ``side(folder)`` writes the split's side file in the staging folder
     and returns the provenance entries naming it (added to the source's); ``marker``: what the split's file records
-    of the order it is stored in (:func:`arrowmt.format.order_marker`)."""
+    of the order it is stored in (:func:`arrowmt.copies.stored.order_marker`)."""
     source_manifest = Manifest.load(corpus)
     refuse_stored_order(source_manifest, Path(corpus), "order")
     splits = {name: Split(corpus, name, source_manifest) for name in source_manifest.splits()}

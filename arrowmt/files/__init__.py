@@ -1,5 +1,6 @@
 """Layer 3, files written and read safely: atomic outputs (a failed or interrupted write leaves the previous state),
-node-wide locks, side files (a header, a CRC-32 per chunk, checked on first use), progress bars.
+node-wide locks, side files (a header, a CRC-32 per chunk, checked on first use), a batch plan's offsets and indices
+checked, digests (a file's SHA-256, canonical JSON), progress bars.
 
 Knows nothing of the corpus format above it; never imports torch. Other packages import from here, not from the
 private modules; each name loads its module on first use (:mod:`arrowmt._lazy`).

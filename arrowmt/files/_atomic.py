@@ -33,7 +33,7 @@ from arrowmt.storage import local_output
 
 logger = logging.getLogger(__name__)
 
-TEMP_PREFIX = ".arrowmt-tmp-"  # + "<pid>-<random>.part" (older versions: no pid)
+TEMP_PREFIX = ".arrowmt-tmp-"  # + "<pid>-" (temp_prefix) + "<random>.part", or "spill-<n>.arrow" (older: no pid)
 STAGING_MARK = ".arrowmt-staging-"  # + "<pid>-<random>"; beside the target as ".<name>" + STAGING_MARK + ...
 DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

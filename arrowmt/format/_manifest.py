@@ -58,7 +58,7 @@ class Manifest:
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 
-    MAX_BYTES: ClassVar[int] = MAX_JSON_BYTES  # the largest manifest file read (from disk or object storage)
+    MAX_BYTES: ClassVar[int] = MAX_JSON_BYTES  # the largest manifest read, from disk (load) or object storage
 
     @property
     def language_pairs(self) -> list[str]:
@@ -92,7 +92,7 @@ class Manifest:
         check_member(Path(folder), MANIFEST_NAME, "the manifest")
         if not os.path.lexists(path) and (hint := data_bin_hint(Path(folder))):
             raise FormatError(f"{path}: missing; {folder} is not a converted arrowmt dataset: {hint}")
-        manifest = cls.parse(read_json(path, "manifest"), path)
+        manifest = cls.parse(read_json(path, "manifest", cls.MAX_BYTES), path)
         manifest.check_files(Path(folder), path)
         return manifest
 
@@ -100,7 +100,7 @@ class Manifest:
     def from_bytes(cls, raw: bytes, where: str) -> Manifest:
         """A Manifest from the bytes of a manifest file read elsewhere (object storage: ``where`` is its URL), checked
         as :meth:`load` checks one."""
-        return cls.parse(parse_json(raw, where, "manifest"), Path(where))
+        return cls.parse(parse_json(raw, where, "manifest", cls.MAX_BYTES), Path(where))
 
     @classmethod
     def parse(cls, data: object, path: Path) -> Manifest:
@@ -268,29 +268,29 @@ def data_bin_hint(folder: Path) -> str | None:
     return f"it is a fairseq data-bin folder: convert it first with '{command}'"
 
 
-def read_json(path: Path, what: str) -> Any:
+def read_json(path: Path, what: str, limit: int = MAX_JSON_BYTES) -> Any:
     """Decoded JSON of the regular file ``path``; any problem is one FormatError naming ``path``.
 
     The file is checked with ``stat`` before it is opened (non-blocking), so a FIFO or
-    ``/dev/zero`` in its place fails at once; files over 64 MiB and nesting too deep
+    ``/dev/zero`` in its place fails at once; files over ``limit`` bytes (64 MiB) and nesting too deep
     for the parser are refused.
     """
     try:
-        raw = _read_regular(path)
+        raw = _read_regular(path, limit)
     except FileNotFoundError as exc:
         raise FormatError(f"{path}: missing; {path.parent} is not a converted arrowmt dataset") from exc
     except NotADirectoryError as exc:
         raise FormatError(f"{path.parent}: expected an arrowmt dataset folder, got a file") from exc
     except OSError as exc:
         raise FormatError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
-    return parse_json(raw, str(path), what)
+    return parse_json(raw, str(path), what, limit)
 
 
-def parse_json(raw: bytes, where: str, what: str) -> Any:
-    """Decoded JSON of ``raw``, the ``what`` read from ``where``: FormatError naming it when over
-    :data:`MAX_JSON_BYTES`, malformed, or nested too deeply for the parser."""
-    if len(raw) > MAX_JSON_BYTES:
-        raise FormatError(f"{where}: expected at most {MAX_JSON_BYTES} bytes, got {len(raw)}")
+def parse_json(raw: bytes, where: str, what: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """Decoded JSON of ``raw``, the ``what`` read from ``where``: FormatError naming it when over ``limit`` bytes,
+    malformed, or nested too deeply for the parser."""
+    if len(raw) > limit:
+        raise FormatError(f"{where}: expected at most {limit} bytes, got {len(raw)}")
     try:
         return json.loads(raw.decode("utf-8"))
     except RecursionError:
@@ -299,7 +299,7 @@ def parse_json(raw: bytes, where: str, what: str) -> Any:
         raise FormatError(f"{where}: malformed {what}: {exc}") from None
 
 
-def _read_regular(path: Path) -> bytes:
+def _read_regular(path: Path, limit: int) -> bytes:
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise not_regular_error(str(path), st.st_mode)
@@ -308,8 +308,8 @@ def _read_regular(path: Path) -> bytes:
         st = os.fstat(handle.fileno())
         if not stat.S_ISREG(st.st_mode):  # replaced between stat and open
             raise not_regular_error(str(path), st.st_mode)
-        if st.st_size > MAX_JSON_BYTES:
-            raise FormatError(f"{path}: expected at most {MAX_JSON_BYTES} bytes, got {st.st_size}")
+        if st.st_size > limit:
+            raise FormatError(f"{path}: expected at most {limit} bytes, got {st.st_size}")
         return handle.read(st.st_size + 1)  # a file grown since fstat reads as malformed, not up to the cap
 
 

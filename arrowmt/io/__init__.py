@@ -14,19 +14,12 @@ imports torch.
 
 from arrowmt._lazy import attach
 from arrowmt.io._advice import (
-    ACCESS_MODES,
     DEFAULT_ACCESS,
     PAGE,
     WORD,
     WordRanges,
     advise,
     check_access,
-    page_runs,
-    plan_range_uses,
-    plan_use,
-    plan_uses,
-    resident_pages,
-    sample_pages,
     spread,
     will_need,
 )
@@ -34,6 +27,7 @@ from arrowmt.io._pieces import CrcPieces, ManyPieces, byte_crcs
 from arrowmt.io._prefetch import (
     DEFAULT_DEPTH,
     BatchAt,
+    Dealt,
     PassRanges,
     PlanRanges,
     Prefetcher,

@@ -84,6 +84,7 @@ BatchAt = Callable[[int], "np.ndarray | None"]  # the row ids of the batch at an
 # The word ranges of the batches at epoch positions first .. first + count - 1 (fewer at the epoch's end), each range
 # with its batch's position: a pass planned at once (None: the source cannot say without a batch at a time).
 PassRanges = Callable[[int, int], "list[tuple[WordRanges, np.ndarray]] | None"]
+Dealt = Callable[[int, int], "tuple[np.ndarray, np.ndarray]"]  # (first step, count) -> (plan batch ids, their steps)
 # The word ranges of the plan holding the batches at epoch positions first .. first + count - 1 (read ahead of them).
 PlanRanges = Callable[[int, int], "list[WordRanges]"]
 PASS_PIECE = 1024  # batches of a pass planned at once by PassRanges (bounds the arrays of one computation: ~0.5 MB)

@@ -1,9 +1,10 @@
 """Layer 11, batch plans: the batching spec (checked once), the pair plan builder, the plans' memory-mapped
-cache, the plan providers samplers walk, the epoch orders of batches chosen by name, and the plan a copy in plan
-order is stored by.
+cache, the plan providers samplers walk, the epoch orders of batches chosen by name. The plan a copy in plan order
+is stored by is ``arrowmt.copies.stored``'s (``load_plan`` takes it from there for a copy).
 
-Imports the bucketing arithmetic and the corpus layers below it (files to splits), never converters or torch (the
-training layer's sampler walks these plans). Other packages import from here, not from the private modules.
+Imports the bucketing arithmetic and the corpus layers below it (files to splits, copies.stored), never converters
+or torch (the training layer's sampler walks these plans).
+Other packages import from here, not from the private modules.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Layer 8, sampled segmentations: a corpus's rows in one of ``K`` stored sentencepiece samples each (subword
+"""Layer 7, sampled segmentations: a corpus's rows in one of ``K`` stored sentencepiece samples each (subword
 regularization), read as spans like the corpus's own rows, and which sample a row takes in an epoch.
 
 Imports the splits layer and below; never torch. Other packages import from here, not from the private modules.
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
-    from arrowmt.segments._kinds import SEGMENTATIONS, check_segmentation
+    from arrowmt.segments._kinds import check_segmentation
     from arrowmt.segments._sampled import (
         BUILD_HINT,
         DRAWS_FORMAT,

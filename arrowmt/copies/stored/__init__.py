@@ -9,7 +9,9 @@ the row translator where each batch it hands out is stored (``RowOrder.note``), 
 lookup: the one channel between the two, both here. Making a copy is ``arrowmt.copies`` (layer 13).
 
 Imports the reading layer and below; never torch. A corpus as converted loads only
-:mod:`arrowmt.copies.stored._stored_order` (each name loads its module on first use).
+:mod:`arrowmt.copies.stored._stored_order` and, with a sampler, :mod:`arrowmt.copies.stored._stretches` (each name
+loads its module on first use). Importing this package runs the face of ``arrowmt.copies`` first, which therefore
+loads nothing eagerly (``tests/test_layers.py`` keeps it so).
 """
 
 from __future__ import annotations
@@ -19,13 +21,12 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored._block_order import BlockOrder, block_order_name, block_orders, read_block_order
+    from arrowmt.copies.stored._block_order import BlockOrder, block_order_name, block_orders
     from arrowmt.copies.stored._row_order import (
         ORDERED_BY_KEY,
         RowOrder,
         check_order_marker,
         check_row_order,
-        open_row_order,
         order_files,
         order_marker,
         order_name,
@@ -33,6 +34,6 @@ if TYPE_CHECKING:
     )
     from arrowmt.copies.stored._stored_order import BLOCKS, ROWS, block_order_of, refuse_stored_order, row_translator
     from arrowmt.copies.stored._stored_plan import StoredPlan, changed_fields, order_command, ordered_by, stored_plan
-    from arrowmt.copies.stored._stretches import Copy, Dealt, stored_copy, stretch_ranges
+    from arrowmt.copies.stored._stretches import stored_copy, stretch_ranges
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -1,24 +1,22 @@
 """Where a pass's batches lie when a copy stored in plan order is read by its plan: the stretches of the copy the
-batches a deal gives (:mod:`arrowmt.bucketing`'s ``Dealt``) are stored in, a stretch a batch. The samplers and the
+batches a deal gives (``arrowmt.io.Dealt``, made by :mod:`arrowmt.bucketing`'s deals) are stored in, a stretch a
+batch. The samplers and the
 fairseq plugin's iterator read ahead by them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from arrowmt.format import Manifest
-from arrowmt.io import PassRanges, WordRanges
+from arrowmt.io import Dealt, PassRanges, WordRanges
 
 if TYPE_CHECKING:
     from arrowmt.copies.stored._row_order import RowOrder
     from arrowmt.copies.stored._stored_plan import StoredPlan
-
-Dealt = Callable[[int, int], tuple[np.ndarray, np.ndarray]]  # (first step, count) -> (plan batch ids, their steps)
 
 
 class Copy(Protocol):

@@ -44,6 +44,7 @@ from arrowmt.mixing import Sampling, load_mixture_plan, temperature_ratios
 from arrowmt.plans import PlanParams
 from arrowmt.training import (
     ArrowMTDataset,
+    ArrowMTSampledDataset,
     ArrowMTViewDataset,
     FairseqCollater,
     Mixture,
@@ -108,7 +109,9 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
         self.datasets[split] = ArrowMixtureDataset(mixture, split, collater, sampled=self.training and train)
         logger.info("%s: split %s: %s memory-mapped from %s", MULTI_TASK_NAME, split, mixture, folder)
 
-    def _corpus(self, folder: Path, split: str, pair: str, train: bool) -> ArrowMTDataset | ArrowMTViewDataset:
+    def _corpus(
+        self, folder: Path, split: str, pair: str, train: bool
+    ) -> ArrowMTDataset | ArrowMTSampledDataset | ArrowMTViewDataset:
         if train and pair in self.views:
             return open_view_dataset(self.views[pair], folder)
         name = f"{split}.{pair}"

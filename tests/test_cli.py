@@ -352,7 +352,7 @@ def test_summarize_reads_the_manifest_once(dataset: Path, monkeypatch: pytest.Mo
     splits = Manifest.load(dataset).splits()
     reads: list[Path] = []
     original = _manifest.read_json
-    monkeypatch.setattr(_manifest, "read_json", lambda path, what: reads.append(path) or original(path, what))
+    monkeypatch.setattr(_manifest, "read_json", lambda path, *args: reads.append(path) or original(path, *args))
     assert [s.split for s in summarize(dataset, progress=False)] == splits and len(splits) >= 2
     assert reads == [dataset / MANIFEST_NAME]
 

@@ -112,6 +112,38 @@ def test_every_sampled_row_decodes_to_its_text_and_takes_several_forms(corpus: P
         assert lengths.tolist() == [len(forms[r][s]) for r, s in enumerate([0, 1, 2, 3, 0])]
 
 
+def test_several_pairs_share_one_table_so_a_language_reads_alike_in_every_pair(
+    tmp_path: Path, models: dict[str, Path]
+) -> None:
+    """A folder of several pairs (one dictionary for every language, ``convert text --lang-pairs``) stores one table
+    of words and forms: a row of a language takes the same pieces and ids in every pair and column it is in, each
+    form decodes to the row's text, and the samples' dictionary is one file per language, as fairseq loads them."""
+    out = tmp_path / "pairs"
+    convert_text(str(MULTI30K / "val"), out, lang_pairs="de-en,en-de", testpref=str(MULTI30K / "test"),
+                 spm_model=str(models["unigram"]), spm_samples=K, progress=False)  # fmt: skip
+    de_en, en_de = SampledSplit(out, "train.de-en"), SampledSplit(out, "train.en-de")
+    rows = np.arange(len(de_en), dtype=np.int64)
+    for sample in range(K):
+        samples = np.full(rows.shape, sample)
+        for mine, theirs in (("source", "target"), ("target", "source")):
+            a, b = de_en.spans(mine, rows, samples), en_de.spans(theirs, rows, samples)
+            assert np.array_equal(a.lengths, b.lengths) and np.array_equal(a.compact().words, b.compact().words)
+    pieces, base = de_en.dictionary("source"), de_en.corpus.dictionary("source")
+    assert de_en.dictionary("target").symbols == pieces.symbols == en_de.dictionary("source").symbols
+    forms = every_form(de_en, "source")
+    for r in range(0, len(de_en), 97):
+        text = text_of([base.symbols[i] for i in de_en.corpus.row_array("source", r)[:-1]])
+        assert all(text_of([pieces.symbols[i] for i in form[:-1]]) == text for form in forms[r])
+    folder = sampled_folder(out) / "forms"
+    assert (
+        (folder / "dict.de.txt").read_bytes()
+        == (folder / "dict.en.txt").read_bytes()
+        == (folder / "dict.txt").read_bytes()
+    )
+    assert open_dataset(out, "test.en-de", segmentation="sampled").rows == len(SampledSplit(out, "test.en-de"))
+    assert verify_dataset(out, progress=False).ok
+
+
 def test_epochs_take_rows_in_different_samples_the_same_everywhere() -> None:
     rows = np.arange(10_000)
     one, again, two = (epoch_samples(3, e, rows, K) for e in (1, 1, 2))

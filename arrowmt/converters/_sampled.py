@@ -66,8 +66,8 @@ MAX_SEED = 2**31 - 1
 DEFAULT_SEED = 1
 DEFAULT_MAX_DRAWS = 64  # draws of a frequent word (see add_sampled_segmentations)
 MULTI_PAIR_REFUSAL = (
-    "sampled segmentations are built for a folder of one pair or one language, not several pairs "
-    "(convert each pair to its own folder)"
+    "sampled segmentations of several pairs need one dictionary for every language and column (a folder made by "
+    "convert text --lang-pairs has one)"
 )
 DEFAULT_NBEST = 64  # draw among the 64 best segmentations of a word (Kudo 2018's l = 64)
 MAX_NBEST = 512  # sentencepiece 0.2 refuses more
@@ -102,24 +102,37 @@ def add_sampled_segmentations(
     options = SamplingOptions.checked(samples, alpha, nbest_size, seed, max_draws)
     path = Path(corpus)
     manifest = Manifest.load(path)
-    if manifest.language_pairs:
-        raise InvalidParameterError(f"corpus: {path}: {MULTI_PAIR_REFUSAL}")
     model = SentencePieceModel.load(spm_model)
     out = sampled_folder(path)
     if out.exists() and not overwrite:
         raise InvalidParameterError(f"overwrite: {out} exists (sampled segmentations built before); pass overwrite")
     splits = {name: Split(path, name, manifest) for name in manifest.splits()}
-    first = next(iter(splits.values()))
     fingerprints = {name: split.fingerprint() for name, split in splits.items()}
     sampler = NBEST if nbest_available(model.processor()) else DROPOUT
     if sampler == DROPOUT and not options.alpha < 1:
         raise InvalidParameterError(f"alpha: a BPE model's dropout probability, expected 0 < alpha < 1, got {alpha}")
     segmentation = Segmentation(**options.as_options(), sampler=sampler, sentencepiece_sha256=model.sha256,
                                 corpus=fingerprints)  # fmt: skip
-    tables = {col: _column_words(splits, col, model, options, progress) for col in first.columns}
+    tables = _tables(path, manifest, splits, model, options, progress)
     with _swapped_in(out) as staging:
         _write(staging, manifest, splits, tables, segmentation, progress)
     return segmentation
+
+
+def _tables(path: Path, manifest: Manifest, splits: dict[str, Split], model: SentencePieceModel,
+            options: SamplingOptions, progress: bool) -> dict[str, _ColumnTable]:  # fmt: skip
+    """Each column's words and forms: a table per column; with several pairs (one dictionary for every language
+    and column), one table for all, so that a language takes the same pieces and ids in every pair and column."""
+    columns = next(iter(splits.values())).columns
+    if not manifest.language_pairs:
+        return {col: _words_table([(name, split, col) for name, split in splits.items()], model, options, progress)
+                for col in columns}  # fmt: skip
+    sources = [(name, split, col) for name, split in splits.items() for col in columns]
+    digests = {split.metadata.columns[col].dictionary_sha256 for _, split, col in sources}
+    if len(digests) > 1:
+        raise InvalidParameterError(f"corpus: {path}: {MULTI_PAIR_REFUSAL}; its columns use {len(digests)}")
+    table = _words_table(sources, model, options, progress)
+    return dict.fromkeys(columns, table)
 
 
 def sampling_options(
@@ -132,8 +145,6 @@ def sampling_options(
         return None
     if not spm_model:
         raise InvalidParameterError(f"spm_samples: expected with spm_model (the model to sample), got {samples}")
-    if lang_pairs:
-        raise InvalidParameterError(f"spm_samples: {MULTI_PAIR_REFUSAL}")
     alpha = DEFAULT_ALPHA if alpha is None else alpha
     return SamplingOptions.checked(samples, alpha, DEFAULT_NBEST, DEFAULT_SEED, DEFAULT_MAX_DRAWS)
 
@@ -202,13 +213,14 @@ class _ColumnTable:
     draws: np.ndarray  # uint8: draw t of word w, at layer_rows(layers)[t] + w, is its distinct form draws[...]
     pieces: Dictionary  # the corpus's dictionary, extended by the pieces only samples use
     vocabulary: _Vocabulary  # the corpus dictionary's pieces (to cut rows into words again)
-    tokens: dict[str, int]  # split -> word ids of its rows, </s> included
+    tokens: dict[tuple[str, str], int]  # (split, column) -> word ids of its rows, </s> included
 
 
-def _column_words(
-    splits: dict[str, Split], col: str, model: SentencePieceModel, options: SamplingOptions, progress: bool
+def _words_table(
+    sources: list[tuple[str, Split, str]], model: SentencePieceModel, options: SamplingOptions, progress: bool
 ) -> _ColumnTable:
-    first = next(iter(splits.values()))
+    """The words and forms of the columns ``sources`` (split name, split, column), all in one dictionary."""
+    _, first, col = sources[0]
     vocabulary = _Vocabulary.of(first.dictionary(col))
     symbols = vocabulary.symbols
     across = pc.greater_equal(pc.find_substring(pc.utf8_slice_codeunits(symbols, 1), WORD_START), 0)
@@ -218,12 +230,12 @@ def _column_words(
             f"spm_model: {first.path} {col} has pieces across words (such as {piece!r}): a model trained with "
             "split_by_whitespace=false; sampled segmentations need one that splits at white space (the default)"
         )
-    words, tokens = _Words(), dict.fromkeys(splits, 0)
-    for name, split in splits.items():
-        for cut in _cuts(split, col, vocabulary, BLOCK_ROWS, f"count words {name} {col}", progress):
+    words, tokens = _Words(), {(name, side): 0 for name, _, side in sources}
+    for name, split, side in sources:
+        for cut in _cuts(split, side, vocabulary, BLOCK_ROWS, f"count words {name} {side}", progress):
             words.add(cut.strings, cut.pieces)
-            tokens[name] += int(cut.words_per_row.sum()) + cut.words_per_row.shape[0]
-    rows = sum(len(split) for split in splits.values())
+            tokens[name, side] += int(cut.words_per_row.sum()) + cut.words_per_row.shape[0]
+    rows = sum(len(split) for _, split, _ in sources)
     word_dict = Dictionary.from_counts(pa.array(list(words.index), pa.large_string()), np.array(words.counts), rows,
                                        padding_factor=0)  # fmt: skip
     return _sampled_forms(words, word_dict, vocabulary, tokens, model, options, progress)
@@ -282,7 +294,7 @@ def _sampled_forms(
     words: _Words,
     word_dict: Dictionary,
     vocabulary: _Vocabulary,
-    tokens: dict[str, int],
+    tokens: dict[tuple[str, str], int],
     model: SentencePieceModel,
     options: SamplingOptions,
     progress: bool,
@@ -599,25 +611,29 @@ def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict
         "arrowmt_version": __version__,
         "sentencepiece_version": _sentencepiece_version(),
     }
-    langs = {col: manifest.languages.get(col) for col in tables}
+    langs = {col: manifest.languages.get(col) for col in tables}  # None with several pairs: each split names its own
     first = next(iter(splits.values()))
     specials = special_ids_of(first.dictionary(first.columns[0]))
     with OutputFolder.prepare(out / WORDS_DIR, langs, SOURCE_FORMAT, True, progress) as folder:
-        names = {col: folder.add_dictionary(langs[col], table.words) for col, table in tables.items()}
+        names: dict[str | None, str] = {}
         for name, split in splits.items():
             columns = {}
             for col, table in tables.items():
-                rows = _WordRows(split, col, table, table.tokens[name])
-                columns[col] = column(rows, langs[col], names[col], table.words, f"{split.path} {name} {col}")
+                lang = split.metadata.languages.get(col)
+                if lang not in names:
+                    names[lang] = folder.add_dictionary(lang, table.words)
+                rows = _WordRows(split, col, table, table.tokens[name, col])
+                columns[col] = column(rows, lang, names[lang], table.words, f"{split.path} {name} {col}")
             folder.write(name, columns, specials)
-        folder.manifest.provenance = dict(provenance)
-        folder.finish()
+        _keep_pairs(folder, manifest, provenance)
     height = max(len(table.forms) for table in tables.values())
     with OutputFolder.prepare(out / FORMS_DIR, langs, SOURCE_FORMAT, True, progress) as folder:
         forms = {}
         for col, table in tables.items():
             name = folder.add_dictionary(langs[col], table.pieces)
             forms[col] = column(_padded(table.forms, height), langs[col], name, table.pieces, f"forms of {col}")
+        for lang in names if manifest.language_pairs else ():  # one for every language: the pairs share the table
+            folder.add_dictionary(lang, next(iter(tables.values())).pieces)
         folder.write(FORMS_SPLIT, forms, specials)
         for col, table in tables.items():
             header = (int(table.layers[0]), int(table.draws.shape[0]), len(table.forms), layers_digest(table.layers))
@@ -626,8 +642,15 @@ def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict
             write_side_file(folder.path / name, DRAWS_FORMAT, header, sections)
             folder.side_files.append(name)
         layers = {col: table.layers.tolist() for col, table in tables.items()}
-        folder.manifest.provenance = {**provenance, LAYERS_KEY: layers}
-        folder.finish()
+        _keep_pairs(folder, manifest, {**provenance, LAYERS_KEY: layers})
+
+
+def _keep_pairs(folder: OutputFolder, corpus: Manifest, provenance: dict[str, object]) -> None:
+    """Finish ``folder`` with ``provenance``, and the corpus's language pairs when it holds several."""
+    folder.manifest.provenance = dict(provenance)
+    if corpus.language_pairs:
+        folder.manifest.language_pairs = corpus.language_pairs
+    folder.finish()
 
 
 def _padded(forms: Spans, rows: int) -> Ragged:

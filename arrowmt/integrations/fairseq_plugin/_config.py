@@ -10,6 +10,10 @@ from typing import Optional
 
 from fairseq.tasks.translation import TranslationConfig
 
+SEGMENTATION_HELP = (
+    "fixed: the ids the folder was converted with; sampled: each training pair in one of its stored sampled "
+    "segmentations (convert text --spm-samples K), another each epoch, batched by that epoch's lengths"
+)
 CACHE_DIR_HELP = "node-local cache of a --data URL (s3://...; default $ARROWMT_CACHE_DIR or ~/.cache/arrowmt)"
 CACHE_LIMIT_HELP = "most bytes the cache of a --data URL keeps, e.g. 20G (default: $ARROWMT_CACHE_LIMIT, else all)"
 
@@ -36,10 +40,7 @@ class TranslationArrowConfig(TranslationConfig):
     )
     arrow_segmentation: str = field(
         default="fixed",
-        metadata={
-            "help": "fixed: the ids the folder was converted with; sampled: each training pair in one of its stored "
-            "sampled segmentations (convert text --spm-samples K), another each epoch, batched by that epoch's lengths"
-        },
+        metadata={"help": SEGMENTATION_HELP},
     )
     arrow_cache_dir: str = field(
         default="",

@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 from fairseq.data import FairseqDataset
 
+from arrowmt._arrays import sorted_unique
+from arrowmt._errors import InvalidParameterError
 from arrowmt.format import SOURCE, TARGET
 from arrowmt.io import WordRanges
-from arrowmt.training import FairseqCollater, GatheredBatch, Mixture
+from arrowmt.training import ArrowMTSampledDataset, FairseqCollater, GatheredBatch, Mixture
 
 SIZE_CACHES = ("src_sizes", "tgt_sizes", "sizes")
+SIZES_BY_EPOCH = "sizes: a row's pieces change with the epoch (sampled segmentations); arrowmt's plans batch them"
 
 
 class ArrowMixtureDataset(FairseqDataset):
@@ -84,3 +87,81 @@ class ArrowMixtureDataset(FairseqDataset):
     @property
     def can_reuse_epoch_itr_across_epochs(self) -> bool:
         return False  # each epoch draws its own rows, as SampledMultiDataset
+
+    def epoch_mixture(self, epoch: int) -> Mixture:
+        """The mixture epoch ``epoch``'s plan is built from: this one (its rows read alike in every epoch)."""
+        return self.mixture
+
+    def shift(self, epoch: int) -> int:
+        """What epoch ``epoch``'s plan adds to the ids of its mixture: nothing."""
+        return 0
+
+
+class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
+    """A training mixture read in its pairs' sampled segmentations (``--arrow-segmentation sampled``).
+
+    Index ``e * M + g`` (``M`` rows in all) is global row ``g`` as epoch ``e`` reads it: each pair's row in its
+    sample of the epoch, from the epoch's copies (:meth:`arrowmt.ArrowMTSampledDataset.epoch`, written once by the
+    first process that asks), so the dataset holds no epoch and workers read exactly what a plan names. ``mixture``
+    (the pairs in their converted ids) gives the names, sizes, tags and offsets, the same in every epoch;
+    :meth:`epoch_mixture` is the epoch's, whose lengths its plan is built from.
+    """
+
+    def __init__(
+        self, mixture: Mixture, samples: list[ArrowMTSampledDataset], split: str, collater: FairseqCollater
+    ) -> None:
+        super().__init__(mixture, split, collater, sampled=True)
+        self.samples = samples
+        self.rows = len(mixture)
+        self.epochs = len(samples[0]) // samples[0].rows
+        self._opened: tuple[int, Mixture] | None = None  # the epoch last read, and its mixture
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the epoch's mixture (a worker opens the one it reads)."""
+        return {**super().__getstate__(), "_opened": None}
+
+    def __len__(self) -> int:
+        return self.rows * self.epochs
+
+    def epoch_mixture(self, epoch: int) -> Mixture:
+        """The pairs as epoch ``epoch`` reads them: a mixture of their epoch copies, tagged as :attr:`mixture` (the
+        last one asked for kept open: an epoch's batches are read one epoch at a time)."""
+        if self._opened is None or self._opened[0] != epoch:
+            copies = {name: s.epoch(epoch) for name, s in zip(self.mixture.names, self.samples, strict=True)}
+            self._opened = (epoch, Mixture(copies, self.mixture.tags))
+        return self._opened[1]
+
+    def shift(self, epoch: int) -> int:
+        """What epoch ``epoch``'s plan adds to the ids of its mixture."""
+        return epoch * self.rows
+
+    def _by_epoch(self, indices: Any) -> list[tuple[np.ndarray, Mixture, np.ndarray]]:
+        """(positions in ``indices``, the epoch's mixture, its global ids) for each epoch the indices name."""
+        ids = np.asarray(indices, dtype=np.int64).reshape(-1)
+        epochs = ids // self.rows
+        return [(where, self.epoch_mixture(e), ids[where] - e * self.rows)
+                for e in sorted_unique(epochs).tolist() for where in [np.flatnonzero(epochs == e)]]  # fmt: skip
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """Row ``index`` as its epoch reads it; its id the mixture's global id (the tags are placed by it)."""
+        [(_, mixture, ids)] = self._by_epoch([index])
+        sample = mixture[int(ids[0])]
+        return {"id": sample["id"], "source": sample[SOURCE].long(), "target": sample[TARGET].long()}
+
+    def __getitems__(self, indices: Any) -> GatheredBatch:
+        """The rows of a planned batch (one epoch's: the mixture's global ids, which the tags are placed by)."""
+        parts = self._by_epoch(indices)
+        if len(parts) != 1:
+            raise InvalidParameterError(f"indices: expected the rows of one epoch (a planned batch), got {len(parts)}")
+        return parts[0][1].__getitems__(parts[0][2])
+
+    def word_ranges(self, indices: np.ndarray, values: bool) -> list[WordRanges]:
+        return [r for _, mixture, ids in self._by_epoch(indices) for r in mixture.word_ranges(ids, values)]
+
+    @property
+    def src_sizes(self) -> np.ndarray:  # type: ignore[override]
+        raise InvalidParameterError(SIZES_BY_EPOCH)
+
+    @property
+    def tgt_sizes(self) -> np.ndarray:  # type: ignore[override]
+        raise InvalidParameterError(SIZES_BY_EPOCH)

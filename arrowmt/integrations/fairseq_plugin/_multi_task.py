@@ -30,18 +30,20 @@ from typing import Any
 import numpy as np
 from fairseq import utils
 from fairseq.data import iterators
+from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format import SOURCE, TARGET
 from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, ReadAheadEpochBatchIterator, pair_spec
-from arrowmt.integrations.fairseq_plugin._config import CACHE_DIR_HELP, CACHE_LIMIT_HELP
-from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset
-from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder, is_sharded
+from arrowmt.integrations.fairseq_plugin._config import CACHE_DIR_HELP, CACHE_LIMIT_HELP, SEGMENTATION_HELP
+from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset, ArrowMixtureSamplesDataset
+from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder, is_sharded, sampled_dictionaries
 from arrowmt.io import DEFAULT_DEPTH, check_depth
 from arrowmt.mixing import Sampling, load_mixture_plan, temperature_ratios
 from arrowmt.plans import PlanParams
+from arrowmt.segments import check_segmentation
 from arrowmt.training import (
     ArrowMTDataset,
     ArrowMTSampledDataset,
@@ -85,11 +87,33 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
             default="",
             help="read pairs' training split through arrowmt view files: PAIR=VIEW[,PAIR=VIEW...]",
         )
+        parser.add_argument("--arrow-segmentation", default="fixed", help=SEGMENTATION_HELP)
+
+    @classmethod
+    def setup_task(cls, args: Any, **kwargs: Any) -> TranslationMultiSimpleEpochArrowTask:
+        """fairseq's setup; with ``--arrow-segmentation sampled`` the dictionaries are the samples' (each
+        ``dict.<lang>.txt`` of the folder extended by the pieces only samples use)."""
+        load = cls.load_dictionary
+        if check_segmentation("arrow_segmentation", getattr(args, "arrow_segmentation", "fixed")) == "sampled":
+            forms = sampled_dictionaries(Path(_data_path(args)))
+            data = Path(utils.split_paths(args.data)[0])
+
+            def load(path: str) -> Any:  # the folder's dict.<lang>.txt, as the samples extend it
+                return cls.load_dictionary(str(forms / Path(path).name) if Path(path).parent == data else path)
+
+        langs, dicts, training = MultilingualDatasetManager.prepare(load, args, **kwargs)
+        return cls(args, langs, dicts, training)
 
     def __init__(self, args: Any, langs: list[str], dicts: dict[str, Any], training: bool) -> None:
         _check_supported(args)
         super().__init__(args, langs, dicts, training)
         self.views = _parse_views(args.arrow_train_views)
+        self.segmentation = check_segmentation("arrow_segmentation", getattr(args, "arrow_segmentation", "fixed"))
+        if self.views and self.segmentation != "fixed":
+            raise InvalidParameterError(
+                f"arrow_segmentation: {self.segmentation!r} reads the pairs' splits, not views "
+                f"({args.arrow_train_views})"
+            )
 
     # -- data
 
@@ -102,11 +126,17 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
         train = split == self.args.train_subset
         corpora = {pair: self._corpus(folder, split, pair, train) for pair in self.lang_pairs}
         mixture = Mixture(corpora, [self._tags(pair) for pair in self.lang_pairs])
-        self._check_vocabulary(mixture)
         collater = FairseqCollater(
             mixture.special_ids, left_pad_source=self.args.left_pad_source, left_pad_target=self.args.left_pad_target
         )
-        self.datasets[split] = ArrowMixtureDataset(mixture, split, collater, sampled=self.training and train)
+        if train and self.segmentation == "sampled":  # each epoch's rows in their samples of the epoch
+            cache = self.args.arrow_plan_cache_dir or None
+            samples = [ArrowMTSampledDataset(c, cache_dir=cache) for c in corpora.values()]  # type: ignore[arg-type]
+            self._check_vocabulary(samples[0], mixture.path, mixture.special_ids)
+            self.datasets[split] = ArrowMixtureSamplesDataset(mixture, samples, split, collater)
+        else:
+            self._check_vocabulary(mixture.corpora[0], mixture.path, mixture.special_ids)
+            self.datasets[split] = ArrowMixtureDataset(mixture, split, collater, sampled=self.training and train)
         logger.info("%s: split %s: %s memory-mapped from %s", MULTI_TASK_NAME, split, mixture, folder)
 
     def _corpus(
@@ -131,17 +161,17 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
         target = self.data_manager.get_decoder_langtok(tgt, tgt_spec)
         return Tags(() if source is None else (source,), () if target is None else (target,))
 
-    def _check_vocabulary(self, mixture: Mixture) -> None:
+    def _check_vocabulary(self, corpus: Any, path: Path, ids: Any) -> None:
+        """VocabularyError unless the task's dictionaries index the ids ``corpus`` (the first pair) gives."""
         for column, dictionary in ((SOURCE, self.source_dictionary), (TARGET, self.target_dictionary)):
-            info = mixture.corpora[0].metadata.columns[column]  # type: ignore[attr-defined]
-            ids = mixture.special_ids
+            info = corpus.metadata.columns[column]
             if (ids.pad, ids.eos) != (dictionary.pad(), dictionary.eos()) or info.vocab_size > len(dictionary):
                 raise VocabularyError(
-                    f"{mixture.path}: column {column!r} was converted with {info.dictionary} of {info.vocab_size} "
+                    f"{path}: column {column!r} was converted with {info.dictionary} of {info.vocab_size} "
                     f"symbols, pad {ids.pad}, eos {ids.eos}; the task's dictionary has {len(dictionary)} symbols, "
                     f"pad {dictionary.pad()}, eos {dictionary.eos()}"
                 )
-            check_symbols(dictionary, info, f"{mixture.path} column {column!r}")
+            check_symbols(dictionary, info, f"{path} column {column!r}")
 
     # -- batches
 
@@ -221,7 +251,7 @@ class EpochPlans:
 
     def __call__(self, dataset: ArrowMixtureDataset, epoch: int) -> list[np.ndarray]:
         sampling = Sampling(self.ratios, self.epoch_size, FAIRSEQ_RESAMPLE_SEED, int(epoch))
-        plan = load_mixture_plan(dataset.mixture, self.params, sampling, self.cache_dir)
+        plan = load_mixture_plan(dataset.epoch_mixture(epoch), self.params, sampling, self.cache_dir)
         logger.info(
             "%s: split %s epoch %d: %d batches planned by arrowmt, plan %s",
             MULTI_TASK_NAME,
@@ -230,7 +260,8 @@ class EpochPlans:
             len(plan),
             plan.path,
         )
-        return [plan.batch(b) for b in range(len(plan))]
+        shift = dataset.shift(epoch)
+        return [plan.batch(b) + shift if shift else plan.batch(b) for b in range(len(plan))]
 
 
 def _data_path(args: Any) -> str:

@@ -207,15 +207,21 @@ def _dictionary_file(manifest: Manifest, lang: str) -> str:
 def _dictionaries_of(folder: Path, manifest: Manifest, cfg: TranslationArrowConfig) -> tuple[Path, Manifest]:
     """Where the task's dictionaries are, and the manifest naming them: the folder's, or with
     ``--arrow-segmentation sampled`` its samples' (the folder's extended by the pieces only samples use)."""
-    check_segmentation("arrow_segmentation", cfg.arrow_segmentation)
-    if cfg.arrow_segmentation == "fixed":
+    if check_segmentation("arrow_segmentation", cfg.arrow_segmentation) == "fixed":
         return folder, manifest
+    forms = sampled_dictionaries(folder)
+    return forms, Manifest.load(forms)
+
+
+def sampled_dictionaries(folder: Path) -> Path:
+    """The folder whose ``dict.<lang>.txt`` the sampled segmentations of the corpus in ``folder`` use (its own,
+    extended by the pieces only samples use); InvalidParameterError when the corpus holds none."""
     forms = sampled_folder(folder) / FORMS_DIR
     if not (forms / MANIFEST_NAME).is_file():
         raise InvalidParameterError(
             f"arrow_segmentation: sampled, but {folder} holds no sampled segmentations (build them with {BUILD_HINT})"
         )
-    return forms, Manifest.load(forms)
+    return forms
 
 
 def _is_reverse(arrow: ArrowMTDataset, cfg: TranslationArrowConfig) -> bool:

@@ -38,6 +38,7 @@ from arrowmt import (
 )
 from arrowmt.files import open_side_file, write_side_file
 from arrowmt.format import Dictionary
+from arrowmt.plans import ShiftedPlan
 from arrowmt.reading import Ragged
 from arrowmt.testing import (
     DRAWS_FORMAT,
@@ -539,3 +540,22 @@ def test_seeds_keep_their_own_epoch_copies(corpus: Path) -> None:
             assert ds.row("source", epoch * 1014 + 7)[-1] == 2
     families = list((corpus / ".arrowmt-cache").glob("sampled-*"))
     assert len(families) >= 3 and all(len([c for c in f.glob("epoch-*") if c.is_dir()]) <= 2 for f in families)
+
+
+class TwoBatches:
+    """A plan of int32 indices, as a plan file of fewer than 2**31 rows stores them."""
+
+    key = "two"
+
+    def __len__(self) -> int:
+        return 1
+
+    def batch(self, b: int) -> np.ndarray:
+        return np.array([0, 7], dtype=np.int32)
+
+
+def test_an_epochs_ids_pass_two_to_the_31_as_int64() -> None:
+    """The ids a plan shifts into a later epoch (``e * rows`` on) are int64, however the plan stores them."""
+    plan = ShiftedPlan(TwoBatches(), 3 * 2**30)
+    assert plan.batch(0).dtype == np.int64 and plan.batch(0).tolist() == [3 * 2**30, 3 * 2**30 + 7]
+    assert plan.peek(0).tolist() == plan.batch(0).tolist()

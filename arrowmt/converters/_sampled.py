@@ -35,7 +35,7 @@ from arrowmt._version import __version__
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._text import SentencePieceModel
 from arrowmt.files import progress_bar, write_side_file
-from arrowmt.format import Dictionary, Manifest
+from arrowmt.format import Dictionary, Manifest, SpecialIds
 from arrowmt.reading import Ragged, Spans, exclusive_cumsum, flat_positions, take_flat
 from arrowmt.segments import (
     DRAWS_FORMAT,
@@ -130,14 +130,15 @@ def _tables(path: Path, manifest: Manifest, splits: dict[str, Split], model: Sen
     sources = [(name, split, col) for name, split in splits.items() for col in columns]
     digests = {split.metadata.columns[col].dictionary_sha256 for _, split, col in sources}
     if len(digests) > 1:
-        raise InvalidParameterError(f"corpus: {path}: {MULTI_PAIR_REFUSAL}; its columns use {len(digests)}")
+        raise InvalidParameterError(
+            f"corpus: {path}: {MULTI_PAIR_REFUSAL}; its columns use {len(digests)} dictionaries (convert its pairs "
+            "into one folder each, or into one folder with one dictionary)"
+        )
     table = _words_table(sources, model, options, progress)
     return dict.fromkeys(columns, table)
 
 
-def sampling_options(
-    samples: int | None, alpha: float | None, spm_model: object, lang_pairs: object
-) -> SamplingOptions | None:
+def sampling_options(samples: int | None, alpha: float | None, spm_model: object) -> SamplingOptions | None:
     """``convert_text``'s ``spm_samples`` and ``spm_alpha``, checked before anything is converted (None: none)."""
     if samples is None:
         if alpha is not None:
@@ -615,42 +616,50 @@ def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict
     first = next(iter(splits.values()))
     specials = special_ids_of(first.dictionary(first.columns[0]))
     with OutputFolder.prepare(out / WORDS_DIR, langs, SOURCE_FORMAT, True, progress) as folder:
-        names: dict[str | None, str] = {}
-        for name, split in splits.items():
-            columns = {}
-            for col, table in tables.items():
-                lang = split.metadata.languages.get(col)
-                if lang not in names:
-                    names[lang] = folder.add_dictionary(lang, table.words)
-                rows = _WordRows(split, col, table, table.tokens[name, col])
-                columns[col] = column(rows, lang, names[lang], table.words, f"{split.path} {name} {col}")
-            folder.write(name, columns, specials)
-        _keep_pairs(folder, manifest, provenance)
-    height = max(len(table.forms) for table in tables.values())
+        names = _write_words(folder, splits, tables, specials)
+        folder.manifest.provenance = dict(provenance)
+        if manifest.language_pairs:  # its splits are the corpus's
+            folder.manifest.language_pairs = manifest.language_pairs
+        folder.finish()
     with OutputFolder.prepare(out / FORMS_DIR, langs, SOURCE_FORMAT, True, progress) as folder:
-        forms = {}
-        for col, table in tables.items():
-            name = folder.add_dictionary(langs[col], table.pieces)
-            forms[col] = column(_padded(table.forms, height), langs[col], name, table.pieces, f"forms of {col}")
+        _write_forms(folder, tables, langs, specials)
         for lang in names if manifest.language_pairs else ():  # one for every language: the pairs share the table
             folder.add_dictionary(lang, next(iter(tables.values())).pieces)
-        folder.write(FORMS_SPLIT, forms, specials)
-        for col, table in tables.items():
-            header = (int(table.layers[0]), int(table.draws.shape[0]), len(table.forms), layers_digest(table.layers))
-            sections = [table.first_forms, table.draws]
-            name = DRAWS_NAME.format(column=col)
-            write_side_file(folder.path / name, DRAWS_FORMAT, header, sections)
-            folder.side_files.append(name)
         layers = {col: table.layers.tolist() for col, table in tables.items()}
-        _keep_pairs(folder, manifest, {**provenance, LAYERS_KEY: layers})
+        folder.manifest.provenance = {**provenance, LAYERS_KEY: layers}
+        folder.finish()
 
 
-def _keep_pairs(folder: OutputFolder, corpus: Manifest, provenance: dict[str, object]) -> None:
-    """Finish ``folder`` with ``provenance``, and the corpus's language pairs when it holds several."""
-    folder.manifest.provenance = dict(provenance)
-    if corpus.language_pairs:
-        folder.manifest.language_pairs = corpus.language_pairs
-    folder.finish()
+def _write_words(folder: OutputFolder, splits: dict[str, Split], tables: dict[str, _ColumnTable],
+                 specials: SpecialIds) -> dict[str | None, str]:  # fmt: skip
+    """Every split again as word ids, in a words dictionary per language; returns language -> its file name."""
+    names: dict[str | None, str] = {}
+    for name, split in splits.items():
+        columns = {}
+        for col, table in tables.items():
+            lang = split.metadata.languages.get(col)
+            if lang not in names:
+                names[lang] = folder.add_dictionary(lang, table.words)
+            rows = _WordRows(split, col, table, table.tokens[name, col])
+            columns[col] = column(rows, lang, names[lang], table.words, f"{split.path} {name} {col}")
+        folder.write(name, columns, specials)
+    return names
+
+
+def _write_forms(folder: OutputFolder, tables: dict[str, _ColumnTable], langs: dict[str, str | None],
+                 specials: SpecialIds) -> None:  # fmt: skip
+    """The split of every word's distinct forms (a column a table) and each column's draws file."""
+    height = max(len(table.forms) for table in tables.values())
+    forms = {}
+    for col, table in tables.items():
+        name = folder.add_dictionary(langs[col], table.pieces)
+        forms[col] = column(_padded(table.forms, height), langs[col], name, table.pieces, f"forms of {col}")
+    folder.write(FORMS_SPLIT, forms, specials)
+    for col, table in tables.items():
+        header = (int(table.layers[0]), int(table.draws.shape[0]), len(table.forms), layers_digest(table.layers))
+        name = DRAWS_NAME.format(column=col)
+        write_side_file(folder.path / name, DRAWS_FORMAT, header, [table.first_forms, table.draws])
+        folder.side_files.append(name)
 
 
 def _padded(forms: Spans, rows: int) -> Ragged:

@@ -102,7 +102,7 @@ class TextConversion:
             return None
         from arrowmt.converters._sampled import sampling_options
 
-        return sampling_options(self.spm_samples, self.spm_alpha, self.spm_model, self.lang_pairs)
+        return sampling_options(self.spm_samples, self.spm_alpha, self.spm_model)
 
     @property
     def multi(self) -> bool:

@@ -79,11 +79,18 @@ class ShiftedPlan:
         return len(self.plan)
 
     def batch(self, b: int) -> np.ndarray:
-        return self.plan.batch(b) + self.shift
+        return _shifted(self.plan.batch(b), self.shift)
 
     def peek(self, b: int) -> np.ndarray:
         peek = getattr(self.plan, "peek", self.plan.batch)
-        return peek(b) + self.shift
+        return _shifted(peek(b), self.shift)
+
+
+def _shifted(batch: np.ndarray, shift: int) -> np.ndarray:
+    """``batch + shift`` as int64 (a plan's int32 indices plus an epoch's shift pass 2**31 in long runs)."""
+    out = batch.astype(np.int64)
+    out += shift
+    return out
 
 
 def as_provider(plan: Plan | PlanProvider) -> PlanProvider:

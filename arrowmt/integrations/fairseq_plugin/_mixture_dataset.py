@@ -96,6 +96,10 @@ class ArrowMixtureDataset(FairseqDataset):
         """What epoch ``epoch``'s plan adds to the ids of its mixture: nothing."""
         return 0
 
+    def plans_in(self, cache_dir: str | None) -> str | None:
+        """Where the epochs' plans are kept: ``cache_dir`` (None: the first corpus's ``.arrowmt-cache``)."""
+        return cache_dir
+
 
 class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
     """A training mixture read in its pairs' sampled segmentations (``--arrow-segmentation sampled``).
@@ -113,7 +117,7 @@ class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
         super().__init__(mixture, split, collater, sampled=True)
         self.samples = samples
         self.rows = len(mixture)
-        self.epochs = len(samples[0]) // samples[0].rows
+        self.epochs = next((len(s) // s.rows for s in samples if s.rows), 0)  # the epochs an index can name
         self._opened: tuple[int, Mixture] | None = None  # the epoch last read, and its mixture
 
     def __getstate__(self) -> dict[str, Any]:
@@ -135,6 +139,10 @@ class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
         """What epoch ``epoch``'s plan adds to the ids of its mixture."""
         return epoch * self.rows
 
+    def plans_in(self, cache_dir: str | None) -> None:
+        """Beside the epoch's copies (the first pair's): each epoch's plan goes when its copies go."""
+        return None
+
     def _by_epoch(self, indices: Any) -> list[tuple[np.ndarray, Mixture, np.ndarray]]:
         """(positions in ``indices``, the epoch's mixture, its global ids) for each epoch the indices name."""
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -151,6 +159,8 @@ class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
     def __getitems__(self, indices: Any) -> GatheredBatch:
         """The rows of a planned batch (one epoch's: the mixture's global ids, which the tags are placed by)."""
         parts = self._by_epoch(indices)
+        if not parts:  # a short rank's padding batch: fairseq's empty batch
+            return self.mixture.__getitems__(np.empty(0, dtype=np.int64))
         if len(parts) != 1:
             raise InvalidParameterError(f"indices: expected the rows of one epoch (a planned batch), got {len(parts)}")
         return parts[0][1].__getitems__(parts[0][2])

@@ -42,7 +42,7 @@ from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDat
 from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder, is_sharded, sampled_dictionaries
 from arrowmt.io import DEFAULT_DEPTH, check_depth
 from arrowmt.mixing import Sampling, load_mixture_plan, temperature_ratios
-from arrowmt.plans import PlanParams
+from arrowmt.plans import PlanParams, ShiftedPlan
 from arrowmt.segments import check_segmentation
 from arrowmt.training import (
     ArrowMTDataset,
@@ -251,7 +251,7 @@ class EpochPlans:
 
     def __call__(self, dataset: ArrowMixtureDataset, epoch: int) -> list[np.ndarray]:
         sampling = Sampling(self.ratios, self.epoch_size, FAIRSEQ_RESAMPLE_SEED, int(epoch))
-        plan = load_mixture_plan(dataset.epoch_mixture(epoch), self.params, sampling, self.cache_dir)
+        plan = load_mixture_plan(dataset.epoch_mixture(epoch), self.params, sampling, dataset.plans_in(self.cache_dir))
         logger.info(
             "%s: split %s epoch %d: %d batches planned by arrowmt, plan %s",
             MULTI_TASK_NAME,
@@ -260,8 +260,9 @@ class EpochPlans:
             len(plan),
             plan.path,
         )
-        shift = dataset.shift(epoch)
-        return [plan.batch(b) + shift if shift else plan.batch(b) for b in range(len(plan))]
+        if shift := dataset.shift(epoch):
+            plan = ShiftedPlan(plan, shift)
+        return [plan.batch(b) for b in range(len(plan))]
 
 
 def _data_path(args: Any) -> str:

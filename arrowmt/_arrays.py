@@ -14,6 +14,20 @@ def row_blocks(rows: int, size: int) -> Iterator[np.ndarray]:
         yield np.arange(first, min(first + size, rows), dtype=np.int64)
 
 
+def groups_by(ids: np.ndarray, size: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """``(k, positions, ids[positions] - k * size)`` for each ``k = id // size`` the int64 ``ids`` name, increasing
+    (index ``e * rows + r``: row ``r`` of epoch ``e``). One group, found without a search, when every id has the
+    same ``k`` (a planned batch: one epoch's rows); none for no ids."""
+    group = ids // size
+    if group.shape[0] == 0:
+        return []
+    first = int(group[0])
+    if first == group.min() == group.max():
+        return [(first, np.arange(ids.shape[0]), ids - first * size)]
+    return [(k, where, ids[where] - k * size) for k in sorted_unique(group).tolist()
+            for where in [np.flatnonzero(group == k)]]  # fmt: skip
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """The distinct values of a 1-D integer array, increasing: ``np.unique`` without its first call's import of
     ``numpy.ma`` (about 1 MiB of private memory in every reading process)."""

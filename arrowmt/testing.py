@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
+    from arrowmt._arrays import groups_by
     from arrowmt._checks import check_integer, check_optional_integer
     from arrowmt._cli import INTERRUPTED_MESSAGE, TERMINATED_MESSAGE, build_parser, main
     from arrowmt._heap import release_free_heap

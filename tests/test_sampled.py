@@ -47,6 +47,7 @@ from arrowmt.testing import (
     check_deterministic,
     epoch_samples,
     format_summary,
+    groups_by,
     layer_rows,
     main,
     row_sums,
@@ -559,3 +560,13 @@ def test_an_epochs_ids_pass_two_to_the_31_as_int64() -> None:
     plan = ShiftedPlan(TwoBatches(), 3 * 2**30)
     assert plan.batch(0).dtype == np.int64 and plan.batch(0).tolist() == [3 * 2**30, 3 * 2**30 + 7]
     assert plan.peek(0).tolist() == plan.batch(0).tolist()
+
+
+def test_ids_group_by_epoch_exact_values() -> None:
+    """Index ``e * rows + r`` is row ``r`` of epoch ``e``: one group for a planned batch, one an epoch otherwise, in
+    increasing epochs with the ids' positions; none for no ids (no epoch's copy is opened for an empty batch)."""
+    one = groups_by(np.array([13, 11, 10], dtype=np.int64), 5)
+    assert [(k, w.tolist(), r.tolist()) for k, w, r in one] == [(2, [0, 1, 2], [3, 1, 0])]
+    mixed = groups_by(np.array([7, 2, 8, 4], dtype=np.int64), 5)
+    assert [(k, w.tolist(), r.tolist()) for k, w, r in mixed] == [(0, [1, 3], [2, 4]), (1, [0, 2], [2, 3])]
+    assert groups_by(np.zeros(0, dtype=np.int64), 5) == []

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from arrowmt._arrays import sorted_unique
+from arrowmt._arrays import groups_by
 from arrowmt._checks import check_integer
 from arrowmt.copies import epoch_copy
 from arrowmt.format import Dictionary, SplitMetadata
@@ -82,15 +82,7 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
         """(positions in ``indices``, the epoch's copy, its rows) for each epoch the indices name."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         check_indices(indices, len(self), f"{self!r}")
-        epochs = indices // self.rows
-        first = int(epochs[0]) if epochs.shape[0] else 0
-        if epochs.shape[0] == 0 or first == epochs.min() == epochs.max():  # a plan batch: one epoch's rows
-            return [(np.arange(indices.shape[0]), self.epoch(first), indices - first * self.rows)]
-        parts = []
-        for e in sorted_unique(epochs).tolist():
-            where = np.flatnonzero(epochs == e)
-            parts.append((where, self.epoch(e), indices[where] - e * self.rows))
-        return parts
+        return [(where, self.epoch(e), rows) for e, where, rows in groups_by(indices, self.rows)]
 
     def row_array(self, column: str, index: int) -> np.ndarray:
         [(_, split, rows)] = self._by_epoch(np.array([index]))
@@ -147,6 +139,8 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
 
 def _spans(column: str, parts: list[tuple[np.ndarray, Split, np.ndarray]]) -> Spans:
     """``column`` of the rows ``parts`` locates (:meth:`ArrowMTSampledDataset._by_epoch`), in their order."""
+    if not parts:  # no rows (a short rank's empty batch): no epoch's copy opened for them
+        return Spans.empty()
     if len(parts) == 1:
         return parts[0][1].column_spans(column, parts[0][2])
     spans = [(split.column_spans(column, rows), where) for where, split, rows in parts]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from fairseq.data import FairseqDataset
 
-from arrowmt._arrays import sorted_unique
+from arrowmt._arrays import groups_by
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format import SOURCE, TARGET
 from arrowmt.io import WordRanges
@@ -146,9 +146,7 @@ class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
     def _by_epoch(self, indices: Any) -> list[tuple[np.ndarray, Mixture, np.ndarray]]:
         """(positions in ``indices``, the epoch's mixture, its global ids) for each epoch the indices name."""
         ids = np.asarray(indices, dtype=np.int64).reshape(-1)
-        epochs = ids // self.rows
-        return [(where, self.epoch_mixture(e), ids[where] - e * self.rows)
-                for e in sorted_unique(epochs).tolist() for where in [np.flatnonzero(epochs == e)]]  # fmt: skip
+        return [(where, self.epoch_mixture(e), rows) for e, where, rows in groups_by(ids, self.rows)]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """Row ``index`` as its epoch reads it; its id the mixture's global id (the tags are placed by it)."""

@@ -442,12 +442,15 @@ def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
         cmd.add_argument(flag, type=int, default=None, help=help_text)
     cmd.add_argument("--spm-model", default=None, help="sentencepiece model applied before encoding")
     cmd.add_argument(
-        "--spm-samples", type=int, default=None, metavar="K",
-        help="also store K sampled segmentations of every row (subword regularization; needs --spm-model)",
+        "--spm-sampling", action="store_true",
+        help="also store every word's segmentations, so that each epoch draws every row's afresh (subword "
+        "regularization; needs --spm-model)",
     )  # fmt: skip
+    cmd.add_argument("--spm-samples", type=int, default=None, metavar="K", help=argparse.SUPPRESS)
     cmd.add_argument(
-        "--spm-alpha", type=float, default=None, help="sentencepiece's sampling alpha (a BPE model's dropout)"
-    )
+        "--spm-alpha", type=float, default=None,
+        help="sentencepiece's sampling alpha (default 0.1; readers may give another; a BPE model's dropout)",
+    )  # fmt: skip
     cmd.add_argument("--workers", type=int, default=1, help="worker processes (text files are cut into chunks)")
     cmd.add_argument("--chunk-size", default="32M", help="text read per task, bytes (suffix K, M or G; default 32M)")
     cmd.add_argument("--shard-rows", type=int, default=None, help="write each split as files of this many rows")
@@ -471,6 +474,11 @@ def _cmd_convert_fairseq(args: argparse.Namespace) -> int:
 def _cmd_convert_text(args: argparse.Namespace) -> int:
     from arrowmt.converters import convert_text, dask_executor, parse_byte_size, unknown_lines
 
+    if args.spm_samples is not None:
+        raise InvalidParameterError(
+            f"spm_samples: sampled segmentations are drawn afresh every epoch from each word's exact law now, with "
+            f"no number of samples; pass spm_sampling instead (got {args.spm_samples})"
+        )
     with contextlib.ExitStack() as stack:
         executor, workers = None, args.workers
         if args.dask_scheduler:
@@ -480,7 +488,7 @@ def _cmd_convert_text(args: argparse.Namespace) -> int:
             args.trainpref,
             args.out,
             **_options(args, "src_lang", "tgt_lang", "lang_pairs", "lang", "validpref", "testpref", "srcdict"),
-            **_options(args, "tgtdict", "joined_dictionary", "spm_model", "spm_samples", "shard_rows"),
+            **_options(args, "tgtdict", "joined_dictionary", "spm_model", "spm_sampling", "shard_rows"),
             overwrite=args.overwrite,
             **_given(args, "thresholdsrc", "thresholdtgt", "nwordssrc", "nwordstgt", "spm_alpha"),
             workers=workers,

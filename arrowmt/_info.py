@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from arrowmt._errors import ArrowMTError
+from arrowmt._errors import ArrowMTError, FormatError
 from arrowmt.files import VIEW_FORMAT, progress_bar
 from arrowmt.format import Manifest
-from arrowmt.segments import recorded_segmentation
+from arrowmt.segments import Segmentation, recorded_segmentation
 from arrowmt.splits import Split
 from arrowmt.views import VIEW_SUFFIX, View, find_views, listed_mask
 
@@ -213,8 +213,10 @@ def summary_dict(path: str | os.PathLike[str], summaries: list[SplitSummary]) ->
     """
     manifest, views, view = _manifest_and_views(Path(path))
     extra = {"views": [asdict(v) for v in views]} if view is None else {"view": asdict(view)}
-    segmentation = recorded_segmentation(path) if view is None else None
+    segmentation, problem = _segmentation(path) if view is None else (None, None)
     extra["segmentation"] = None if segmentation is None else segmentation.to_json()
+    if problem:
+        extra["segmentation_problem"] = problem
     return {
         "path": str(path),
         "languages": manifest.languages,
@@ -224,6 +226,14 @@ def summary_dict(path: str | os.PathLike[str], summaries: list[SplitSummary]) ->
         "splits": [asdict(s) for s in summaries],
         **extra,
     }
+
+
+def _segmentation(path: str | os.PathLike[str]) -> tuple[Segmentation | None, str | None]:
+    """What the corpus's sampled segmentations record (None: none), or why they cannot be read."""
+    try:
+        return recorded_segmentation(path), None
+    except FormatError as exc:
+        return None, str(exc)
 
 
 def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], *, shown_as: str | None = None) -> str:
@@ -244,7 +254,10 @@ def format_summary(path: str | os.PathLike[str], summaries: list[SplitSummary], 
         lines = [f"{name}: a view of {view.corpus}, {view.describe()}", f"  corpus: {described}"]
     for key, value in sorted(manifest.provenance.items()):
         lines += _readable(key, value, "  ")
-    if view is None and (segmentation := recorded_segmentation(path)) is not None:
+    segmentation, problem = _segmentation(path) if view is None else (None, None)
+    if problem:
+        lines.append(f"  sampled segmentations: unreadable: {problem}")
+    if segmentation is not None:
         stale = sorted(name for name in manifest.splits() if segmentation.corpus.get(name) != _fingerprint(path, name))
         note = f" (STALE for {', '.join(stale)}: converted again since; rebuild them)" if stale else ""
         lines.append(f"  sampled segmentations: {segmentation.describe()}{note}")

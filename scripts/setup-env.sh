@@ -8,6 +8,9 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 . .venv/bin/activate
+# PIP_CONSTRAINT reaches the build environments pip makes for sdists (fairseq-fixed compiles against torch),
+# so nothing here ever pulls a CUDA torch onto a CPU machine.
+export PIP_CONSTRAINT="$PWD/scripts/constraints-cpu.txt"
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 if [ -n "$extras" ]; then

@@ -30,7 +30,7 @@ def side(tmp_path_factory: pytest.TempPathFactory) -> Side:
     model = val_sentencepiece(folder, 1000)
     corpus = folder / "corpus"
     convert_text(str(MULTI30K / "val"), corpus, lang_pairs=PAIRS, validpref=str(MULTI30K / "val"),
-                 testpref=str(MULTI30K / "test"), spm_model=str(model), spm_samples=4, nwordssrc=900,
+                 testpref=str(MULTI30K / "test"), spm_model=str(model), spm_sampling=True, nwordssrc=900,
                  progress=False)  # fmt: skip  # a dictionary short of pieces that samples use: theirs extends it
     (folder / "langs.txt").write_text("de\nen\n")
     task = [str(corpus), "--user-dir", str(PLUGIN_DIR), "--task", TASK, "--lang-pairs", PAIRS,

@@ -26,7 +26,7 @@ def side(tmp_path_factory: pytest.TempPathFactory) -> Side:
     corpus = folder / "corpus"
     convert_text(str(MULTI30K / "val"), corpus, src_lang="de", tgt_lang="en", validpref=str(MULTI30K / "val"),
                  testpref=str(MULTI30K / "test"), spm_model=str(model), progress=False)  # fmt: skip
-    add_sampled_segmentations(corpus, model, samples=4, alpha=0.1, progress=False)
+    add_sampled_segmentations(corpus, model, alpha=0.1, progress=False)
     task = [
         str(corpus),
         "--user-dir",

@@ -241,7 +241,7 @@ def sampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("sentencepiece")
     folder = tmp_path_factory.mktemp("hf-spm")
     out, model = folder / "de-en", val_sentencepiece(folder, 600)
-    convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", spm_model=str(model), spm_samples=4,
+    convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", spm_model=str(model), spm_sampling=True,
                  progress=False)  # fmt: skip
     return out
 

@@ -83,7 +83,7 @@ def convert_text(
     nwordssrc: int = ALL_WORDS,
     nwordstgt: int = ALL_WORDS,
     spm_model: str | None = None,
-    spm_samples: int | None = None,
+    spm_sampling: bool = False,
     spm_alpha: float | None = None,
     workers: int = 1,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
@@ -115,8 +115,9 @@ def convert_text(
       input files and ``out`` at the same paths: they write the output files themselves).
     * ``shard_rows``: write each split as files of this many rows (``train``, ``train1``, ...;
       readers join them); default: one file per prefix.
-    * ``spm_samples`` (with ``spm_model``): also store that many sampled segmentations of every row
-      (subword regularization, sentencepiece's sampler with ``spm_alpha``, by default that function's ``alpha``; see
+    * ``spm_sampling`` (with ``spm_model``): also store the lattices of every word, so that each epoch reads every row
+      in a segmentation drawn afresh (subword regularization, sentencepiece's law with ``spm_alpha``, by default
+      that function's ``alpha``; a model that cannot sample is refused before anything is converted; see
       :func:`~arrowmt.converters.add_sampled_segmentations`, which this calls once the corpus is written), read
       with ``open_dataset(out, split, segmentation="sampled")``.
 
@@ -136,7 +137,7 @@ def convert_text(
         thresholds=(thresholdsrc, thresholdtgt),
         nwords=(nwordssrc, nwordstgt),
         spm_model=spm_model,
-        spm_samples=spm_samples,
+        spm_sampling=spm_sampling,
         spm_alpha=spm_alpha,
         workers=workers,
         chunk_bytes=chunk_bytes,
@@ -202,10 +203,12 @@ def convert_with_options(
     """:func:`convert_text` with its options as one value (a :class:`TextConversion`): encode every split's text
     with fairseq-compatible dictionaries, write an arrowmt folder at ``out``, then store the sampled
     segmentations ``options`` asks for. Returns the manifest."""
+    if options.sampling is not None and options.spm_model:
+        from arrowmt.converters._sampled import add_sampled_segmentations, check_model  # only when asked for
+
+        check_model(options.spm_model, options.sampling.alpha)  # a model that cannot sample: nothing published
     manifest = _convert(options, out, overwrite, progress)
     if options.sampling is not None and options.spm_model:
-        from arrowmt.converters._sampled import add_sampled_segmentations  # loaded only when samples are asked for
-
         add_sampled_segmentations(out, options.spm_model, **options.sampling.as_options(), overwrite=overwrite,
                                   progress=progress)  # fmt: skip
     return manifest

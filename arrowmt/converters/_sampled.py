@@ -2,15 +2,16 @@
 
 From a corpus converted with a sentencepiece model (``convert text --spm-model``, or ``spm_encode`` then
 ``fairseq-preprocess``) and that model: each row's pieces are cut into words (a piece starting with ``▁``
-starts a word), every distinct word is segmented ``K`` times by sentencepiece's own sampler (``alpha``,
-``nbest_size``; BPE models through its dropout) from ``seed``, and the corpus's rows are written again as word ids.
+starts a word), every distinct word's lattice is built once (:mod:`arrowmt.converters._lattices`: every
+segmentation of the word a unigram model has, with its score; a BPE model's pool of dropout draws), and the corpus's
+rows are written again as word ids. Reading draws each occurrence afresh every epoch from its word's law.
 
 Two passes over each split, ``BLOCK_ROWS`` rows at a time (memory bounded by the words, not the corpus): the first
 counts the distinct words, the second writes each row's word ids. Every word must be what the model gives for it
 alone (checked once per distinct word, at its first occurrence): a corpus made with another model is refused,
 naming the word, and so is one whose pieces cross words (a model that does not split at white space). A word
-holding ``<unk>`` (a piece the corpus's dictionary dropped) keeps its one segmentation in every sample. The new
-samples replace the old ones only once they are whole (a failed build leaves the old ones).
+holding ``<unk>`` (a piece the corpus's dictionary dropped) keeps its one segmentation. The new samples replace the
+old ones only once they are whole (a failed build leaves the old ones).
 """
 
 from __future__ import annotations
@@ -32,24 +33,24 @@ from arrowmt._arrays import row_blocks
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
+from arrowmt.converters._lattices import Edges, concatenated, placed, pool_edges, unigram_edges
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._text import SentencePieceModel
 from arrowmt.files import progress_bar, write_side_file
 from arrowmt.format import Dictionary, Manifest, SpecialIds
 from arrowmt.reading import Ragged, Spans, exclusive_cumsum, flat_positions, take_flat
 from arrowmt.segments import (
-    DRAWS_FORMAT,
-    DRAWS_NAME,
     FORMS_DIR,
     FORMS_SPLIT,
-    LAYERS_KEY,
-    MAX_FORMS,
-    MAX_SAMPLES,
+    LATTICE,
+    LATTICE_FORMAT,
+    LATTICE_NAME,
+    POOL,
     SEGMENTATION_KEY,
     WORDS_DIR,
     Segmentation,
-    layer_rows,
-    layers_digest,
+    check_alpha,
+    record_digest,
     row_sums,
     sampled_folder,
 )
@@ -58,20 +59,16 @@ from arrowmt.splits import Split
 WORD_START = "\u2581"  # sentencepiece's ▁
 BLOCK_ROWS = 1 << 18
 SOURCE_FORMAT = "sampled-segmentation"
-DEFAULT_SAMPLES = 8
 DEFAULT_ALPHA = 0.1
-DRAW_BLOCK = 1 << 13  # words whose draws are made at once (their n-best lists held in memory)
-MAX_DRAW_CALLS = 4096  # a BPE model's draws: sentencepiece's seed of block b is seed * 4096 + b, modulo 2**32
 MAX_SEED = 2**31 - 1
 DEFAULT_SEED = 1
-DEFAULT_MAX_DRAWS = 64  # draws of a frequent word (see add_sampled_segmentations)
+DEFAULT_POOL = 256  # a BPE model's dropout draws of each word (their distinct forms are its law)
+MAX_POOL = 4096
+POOL_BLOCK = 1 << 12  # words whose pools are drawn at once
 MULTI_PAIR_REFUSAL = (
     "sampled segmentations of several pairs need one dictionary for every language and column (a folder made by "
     "convert text --lang-pairs has one)"
 )
-DEFAULT_NBEST = 64  # draw among the 64 best segmentations of a word (Kudo 2018's l = 64)
-MAX_NBEST = 512  # sentencepiece 0.2 refuses more
-NBEST, DROPOUT = "n-best", "dropout"  # how words are drawn: a unigram model's n best, a BPE model's dropout
 TIE_TOLERANCE = 0.1  # a word's score in a sentence may differ by float32 rounding from its score alone (rows of
 # up to about 10,000 pieces: the running score's float32 spacing there is below 0.01 a piece)
 
@@ -80,53 +77,75 @@ def add_sampled_segmentations(
     corpus: str | os.PathLike[str],
     spm_model: str | os.PathLike[str],
     *,
-    samples: int = DEFAULT_SAMPLES,
     alpha: float = DEFAULT_ALPHA,
-    nbest_size: int = DEFAULT_NBEST,
     seed: int = DEFAULT_SEED,
-    max_draws: int = DEFAULT_MAX_DRAWS,
+    pool: int = DEFAULT_POOL,
     overwrite: bool = False,
     progress: bool = True,
 ) -> Segmentation:
-    """Store ``samples`` sampled segmentations of every row of ``corpus`` in ``corpus/sampled``.
+    """Store the lattices of every distinct word of ``corpus`` in ``corpus/sampled``, so that each epoch draws every
+    row's segmentation afresh (read with ``open_dataset(corpus, split, segmentation="sampled")``).
 
-    ``spm_model`` is the sentencepiece model the corpus was segmented with; ``alpha`` and ``nbest_size`` are its
-    sampler's (``SentencePieceProcessor.encode(enable_sampling=True, alpha=alpha, nbest_size=nbest_size)``: the
-    smoothing of a unigram model, the dropout probability of a BPE model). A word seen ``c`` times is drawn
-    ``min(samples * c, max_draws)`` times: each occurrence of a rare word gets a draw of its own in each sample,
-    a frequent word's occurrences share ``max_draws`` draws (more follow sentencepiece's distribution more
-    closely, and take more room). The corpus's own ids and dictionaries stay as they are. Read the samples with
-    ``open_dataset(corpus, split, segmentation="sampled")``.
-    ``overwrite`` replaces samples built before.
+    ``spm_model`` is the sentencepiece model the corpus was segmented with. A unigram model's lattices hold every
+    segmentation of each word, so reading draws from sentencepiece's own law for ``encode(enable_sampling=True,
+    alpha=alpha, nbest_size=-1)``; ``alpha`` recorded here is the readers' default, and each reader may give
+    another. A BPE model (sentencepiece's BPE-dropout, ``alpha`` its dropout probability, fixed here) stores a pool
+    of ``pool`` dropout draws per word, whose law reading draws from. ``seed`` is the draws' default seed. The
+    corpus's own ids and dictionaries stay as they are. ``overwrite`` replaces samples built before.
     """
-    options = SamplingOptions.checked(samples, alpha, nbest_size, seed, max_draws)
+    options = SamplingOptions.checked(alpha, seed, pool)
     path = Path(corpus)
     manifest = Manifest.load(path)
     model = SentencePieceModel.load(spm_model)
+    sampler = model_sampler(model.processor(), str(spm_model), options.alpha)
     out = sampled_folder(path)
     if out.exists() and not overwrite:
         raise InvalidParameterError(f"overwrite: {out} exists (sampled segmentations built before); pass overwrite")
     splits = {name: Split(path, name, manifest) for name in manifest.splits()}
     fingerprints = {name: split.fingerprint() for name, split in splits.items()}
-    sampler = NBEST if nbest_available(model.processor()) else DROPOUT
-    if sampler == DROPOUT and not options.alpha < 1:
-        raise InvalidParameterError(f"alpha: a BPE model's dropout probability, expected 0 < alpha < 1, got {alpha}")
-    segmentation = Segmentation(**options.as_options(), sampler=sampler, sentencepiece_sha256=model.sha256,
+    segmentation = Segmentation(alpha=options.alpha, seed=options.seed, sampler=sampler,
+                                pool=options.pool if sampler == POOL else 0, sentencepiece_sha256=model.sha256,
                                 corpus=fingerprints)  # fmt: skip
-    tables = _tables(path, manifest, splits, model, options, progress)
+    tables = _tables(path, manifest, splits, model, segmentation, progress)
     with _swapped_in(out) as staging:
         _write(staging, manifest, splits, tables, segmentation, progress)
     return segmentation
 
 
+def model_sampler(processor: Any, where: str, alpha: float) -> str:
+    """How a model's words are sampled: ``"lattice"`` (a unigram model), ``"pool"`` (a BPE model, ``alpha`` its
+    dropout probability, below 1); InvalidParameterError naming ``where`` for a model that cannot sample."""
+    if nbest_available(processor):
+        return LATTICE
+    try:
+        processor.encode("ab", out_type=str, enable_sampling=True, alpha=0.5)
+    except RuntimeError as exc:
+        raise InvalidParameterError(
+            f"spm_model: {where} cannot sample segmentations (a char or word model: sentencepiece says "
+            f"{str(exc).strip().splitlines()[-1]!r}); expected a unigram or BPE model"
+        ) from exc
+    if not alpha < 1:
+        raise InvalidParameterError(f"alpha: a BPE model's dropout probability, expected 0 < alpha < 1, got {alpha}")
+    return POOL
+
+
+def check_model(spm_model: str, alpha: float) -> None:
+    """Refuse, before anything is converted, a model :func:`add_sampled_segmentations` would refuse (it cannot
+    sample, or it has pieces across words)."""
+    processor = SentencePieceModel.load(spm_model).processor()
+    model_sampler(processor, spm_model, alpha)
+    symbols = pa.array([processor.id_to_piece(i) for i in range(processor.get_piece_size())], pa.large_string())
+    _refuse_pieces_across_words(symbols, spm_model)
+
+
 def _tables(path: Path, manifest: Manifest, splits: dict[str, Split], model: SentencePieceModel,
-            options: SamplingOptions, progress: bool) -> dict[str, _ColumnTable]:  # fmt: skip
-    """Each column's words and forms: a table per column; with several pairs (one dictionary for every language
+            segmentation: Segmentation, progress: bool) -> dict[str, _ColumnTable]:  # fmt: skip
+    """Each column's words and lattices: a table per column; with several pairs (one dictionary for every language
     and column), one table for all, so that a language takes the same pieces and ids in every pair and column."""
     columns = next(iter(splits.values())).columns
     if not manifest.language_pairs:
-        return {col: _words_table([(name, split, col) for name, split in splits.items()], model, options, progress)
-                for col in columns}  # fmt: skip
+        return {col: _words_table([(name, split, col) for name, split in splits.items()], model, segmentation,
+                                  progress) for col in columns}  # fmt: skip
     sources = [(name, split, col) for name, split in splits.items() for col in columns]
     digests = {split.metadata.columns[col].dictionary_sha256 for _, split, col in sources}
     if len(digests) > 1:
@@ -134,46 +153,38 @@ def _tables(path: Path, manifest: Manifest, splits: dict[str, Split], model: Sen
             f"corpus: {path}: {MULTI_PAIR_REFUSAL}; its columns use {len(digests)} dictionaries (convert its pairs "
             "into one folder each, or into one folder with one dictionary)"
         )
-    table = _words_table(sources, model, options, progress)
+    table = _words_table(sources, model, segmentation, progress)
     return dict.fromkeys(columns, table)
 
 
-def sampling_options(samples: int | None, alpha: float | None, spm_model: object) -> SamplingOptions | None:
-    """``convert_text``'s ``spm_samples`` and ``spm_alpha``, checked before anything is converted (None: none)."""
-    if samples is None:
+def sampling_options(sampling: bool, alpha: float | None, spm_model: object) -> SamplingOptions | None:
+    """``convert_text``'s ``spm_sampling`` and ``spm_alpha``, checked before anything is converted (None: none)."""
+    if not sampling:
         if alpha is not None:
-            raise InvalidParameterError(f"spm_alpha: expected with spm_samples (the samples it shapes), got {alpha}")
+            raise InvalidParameterError(f"spm_alpha: expected with spm_sampling (the sampling it shapes), got {alpha}")
         return None
     if not spm_model:
-        raise InvalidParameterError(f"spm_samples: expected with spm_model (the model to sample), got {samples}")
-    alpha = DEFAULT_ALPHA if alpha is None else alpha
-    return SamplingOptions.checked(samples, alpha, DEFAULT_NBEST, DEFAULT_SEED, DEFAULT_MAX_DRAWS)
+        raise InvalidParameterError("spm_sampling: expected with spm_model (the model to sample), got none")
+    return SamplingOptions.checked(DEFAULT_ALPHA if alpha is None else alpha, DEFAULT_SEED, DEFAULT_POOL)
 
 
 @dataclass(frozen=True)
 class SamplingOptions:
-    samples: int
     alpha: float
-    nbest_size: int
     seed: int
-    max_draws: int
+    pool: int
 
     def as_options(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def checked(
-        cls, samples: object, alpha: object, nbest_size: object, seed: object, max_draws: object
-    ) -> SamplingOptions:
-        k = check_integer("samples", samples, 1, MAX_SAMPLES + 1)
-        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1e6:
-            raise InvalidParameterError(f"alpha: expected a number > 0, got {alpha!r}")
-        nbest = check_integer("nbest_size", nbest_size, 2, MAX_NBEST + 1, high_name=str(MAX_NBEST + 1))
+    def checked(cls, alpha: object, seed: object, pool: object) -> SamplingOptions:
+        alpha = check_alpha("alpha", alpha)
         seed = check_integer("seed", seed, 0, MAX_SEED + 1, high_name="2**31")
-        return cls(k, float(alpha), nbest, seed, check_integer("max_draws", max_draws, 1, MAX_FORMS + 1))
+        return cls(alpha, seed, check_integer("pool", pool, 1, MAX_POOL + 1))
 
 
-# ----- pass 1: the words of one column, and K forms of each ---------------------------------------
+# ----- pass 1: the words of one column, and the lattice of each -----------------------------------
 
 
 @dataclass
@@ -205,32 +216,25 @@ class _Words:
 
 @dataclass(frozen=True)
 class _ColumnTable:
-    """What one column's samples need written: its word dictionary, and the forms of each of its words."""
+    """What one column's samples need written: its word dictionary, and the lattice of each of its words."""
 
     words: Dictionary
-    forms: Spans  # the distinct forms of word w are rows first_forms[w] .. first_forms[w + 1] - 1
-    layers: np.ndarray  # how many words have more than t draws, for each t
-    first_forms: np.ndarray  # uint32, one more than the words
-    draws: np.ndarray  # uint8: draw t of word w, at layer_rows(layers)[t] + w, is its distinct form draws[...]
     pieces: Dictionary  # the corpus's dictionary, extended by the pieces only samples use
+    edges: Ragged  # word w's edges' pieces (ids of ``pieces``): row w
+    begin: np.ndarray  # uint16 per edge
+    end: np.ndarray  # uint16 per edge
+    score: np.ndarray  # float32 per edge
     vocabulary: _Vocabulary  # the corpus dictionary's pieces (to cut rows into words again)
     tokens: dict[tuple[str, str], int]  # (split, column) -> word ids of its rows, </s> included
 
 
 def _words_table(
-    sources: list[tuple[str, Split, str]], model: SentencePieceModel, options: SamplingOptions, progress: bool
+    sources: list[tuple[str, Split, str]], model: SentencePieceModel, segmentation: Segmentation, progress: bool
 ) -> _ColumnTable:
-    """The words and forms of the columns ``sources`` (split name, split, column), all in one dictionary."""
+    """The words and lattices of the columns ``sources`` (split name, split, column), all in one dictionary."""
     _, first, col = sources[0]
     vocabulary = _Vocabulary.of(first.dictionary(col))
-    symbols = vocabulary.symbols
-    across = pc.greater_equal(pc.find_substring(pc.utf8_slice_codeunits(symbols, 1), WORD_START), 0)
-    if pc.any(across).as_py():
-        piece = symbols.filter(across)[0].as_py()
-        raise InputDataError(
-            f"spm_model: {first.path} {col} has pieces across words (such as {piece!r}): a model trained with "
-            "split_by_whitespace=false; sampled segmentations need one that splits at white space (the default)"
-        )
+    _refuse_pieces_across_words(vocabulary.symbols, f"{first.path} {col}")
     words, tokens = _Words(), {(name, side): 0 for name, _, side in sources}
     for name, split, side in sources:
         for cut in _cuts(split, side, vocabulary, BLOCK_ROWS, f"count words {name} {side}", progress):
@@ -239,7 +243,18 @@ def _words_table(
     rows = sum(len(split) for _, split, _ in sources)
     word_dict = Dictionary.from_counts(pa.array(list(words.index), pa.large_string()), np.array(words.counts), rows,
                                        padding_factor=0)  # fmt: skip
-    return _sampled_forms(words, word_dict, vocabulary, tokens, model, options, progress)
+    return _lattice_table(words, word_dict, vocabulary, tokens, model, segmentation, progress)
+
+
+def _refuse_pieces_across_words(symbols: pa.Array, where: str) -> None:
+    """InputDataError naming ``where`` when a piece holds ``▁`` after its first character."""
+    across = pc.greater_equal(pc.find_substring(pc.utf8_slice_codeunits(symbols, 1), WORD_START), 0)
+    if pc.any(across).as_py():
+        piece = symbols.filter(across)[0].as_py()
+        raise InputDataError(
+            f"spm_model: {where} has pieces across words (such as {piece!r}): a model trained with "
+            "split_by_whitespace=false; sampled segmentations need one that splits at white space (the default)"
+        )
 
 
 @dataclass(frozen=True)
@@ -291,18 +306,17 @@ def _cut(block: Spans, first: int, vocabulary: _Vocabulary, split: Split, col: s
     return _Cut(strings, Ragged(word_offsets.astype(np.int64), values), row_sums(begins, content))
 
 
-def _sampled_forms(
+def _lattice_table(
     words: _Words,
     word_dict: Dictionary,
     vocabulary: _Vocabulary,
     tokens: dict[tuple[str, str], int],
     model: SentencePieceModel,
-    options: SamplingOptions,
+    segmentation: Segmentation,
     progress: bool,
 ) -> _ColumnTable:
-    """The forms of every word: ``min(K * count, max_draws)`` draws of sentencepiece's sampler for a word it
-    segments (so that each occurrence, in each of its ``K`` samples, takes a draw of its own unless the word is
-    frequent), the corpus's pieces, once, for the others (a word holding a special symbol, such as ``<unk>``)."""
+    """The lattice of every word: a unigram model's every segmentation, a BPE model's pool of draws, or one path,
+    the corpus's pieces (a special symbol, a word holding ``<unk>``, a word the model's lattice cannot hold)."""
     dictionary = vocabulary.dictionary
     strings = pa.array(list(words.index), pa.large_string())
     word_ids = word_dict.encode_tokens(strings).astype(np.int64)
@@ -310,62 +324,59 @@ def _sampled_forms(
                               np.concatenate(words.pieces) if words.pieces else np.zeros(0, np.int32))  # fmt: skip
     special = row_sums(own.values < dictionary.nspecial, own.lengths()) > 0
     sampled = np.flatnonzero(~special & (word_ids >= dictionary.nspecial))
-    sampled = sampled[np.argsort(word_ids[sampled], kind="stable")]  # drawn in word id order
-    draws = np.minimum(np.asarray(word_dict.counts, dtype=np.int64) * options.samples, options.max_draws)
-    draws[: dictionary.nspecial] = draws.max(initial=1)  # ids by count, descending: draws never grow with the id
-    surfaces = pc.replace_substring(strings.take(pa.array(sampled)), WORD_START, " ")
     processor = model.processor()
-    scores = _piece_scores(processor) if nbest_available(processor) else None  # None: BPE, no n-best
+    scores = _piece_scores(processor) if segmentation.sampler == LATTICE else None
+    surfaces = pc.replace_substring(strings.take(pa.array(sampled)), WORD_START, " ")
     best = _pieces(processor.encode(surfaces.to_pylist(), out_type=str, num_threads=1))
     check_deterministic(best, Segmenter(processor, dictionary, scores), own, sampled, strings)
-    offsets, flat = _draw(processor, scores, surfaces, draws[word_ids[sampled]], options, progress)
-    pieces = _extended(dictionary, flat)
-    drawn = Ragged(offsets, pieces.encode_tokens(flat).astype(np.int64))
-    layers = _layers_of(draws)
-    distinct, first, which = _deduplicated(_assemble(layer_rows(layers), draws, word_ids, own, sampled, drawn), layers)
-    return _ColumnTable(word_dict, distinct, layers, first, which, pieces, vocabulary, tokens)
+    if segmentation.sampler == LATTICE:
+        drawn, kept = unigram_edges(strings.take(pa.array(sampled)), processor)
+    else:
+        drawn, kept = _pools(processor, surfaces, segmentation, progress), np.zeros(sampled.shape[0], dtype=bool)
+    fixed = np.ones(word_ids.shape[0], dtype=bool)
+    fixed[sampled[~kept]] = False
+    symbols = pa.array(dictionary.symbols, pa.large_string())
+    parts = [(word_ids[sampled[~kept]], _subset(drawn, np.flatnonzero(~kept))),
+             (word_ids[fixed], Edges.chains(_select(own, fixed), symbols))]  # fmt: skip
+    specials = np.arange(min(len(word_dict), dictionary.nspecial))
+    specials = specials[~np.isin(specials, word_ids)]
+    parts.append((specials, Edges.chains(Ragged.from_lengths(np.ones_like(specials), specials), symbols)))
+    table = placed(parts, len(word_dict))
+    pieces = _extended(dictionary, table.pieces)
+    ids = pieces.encode_tokens(table.pieces).astype(np.int32)
+    return _ColumnTable(word_dict, pieces, Ragged(table.first, ids), table.begin.astype(np.uint16),
+                        table.end.astype(np.uint16), table.score.astype(np.float32), vocabulary, tokens)  # fmt: skip
 
 
-def _layers_of(counts: np.ndarray) -> np.ndarray:
-    """How many of ``counts`` (each >= 1) exceed ``t``, for ``t`` = 0 .. max - 1: the layer sizes of the draws of
-    words whose ids run by count, descending."""
-    return np.cumsum(np.bincount(counts)[::-1])[::-1][1:]
+def _subset(edges: Edges, words: np.ndarray) -> Edges:
+    """The lattices of ``words`` (indices into ``edges``' words), in that order."""
+    per = np.diff(edges.first)[words]
+    rows = flat_positions(edges.first[:-1][words], per)
+    first = np.append(exclusive_cumsum(per), rows.shape[0])
+    return Edges(first, edges.pieces.take(pa.array(rows)), edges.begin[rows], edges.end[rows], edges.score[rows])
 
 
-def _deduplicated(drawn: Spans, layers: np.ndarray) -> tuple[Spans, np.ndarray, np.ndarray]:
-    """The distinct forms of each word, word after word (in the order of their first draws), the first row of each
-    word's (uint32, one more for the end), and which of its word's distinct forms each draw is (uint8, in the
-    draws' layers: draw ``t`` of word ``w`` is row ``layer_rows(layers)[t] + w`` of ``drawn``). A frequent short
-    word drawn 64 times may have only a few segmentations."""
-    word = flat_positions(np.zeros(layers.shape[0], dtype=np.int64), layers)  # each draw's word, layer by layer
-    codes = pc.dictionary_encode(_form_keys(word, drawn)).indices.to_numpy().astype(np.int64)
-    by_code = np.argsort(codes, kind="stable")
-    sorted_codes = codes[by_code]
-    group = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]
-    first = np.empty(int(group.sum()), dtype=np.int64)
-    first[sorted_codes[group]] = by_code[group]  # each distinct (word, form)'s first draw, by code
-    owner = word[first]
-    counts = np.bincount(owner, minlength=int(layers[0]))
-    order = np.lexsort((first, owner))  # by word, then by first draw (layer t before t + 1): the forms' rows
-    starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    local = np.empty(first.shape[0], dtype=np.int64)
-    local[order] = np.arange(first.shape[0]) - starts[owner[order]]
-    kept = first[order]
-    distinct = Spans(drawn.words, drawn.starts[kept], drawn.lengths[kept]).compact()
-    return distinct, starts.astype(np.uint32), local[codes].astype(np.uint8)
+def _pools(processor: Any, surfaces: pa.Array, segmentation: Segmentation, progress: bool) -> Edges:
+    """A BPE model's pools: ``segmentation.pool`` draws of sentencepiece's dropout of each word, ``POOL_BLOCK``
+    words at a time (sentencepiece's seed of block ``b``: ``seed * 2**20 + b``, modulo 2**32; its dropout is
+    reproducible within one process only)."""
+    import sentencepiece
 
-
-def _form_keys(word: np.ndarray, drawn: Spans) -> pa.Array:
-    """Each draw as bytes: its word's id, then its pieces (int32 each): equal keys, equal forms of one word."""
-    lengths = drawn.lengths.astype(np.int64) + 1
-    offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.empty(int(offsets[-1]), dtype=np.int32)
-    values[offsets[:-1]] = word
-    values[flat_positions(offsets[:-1] + 1, drawn.lengths)] = take_flat(drawn.words, drawn.starts, drawn.lengths)
-    buffers = [None, pa.py_buffer(offsets * 4), pa.py_buffer(values)]
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), lengths.shape[0], buffers)
+    parts = []
+    pool = segmentation.pool
+    with progress_bar(total=len(surfaces), desc="sample pools", unit="words", enabled=progress) as bar:
+        for b, start in enumerate(range(0, len(surfaces), POOL_BLOCK)):
+            block = surfaces.slice(start, POOL_BLOCK).to_pylist()
+            sentencepiece.set_random_generator_seed((segmentation.seed * 2**20 + b) % 2**32)
+            repeated = [word for word in block for _ in range(pool)]
+            offsets, flat = _pieces(processor.encode(repeated, out_type=str, enable_sampling=True,
+                                                     alpha=segmentation.alpha, num_threads=1))  # fmt: skip
+            codes = pc.dictionary_encode(flat)
+            forms = Ragged(offsets, codes.indices.to_numpy().astype(np.int32))
+            parts.append(pool_edges(len(block), forms, codes.dictionary, pool))
+            bar.update(len(block))
+    empty = Ragged.from_lengths(np.zeros(0, np.int64), np.zeros(0, np.int32))
+    return concatenated(parts) if parts else Edges.chains(empty, pa.array([], pa.large_string()))
 
 
 Pieces = tuple[np.ndarray, pa.Array]  # rows of piece strings: offsets (int64) and the flat strings
@@ -437,31 +448,6 @@ def check_deterministic(best: Pieces, model: Segmenter, own: Ragged, sampled: np
         )
 
 
-def _draw(processor: Any, scores: np.ndarray | None, surfaces: pa.Array, draws: np.ndarray, options: SamplingOptions,
-          progress: bool) -> Pieces:  # fmt: skip
-    """``draws[i]`` draws of the segmentation of word ``surfaces[i]``, in order, ``DRAW_BLOCK`` words at a time
-    (``scores``: a unigram model's piece scores, :func:`_piece_scores`; None for a BPE model).
-
-    A unigram model: sentencepiece's ``nbest_size`` best segmentations of each word, one drawn in proportion to
-    ``exp(alpha * score)`` (its sampler's rule for ``nbest_size`` > 1; a segmentation's score is the sum of its
-    pieces' log probabilities) by numpy's PCG64 from ``(seed, block)``: the same in every process. A BPE model
-    (no n-best): sentencepiece's own dropout, its seed set per call, which sentencepiece 0.2 does not reproduce in
-    another process (recorded: ``reproducible`` false).
-    """
-    offsets, flats = [np.zeros(1, dtype=np.int64)], []
-    with progress_bar(total=int(draws.sum()), desc="sample", unit="draws", enabled=progress) as bar:
-        for b, start in enumerate(range(0, len(surfaces), DRAW_BLOCK)):
-            block, counts = surfaces.slice(start, DRAW_BLOCK).to_pylist(), draws[start : start + DRAW_BLOCK]
-            if scores is None:
-                drawn, flat = _draw_dropout(processor, block, counts, options, b)
-            else:
-                drawn, flat = _draw_nbest(processor, scores, block, counts, options, b)
-            offsets.append(drawn[1:] + offsets[-1][-1])
-            flats.append(flat)
-            bar.update(int(counts.sum()))
-    return np.concatenate(offsets), pa.concat_arrays(flats) if flats else pa.array([], pa.large_string())
-
-
 def nbest_available(processor: Any) -> bool:
     """Whether the model gives n-best segmentations (unigram: yes; BPE: no)."""
     try:
@@ -471,71 +457,9 @@ def nbest_available(processor: Any) -> bool:
     return True
 
 
-def _draw_nbest(processor: Any, piece_scores: np.ndarray, words: list[str], counts: np.ndarray,
-                options: SamplingOptions, block: int) -> Pieces:  # fmt: skip
-    """``counts[i]`` draws among the n best segmentations of ``words[i]`` (see :func:`_draw`; ``piece_scores``:
-    :func:`_piece_scores`)."""
-    listed = pa.array(processor.nbest_encode(words, nbest_size=options.nbest_size, out_type=str),
-                      pa.large_list(pa.large_list(pa.large_string())))  # fmt: skip
-    per_word = np.diff(listed.offsets.to_numpy())  # candidates of each word
-    candidates = listed.flatten()
-    piece_offsets, pieces = candidates.offsets.to_numpy().astype(np.int64), candidates.flatten()
-    score, _ = _segmentation_scores(processor, piece_scores, pieces, np.diff(piece_offsets))  # of each candidate
-    weight = np.exp(options.alpha * (score - np.repeat(_group_max(score, per_word), per_word)))
-    cumulative = np.cumsum(weight)
-    before = np.concatenate([[0.0], cumulative])[np.repeat(exclusive_cumsum(per_word), per_word)]
-    word_total = np.repeat(row_sums(weight, per_word), per_word)
-    within = (cumulative - before) / word_total + np.repeat(np.arange(len(words)), per_word)  # word i: (i, i + 1]
-    rng = np.random.Generator(np.random.PCG64([options.seed, block]))
-    wanted = np.repeat(np.arange(len(words)), counts) + rng.random(int(counts.sum()))
-    chosen = np.minimum(np.searchsorted(within, wanted, side="right"), np.repeat(exclusive_cumsum(per_word) +
-                                                                                 per_word - 1, counts))  # fmt: skip
-    lengths = np.diff(piece_offsets)[chosen]
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return offsets, pieces.take(pa.array(flat_positions(piece_offsets[:-1][chosen], lengths)))
-
-
-def _group_max(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The maximum of each non-empty group of consecutive ``values`` (``lengths`` of them): a softmax's shift."""
-    return np.maximum.reduceat(values, exclusive_cumsum(lengths)) if values.size else values
-
-
 def _piece_scores(processor: Any) -> np.ndarray:
     """Each piece's log probability (unknown characters: 0, the same in every segmentation of a word)."""
     return np.array([processor.get_score(i) for i in range(processor.get_piece_size())], dtype=np.float64)
-
-
-def _draw_dropout(processor: Any, words: list[str], counts: np.ndarray, options: SamplingOptions,
-                  block: int) -> Pieces:  # fmt: skip
-    """``counts[i]`` draws of sentencepiece's BPE-dropout of ``words[i]`` (see :func:`_draw`)."""
-    import sentencepiece
-
-    sentencepiece.set_random_generator_seed((options.seed * MAX_DRAW_CALLS + block) % 2**32)
-    repeated = [word for word, count in zip(words, counts.tolist(), strict=True) for _ in range(count)]
-    return _pieces(processor.encode(repeated, out_type=str, enable_sampling=True, alpha=options.alpha, num_threads=1))
-
-
-def _assemble(starts: np.ndarray, draws: np.ndarray, word_ids: np.ndarray, own: Ragged, sampled: np.ndarray,
-              drawn: Ragged) -> Spans:  # fmt: skip
-    """Every draw: draw ``t`` of word ``w`` at row ``starts[t] + w``: sentencepiece's, or ``draws[w]`` copies of
-    its own pieces when it is not sampled (it holds a special symbol); a special symbol's draws are itself."""
-    specials = np.arange(min(draws.shape[0], Dictionary.nspecial))
-    specials = specials[~np.isin(specials, word_ids)]
-    not_sampled = np.ones(word_ids.shape[0], dtype=bool)
-    not_sampled[sampled] = False
-    kept = word_ids[not_sampled]
-    copies = np.repeat(np.arange(kept.shape[0]), draws[kept])
-    rows = [_form_rows(starts, specials, draws), _form_rows(starts, kept, draws),
-            _form_rows(starts, word_ids[sampled], draws)]  # fmt: skip
-    each = np.repeat(specials, draws[specials])
-    parts = [Ragged.from_lengths(np.ones_like(each), each), _select(_select(own, not_sampled), copies), drawn]
-    return _scatter(int(draws.sum()), rows, parts)
-
-
-def _form_rows(starts: np.ndarray, words: np.ndarray, draws: np.ndarray) -> np.ndarray:
-    """The rows of every form of ``words``, word by word (form ``t`` of word ``w``: ``starts[t] + w``)."""
-    t = flat_positions(np.zeros_like(words), draws[words])
-    return starts[t] + np.repeat(words, draws[words])
 
 
 def _select(ragged: Ragged, rows: np.ndarray) -> Ragged:
@@ -544,19 +468,7 @@ def _select(ragged: Ragged, rows: np.ndarray) -> Ragged:
     return Ragged.from_lengths(lengths, take_flat(ragged.values, ragged.offsets[:-1][rows], lengths))
 
 
-def _scatter(n_rows: int, rows: list[np.ndarray], parts: list[Ragged]) -> Spans:
-    """One compact column of ``n_rows`` rows from parts placed at ``rows`` (each row in exactly one part)."""
-    lengths = np.zeros(n_rows, dtype=np.int64)
-    for where, part in zip(rows, parts, strict=True):
-        lengths[where] = part.lengths()
-    starts = exclusive_cumsum(lengths)
-    values = np.zeros(int(lengths.sum()), dtype=np.int32)
-    for where, part in zip(rows, parts, strict=True):
-        values[flat_positions(starts[where], part.lengths())] = part.values
-    return Spans(values, starts, lengths)
-
-
-# ----- pass 2: write the rows as word ids, and the forms ------------------------------------------
+# ----- pass 2: write the rows as word ids, and the lattices -------------------------------------
 
 
 @dataclass(frozen=True)
@@ -622,11 +534,10 @@ def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict
             folder.manifest.language_pairs = manifest.language_pairs
         folder.finish()
     with OutputFolder.prepare(out / FORMS_DIR, langs, SOURCE_FORMAT, True, progress) as folder:
-        _write_forms(folder, tables, langs, specials)
+        _write_forms(folder, tables, langs, specials, segmentation.to_json())
         for lang in names if manifest.language_pairs else ():  # one for every language: the pairs share the table
             folder.add_dictionary(lang, next(iter(tables.values())).pieces)
-        layers = {col: table.layers.tolist() for col, table in tables.items()}
-        folder.manifest.provenance = {**provenance, LAYERS_KEY: layers}
+        folder.manifest.provenance = dict(provenance)
         folder.finish()
 
 
@@ -647,27 +558,27 @@ def _write_words(folder: OutputFolder, splits: dict[str, Split], tables: dict[st
 
 
 def _write_forms(folder: OutputFolder, tables: dict[str, _ColumnTable], langs: dict[str, str | None],
-                 specials: SpecialIds) -> None:  # fmt: skip
-    """The split of every word's distinct forms (a column a table) and each column's draws file."""
-    height = max(len(table.forms) for table in tables.values())
+                 specials: SpecialIds, record: dict[str, object]) -> None:  # fmt: skip
+    """The split of every word's lattice edges (a column a table) and each column's lattice file."""
+    height = max(len(table.edges) for table in tables.values())
     forms = {}
     for col, table in tables.items():
         name = folder.add_dictionary(langs[col], table.pieces)
-        forms[col] = column(_padded(table.forms, height), langs[col], name, table.pieces, f"forms of {col}")
+        forms[col] = column(_padded(table.edges, height), langs[col], name, table.pieces, f"lattices of {col}")
     folder.write(FORMS_SPLIT, forms, specials)
     for col, table in tables.items():
-        header = (int(table.layers[0]), int(table.draws.shape[0]), len(table.forms), layers_digest(table.layers))
-        name = DRAWS_NAME.format(column=col)
-        write_side_file(folder.path / name, DRAWS_FORMAT, header, [table.first_forms, table.draws])
+        header = (len(table.edges), int(table.begin.shape[0]), record_digest(record))
+        name = LATTICE_NAME.format(column=col)
+        write_side_file(folder.path / name, LATTICE_FORMAT, header, [table.score, table.begin, table.end])
         folder.side_files.append(name)
 
 
-def _padded(forms: Spans, rows: int) -> Ragged:
-    """``forms`` as a ragged column of ``rows`` rows (empty rows after its own: the columns of a split have as
+def _padded(edges: Ragged, rows: int) -> Ragged:
+    """``edges`` as a ragged column of ``rows`` rows (empty rows after its own: the columns of a split have as
     many rows, and one column may have more words than another)."""
     lengths = np.zeros(rows, dtype=np.int64)
-    lengths[: len(forms)] = forms.lengths
-    return Ragged.from_lengths(lengths, forms.words)
+    lengths[: len(edges)] = edges.lengths()
+    return Ragged.from_lengths(lengths, edges.values)
 
 
 def _sentencepiece_version() -> str:

@@ -59,7 +59,7 @@ class TextConversion:
     thresholds: tuple[int, int] = (NO_THRESHOLD, NO_THRESHOLD)
     nwords: tuple[int, int] = (ALL_WORDS, ALL_WORDS)
     spm_model: str | None = None
-    spm_samples: int | None = None
+    spm_sampling: bool = False
     spm_alpha: float | None = None
     workers: int = 1
     padding_factor: int = 8
@@ -68,7 +68,7 @@ class TextConversion:
     executor: Executor | None = field(default=None, compare=False, repr=False)
     pairs: tuple[tuple[str, ...], ...] = field(init=False)  # each corpus's column languages (one when monolingual)
     shards: dict[str, list[str]] = field(init=False, default_factory=dict)
-    sampling: SamplingOptions | None = field(init=False, default=None, compare=False)  # spm_samples', checked
+    sampling: SamplingOptions | None = field(init=False, default=None, compare=False)  # spm_sampling's, checked
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sampling", self._sampling())  # refused before anything else is looked at
@@ -96,13 +96,13 @@ class TextConversion:
                 self.shards[split] = [str(_local(prefix, f"{split}pref", where)) for prefix in value.split(",")]
 
     def _sampling(self) -> SamplingOptions | None:
-        """The sampled segmentations to store once the corpus is written (``spm_samples``, ``spm_alpha``), checked;
+        """The sampled segmentations to store once the corpus is written (``spm_sampling``, ``spm_alpha``), checked;
         None: none (the samples' code is then not loaded)."""
-        if self.spm_samples is None and self.spm_alpha is None:
+        if not self.spm_sampling and self.spm_alpha is None:
             return None
         from arrowmt.converters._sampled import sampling_options
 
-        return sampling_options(self.spm_samples, self.spm_alpha, self.spm_model)
+        return sampling_options(self.spm_sampling, self.spm_alpha, self.spm_model)
 
     @property
     def multi(self) -> bool:

@@ -1,5 +1,5 @@
-"""Layer 7, sampled segmentations: a corpus's rows in one of ``K`` stored sentencepiece samples each (subword
-regularization), read as spans like the corpus's own rows, and which sample a row takes in an epoch.
+"""Layer 7, sampled segmentations: a corpus's rows drawn afresh each epoch from the exact law of their words'
+segmentations (subword regularization), read as spans like the corpus's own rows.
 
 Imports the splits layer and below; never torch. Other packages import from here, not from the private modules.
 """
@@ -11,23 +11,20 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
+    from arrowmt.segments._bits import epoch_key, mix64, occurrence_keys, step_bits
     from arrowmt.segments._kinds import check_segmentation
+    from arrowmt.segments._lattice import LATTICE_FORMAT, LATTICE_NAME, Lattice, Law, record_digest
     from arrowmt.segments._sampled import (
         BUILD_HINT,
-        DRAWS_FORMAT,
-        DRAWS_NAME,
         FORMS_DIR,
         FORMS_SPLIT,
-        LAYERS_KEY,
-        MAX_FORMS,
-        MAX_SAMPLES,
+        LATTICE,
+        POOL,
         SEGMENTATION_KEY,
         WORDS_DIR,
         SampledSplit,
         Segmentation,
-        epoch_samples,
-        layer_rows,
-        layers_digest,
+        check_alpha,
         recorded_segmentation,
         row_sums,
         sampled_folder,

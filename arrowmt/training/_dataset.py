@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from arrowmt._errors import InvalidParameterError
 from arrowmt.copies.stored import ROWS, refuse_stored_order
 from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.segments import check_segmentation
@@ -36,13 +37,14 @@ def open_dataset(
     cache_dir: str | os.PathLike[str] | None = None,
     cache_limit: int | str | None = None,
     segmentation: str = "fixed",
+    alpha: float | None = None,
 ) -> ArrowMTDataset | ArrowMTSampledDataset:
     """Open split ``split`` (all its shards) of the arrowmt folder at ``path``.
 
     ``segmentation``: ``"fixed"`` (the default) reads the ids the corpus was converted with; ``"sampled"`` reads
-    its sampled segmentations (subword regularization, made by ``convert text --spm-samples K`` or
-    :func:`~arrowmt.converters.add_sampled_segmentations`): an :class:`ArrowMTSampledDataset`, each row in a
-    sample that changes with the epoch under ``TokenBatchSampler``.
+    its sampled segmentations (subword regularization, made by ``convert text --spm-sampling`` or
+    :func:`~arrowmt.converters.add_sampled_segmentations`): an :class:`ArrowMTSampledDataset`, each row drawn
+    afresh each epoch under ``TokenBatchSampler``, with ``alpha`` (default: the one the samples record).
 
     ``access``: how the kernel reads the memory maps: ``"random"`` (the default: only the
     pages rows touch, with the samplers' read-ahead of the next batches), ``"sequential"``
@@ -54,9 +56,11 @@ def open_dataset(
     ``cache_limit`` bytes (an int or ``"20G"``; default ``$ARROWMT_CACHE_LIMIT``, else no limit).
     """
     check_segmentation("segmentation", segmentation)
+    if alpha is not None and segmentation == "fixed":
+        raise InvalidParameterError(f"alpha: expected with segmentation='sampled' (the law it shapes), got {alpha}")
     dataset = ArrowMTDataset(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)
     if segmentation == "fixed":
         return dataset
     from arrowmt.training._sampled_dataset import ArrowMTSampledDataset  # what fixed reading never loads
 
-    return ArrowMTSampledDataset(dataset)
+    return ArrowMTSampledDataset(dataset, alpha=alpha)

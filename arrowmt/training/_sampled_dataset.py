@@ -1,20 +1,25 @@
 """A corpus read in sampled segmentations (subword regularization) as a torch dataset.
 
-Index ``e * N + r`` (``N`` rows) is row ``r`` as epoch ``e`` reads it: in its sample
-``epoch_samples(seed, e, r)`` (:mod:`arrowmt.segments`). The dataset holds no epoch, so DataLoader workers (even
-persistent ones) and resumed runs read exactly the rows a plan names. Each epoch is read from its copy
-(:func:`arrowmt.copies.epoch_copy`: the rows in their samples, written once by the first process that needs
-them), zero-copy like the corpus itself. ``TokenBatchSampler`` walks one plan per epoch
-(:meth:`ArrowMTSampledDataset.epoch_plans`): every row once, batched by the lengths it has in that epoch.
+Index ``e * N + r`` (``N`` rows, ``len(ds)``) is row ``r`` as epoch ``e`` draws it (:mod:`arrowmt.segments`): a
+segmentation drawn afresh each epoch from its words' exact law, the same in every process. The dataset holds no
+epoch, so DataLoader workers (even persistent ones) and resumed runs read exactly the rows a plan names. Each epoch
+is read from its copy (:func:`arrowmt.copies.epoch_copy`: the rows as the epoch draws them, written once by the
+first process that needs them, checked before each process first reads it); once an epoch is opened, the main
+process writes the next one's copy on a thread, so that it is ready when that epoch starts. ``TokenBatchSampler``
+walks one plan per epoch (:meth:`ArrowMTSampledDataset.epoch_plans`): every row once, batched by the lengths it
+has in that epoch. Every rank must read with the same seed and alpha: with ``torch.distributed`` initialized, the
+first plan compares them and refuses a disagreement.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import torch.utils.data
 
 from arrowmt._arrays import groups_by
 from arrowmt._checks import check_integer
@@ -27,32 +32,45 @@ from arrowmt.segments import SampledSplit
 from arrowmt.splits import OverSplit, Split
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._rows_dataset import RowsDataset
+from arrowmt.training._world import same_on_every_rank
 
-EPOCHS = 2**20  # the epochs an index can name: e * N + r for 0 <= e < EPOCHS
+EPOCHS = 2**20  # the epochs an index can name: e * N + r for 0 <= e < EPOCHS (len(ds) is N: the rows)
 KEEP_EPOCHS = 2  # epoch copies kept open (and on disk): the current one and the one before
 
 
 class ArrowMTSampledDataset(OverSplit, RowsDataset):
-    """Split ``corpus`` read in its sampled segmentations: index ``e * N + r`` is row ``r`` in its sample of epoch
-    ``e`` (``seed``: the samples' own seed unless given). Ids are those of :meth:`dictionary` (the corpus's,
-    extended by the pieces only samples use: size a model's embeddings by it). ``cache_dir`` (default
-    ``<corpus>/.arrowmt-cache``) holds the epochs' copies."""
+    """Split ``corpus`` read in its sampled segmentations: index ``e * N + r`` is row ``r`` as epoch ``e`` draws it
+    (``seed`` and ``alpha``: the samples' own unless given; ``len(ds)`` is ``N``, the rows). Ids are those of
+    :meth:`dictionary` (the corpus's, extended by the pieces only samples use: size a model's embeddings by it).
+    ``cache_dir`` (default ``<corpus>/.arrowmt-cache``) holds the epochs' copies; ``read_ahead`` writes the next
+    epoch's copy on a thread once an epoch is opened (in the main process)."""
 
-    def __init__(self, corpus: Split, seed: int | None = None, cache_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, corpus: Split, seed: int | None = None, cache_dir: str | os.PathLike[str] | None = None,
+                 alpha: float | None = None, read_ahead: bool = True) -> None:  # fmt: skip
         self.corpus = corpus
-        self.sampled = SampledSplit(corpus)
-        self.seed = self.sampled.info.seed if seed is None else check_integer("seed", seed, 0)
+        self.sampled = SampledSplit(corpus, seed=seed, alpha=alpha)
         self.cache_dir = cache_dir
+        self.read_ahead = read_ahead
         self._epochs: dict[int, Split] = {}
+        self._next: threading.Thread | None = None
+        self._agreed = False
+
+    @property
+    def seed(self) -> int:
+        return self.sampled.seed
+
+    @property
+    def alpha(self) -> float:
+        return self.sampled.alpha
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the opened epoch copies (a worker opens those it reads)."""
-        return {**self.__dict__, "_epochs": {}}
+        """Pickle without the opened epoch copies (a worker opens those it reads) and no thread."""
+        return {**self.__dict__, "_epochs": {}, "_next": None}
 
     def __repr__(self) -> str:
         return (
-            f"ArrowMTSampledDataset({str(self.path)!r}, {self.split!r}: {self.rows} rows in "
-            f"{self.sampled.samples} samples, seed {self.seed})"
+            f"ArrowMTSampledDataset({str(self.path)!r}, {self.split!r}: {self.rows} rows drawn afresh each epoch, "
+            f"seed {self.seed}, alpha {self.alpha:g})"
         )
 
     @property
@@ -65,23 +83,42 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
         return replace(self.corpus.metadata, columns=self.sampled.forms.metadata.columns)
 
     def __len__(self) -> int:
-        return self.rows * EPOCHS
+        """The rows of the split (an epoch); indices go on past it, epoch after epoch."""
+        return self.rows
 
     def epoch(self, epoch: int) -> Split:
-        """Epoch ``epoch``'s copy: every row in its sample (written by the first process that asks)."""
+        """Epoch ``epoch``'s copy: every row as the epoch draws it (written by the first process that asks)."""
         found = self._epochs.get(epoch)
         if found is None:
             epoch = check_integer("epoch", epoch, 0, EPOCHS, high_name="2**20")
-            found = epoch_copy(self.sampled, self.seed, epoch, self.cache_dir, KEEP_EPOCHS)
+            found = self._copy(epoch)
             for old in sorted(self._epochs)[: max(len(self._epochs) - KEEP_EPOCHS + 1, 0)]:
                 del self._epochs[old]
             self._epochs[epoch] = found
+            self._prepare(epoch + 1)
         return found
+
+    def _copy(self, epoch: int) -> Split:
+        return epoch_copy(self.sampled, epoch, self.cache_dir, KEEP_EPOCHS + 1)
+
+    def _prepare(self, epoch: int) -> None:
+        """Write epoch ``epoch``'s copy on a thread (main process only: a worker reads what its plan names)."""
+        if not self.read_ahead or epoch >= EPOCHS or torch.utils.data.get_worker_info() is not None:
+            return
+        if self._next is not None and self._next.is_alive():
+            return
+        self._next = threading.Thread(target=self._copy, args=(epoch,), name=f"arrowmt-epoch-{epoch}", daemon=True)
+        self._next.start()
+
+    def wait_read_ahead(self) -> None:
+        """Wait for the next epoch's copy being written on a thread, if any (tests, clean exits)."""
+        if self._next is not None:
+            self._next.join()
 
     def _by_epoch(self, indices: np.ndarray) -> list[tuple[np.ndarray, Split, np.ndarray]]:
         """(positions in ``indices``, the epoch's copy, its rows) for each epoch the indices name."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        check_indices(indices, len(self), f"{self!r}")
+        check_indices(indices, self.rows * EPOCHS, f"{self!r}")
         return [(where, self.epoch(e), rows) for e, where, rows in groups_by(indices, self.rows)]
 
     def row_array(self, column: str, index: int) -> np.ndarray:
@@ -130,6 +167,10 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
     def epoch_plans(self, params: PlanParams) -> EpochPlans:
         """One plan per epoch (what a sampler walks): fairseq's batches of the epoch's copy, as this dataset's
         indices; each plan is kept in its epoch's copy (in this dataset's ``cache_dir``) and goes with it."""
+
+        if not self._agreed:
+            same_on_every_rank({"seed": self.seed, "alpha": self.alpha}, "the sampled segmentations' seed and alpha")
+            self._agreed = True
 
         def plan(epoch: int) -> ShiftedPlan:
             return ShiftedPlan(load_plan(self.epoch(epoch), params, None), epoch * self.rows)

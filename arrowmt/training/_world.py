@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import torch.distributed as dist
 
+from arrowmt._errors import InvalidParameterError
 from arrowmt.bucketing import check_rank
 
 
@@ -30,3 +31,19 @@ def resolve_world(num_replicas: int | None, rank: int | None) -> World:
     rank = default_rank if rank is None else rank
     check_rank(num_replicas, rank)
     return World(int(num_replicas), int(rank))
+
+
+def same_on_every_rank(value: object, what: str) -> None:
+    """InvalidParameterError unless every rank of the initialized process group holds an equal ``value`` (``what``
+    names it); nothing without a process group."""
+    size, rank = default_world()
+    if size == 1:
+        return
+    values: list[object] = [None] * size
+    dist.all_gather_object(values, value)
+    differ = [r for r, v in enumerate(values) if v != values[0]]
+    if differ:
+        raise InvalidParameterError(
+            f"seed: every rank must read {what} alike (else ranks read some rows twice and others never); rank 0 "
+            f"has {values[0]!r}, rank {differ[0]} {values[differ[0]]!r} (this is rank {rank})"
+        )

@@ -55,7 +55,15 @@ from arrowmt.format import (
     unterminated_row,
 )
 from arrowmt.reading import SplitFile, attached_file, local_folder
-from arrowmt.segments import BUILD_HINT, DRAWS_FORMAT, DRAWS_NAME, FORMS_DIR, WORDS_DIR, SampledSplit, sampled_folder
+from arrowmt.segments import (
+    BUILD_HINT,
+    FORMS_DIR,
+    LATTICE_FORMAT,
+    LATTICE_NAME,
+    WORDS_DIR,
+    SampledSplit,
+    sampled_folder,
+)
 from arrowmt.splits import column_place, mismatch_error
 from arrowmt.views._view import VIEW_SUFFIX, View
 
@@ -122,9 +130,9 @@ def _verify_files(folder: Path, manifest: Manifest, report: VerifyReport, bar: t
 
 
 def _verify_samples(folder: Path, manifest: Manifest, report: VerifyReport, bar: tqdm) -> None:
-    """A corpus's sampled segmentations (``sampled/``, if any): both folders' files and the draws files checked
-    whole, then each split opened in its samples as training opens it (made from this corpus, the layers of draws
-    as recorded)."""
+    """A corpus's sampled segmentations (``sampled/``, if any): both folders' files and the lattice files checked
+    whole, then each split opened in its samples as training opens it (made from this corpus, the lattice files
+    written with the segmentation record both manifests hold: seed, alpha and model edited are refused)."""
     sampled = sampled_folder(folder)
     if not sampled.is_dir():
         return
@@ -140,8 +148,8 @@ def _verify_samples(folder: Path, manifest: Manifest, report: VerifyReport, bar:
         _verify_files(inner, inner_manifest, files, bar)
         report.problems.extend(files.problems)
         report.side_files += files.files
-    for path in sorted((sampled / FORMS_DIR).glob(DRAWS_NAME.format(column="*"))):
-        _count_or_report(report, lambda path=path: _check_side_file(path, DRAWS_FORMAT), "")
+    for path in sorted((sampled / FORMS_DIR).glob(LATTICE_NAME.format(column="*"))):
+        _count_or_report(report, lambda path=path: _check_side_file(path, LATTICE_FORMAT), "")
     for split in manifest.splits():
         _count_or_report(report, lambda split=split: _open_in_samples(folder, split), "")
 

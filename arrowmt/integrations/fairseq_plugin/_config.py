@@ -11,9 +11,10 @@ from typing import Optional
 from fairseq.tasks.translation import TranslationConfig
 
 SEGMENTATION_HELP = (
-    "fixed: the ids the folder was converted with; sampled: each training pair in one of its stored sampled "
-    "segmentations (convert text --spm-samples K), another each epoch, batched by that epoch's lengths"
+    "fixed: the ids the folder was converted with; sampled: each training pair's segmentation drawn afresh each "
+    "epoch from its words' stored lattices (convert text --spm-sampling), batched by that epoch's lengths"
 )
+SPM_ALPHA_HELP = "with --arrow-segmentation sampled: sentencepiece's alpha (default: the one the samples record)"
 CACHE_DIR_HELP = "node-local cache of a --data URL (s3://...; default $ARROWMT_CACHE_DIR or ~/.cache/arrowmt)"
 CACHE_LIMIT_HELP = "most bytes the cache of a --data URL keeps, e.g. 20G (default: $ARROWMT_CACHE_LIMIT, else all)"
 
@@ -41,6 +42,10 @@ class TranslationArrowConfig(TranslationConfig):
     arrow_segmentation: str = field(
         default="fixed",
         metadata={"help": SEGMENTATION_HELP},
+    )
+    arrow_spm_alpha: Optional[float] = field(  # noqa: UP045  # fairseq reads Optional[...], not float | None
+        default=None,
+        metadata={"help": SPM_ALPHA_HELP},
     )
     arrow_cache_dir: str = field(
         default="",

@@ -117,7 +117,6 @@ class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
         super().__init__(mixture, split, collater, sampled=True)
         self.samples = samples
         self.rows = len(mixture)
-        self.epochs = next((len(s) // s.rows for s in samples if s.rows), 0)  # the epochs an index can name
         self._opened: tuple[int, Mixture] | None = None  # the epoch last read, and its mixture
 
     def __getstate__(self) -> dict[str, Any]:
@@ -125,7 +124,8 @@ class ArrowMixtureSamplesDataset(ArrowMixtureDataset):
         return {**super().__getstate__(), "_opened": None}
 
     def __len__(self) -> int:
-        return self.rows * self.epochs
+        """The mixture's rows (an epoch); indices go on past it, epoch after epoch."""
+        return self.rows
 
     def epoch_mixture(self, epoch: int) -> Mixture:
         """The pairs as epoch ``epoch`` reads them: a mixture of their epoch copies, tagged as :attr:`mixture` (the

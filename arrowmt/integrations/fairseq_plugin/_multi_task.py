@@ -37,7 +37,12 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.format import SOURCE, TARGET
 from arrowmt.integrations.fairseq_plugin._batches import IteratorOptions, ReadAheadEpochBatchIterator, pair_spec
-from arrowmt.integrations.fairseq_plugin._config import CACHE_DIR_HELP, CACHE_LIMIT_HELP, SEGMENTATION_HELP
+from arrowmt.integrations.fairseq_plugin._config import (
+    CACHE_DIR_HELP,
+    CACHE_LIMIT_HELP,
+    SEGMENTATION_HELP,
+    SPM_ALPHA_HELP,
+)
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset, ArrowMixtureSamplesDataset
 from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder, is_sharded, sampled_dictionaries
 from arrowmt.io import DEFAULT_DEPTH, check_depth
@@ -88,6 +93,7 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
             help="read pairs' training split through arrowmt view files: PAIR=VIEW[,PAIR=VIEW...]",
         )
         parser.add_argument("--arrow-segmentation", default="fixed", help=SEGMENTATION_HELP)
+        parser.add_argument("--arrow-spm-alpha", type=float, default=None, help=SPM_ALPHA_HELP)
 
     @classmethod
     def setup_task(cls, args: Any, **kwargs: Any) -> TranslationMultiSimpleEpochArrowTask:
@@ -131,7 +137,9 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
         )
         if train and self.segmentation == "sampled":  # each epoch's rows in their samples of the epoch
             cache = self.args.arrow_plan_cache_dir or None
-            samples = [ArrowMTSampledDataset(c, cache_dir=cache) for c in corpora.values()]  # type: ignore[arg-type]
+            alpha = getattr(self.args, "arrow_spm_alpha", None)
+            samples = [ArrowMTSampledDataset(c, cache_dir=cache, alpha=alpha)  # type: ignore[arg-type]
+                       for c in corpora.values()]  # fmt: skip
             self._check_vocabulary(samples[0], mixture.path, mixture.special_ids)
             self.datasets[split] = ArrowMixtureSamplesDataset(mixture, samples, split, collater)
         else:

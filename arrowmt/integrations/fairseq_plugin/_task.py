@@ -106,7 +106,8 @@ class TranslationArrowTask(TranslationTask):
         if view:
             arrow = open_view_dataset(view, folder)
         elif segmentation == "sampled":  # each epoch's copy in its samples goes with the batch plans
-            arrow = ArrowMTSampledDataset(open_dataset(folder, split), cache_dir=self.cfg.arrow_plan_cache_dir or None)
+            arrow = ArrowMTSampledDataset(open_dataset(folder, split), cache_dir=self.cfg.arrow_plan_cache_dir or None,
+                                          alpha=self.cfg.arrow_spm_alpha)  # fmt: skip
         else:
             arrow = open_dataset(folder, split)
         reverse = _is_reverse(arrow, self.cfg)

@@ -1,5 +1,7 @@
-"""Sampled segmentations (issue 39): built from the bundled Multi30k sample with a sentencepiece model trained
-on it, checked against sentencepiece itself (decoding, its own sampler's distribution)."""
+"""Sampled segmentations (issues 39, 48): word lattices built from the bundled Multi30k sample with a sentencepiece
+model trained on it, every row drawn afresh each epoch; checked against sentencepiece itself (decoding, the
+model's refusals), for integrity (edited records, damaged files and caches), and through every reader. The laws
+themselves are tested statistically in ``tests/test_sampled_law.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,35 +37,31 @@ from arrowmt import (
     summarize,
     verify_dataset,
 )
-from arrowmt.files import open_side_file, write_side_file
 from arrowmt.format import Dictionary
 from arrowmt.plans import ShiftedPlan
 from arrowmt.reading import Ragged
 from arrowmt.testing import (
-    DRAWS_FORMAT,
     TIE_TOLERANCE,
     Segmenter,
     check_deterministic,
-    epoch_samples,
     format_summary,
     groups_by,
-    layer_rows,
     main,
     row_sums,
     sampled_folder,
 )
-from tests.conftest import MULTI30K, gz_lines, val_sentencepiece
+from tests.conftest import MULTI30K, val_sentencepiece
 from tests.state_helpers import SamplerLoader, check_resume
 
 spm = pytest.importorskip("sentencepiece")
-K = 4
+EPOCHS = 4
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A unigram and a BPE model trained on the sample's validation text (both languages)."""
     folder = tmp_path_factory.mktemp("spm")
-    models = {kind: val_sentencepiece(folder, 600, kind, model_type=kind) for kind in ("unigram", "bpe")}
+    models = {kind: val_sentencepiece(folder, 600, kind, model_type=kind) for kind in ("unigram", "bpe", "char")}
     return {**models, "across": val_sentencepiece(folder, 600, "across", split_by_whitespace=False)}
 
 
@@ -77,7 +74,7 @@ def converted(out: Path, model: Path, **options: object) -> Path:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path]) -> Path:
     out = converted(tmp_path_factory.mktemp("c") / "c", models["unigram"])
-    add_sampled_segmentations(out, models["unigram"], samples=K, alpha=0.1, seed=3, progress=False)
+    add_sampled_segmentations(out, models["unigram"], alpha=0.1, seed=3, progress=False)
     return out
 
 
@@ -85,20 +82,20 @@ def text_of(pieces: list[str]) -> str:
     return "".join(pieces).replace("\u2581", " ").strip()
 
 
-def every_form(sampled: SampledSplit, column: str) -> list[list[list[int]]]:
-    """Each row in each of its samples, as piece ids."""
+def every_form(sampled: SampledSplit, column: str, epochs: int = EPOCHS) -> list[list[list[int]]]:
+    """Each row as epochs 1 .. ``epochs`` draw it, as piece ids."""
     rows = np.arange(len(sampled), dtype=np.int64)
     out: list[list[list[int]]] = [[] for _ in rows]
-    for s in range(sampled.samples):
-        spans = sampled.spans(column, rows, np.full(rows.shape, s))
+    for epoch in range(1, epochs + 1):
+        spans = sampled.spans(column, rows, epoch)
         for r in rows:
             out[r].append(spans.row(int(r)).tolist())
     return out
 
 
-def test_every_sampled_row_decodes_to_its_text_and_takes_several_forms(corpus: Path) -> None:
+def test_every_drawn_row_decodes_to_its_text_and_changes_from_epoch_to_epoch(corpus: Path) -> None:
     sampled = SampledSplit(corpus, "train")
-    assert sampled.samples == K and len(sampled) == 1014
+    assert (sampled.seed, sampled.alpha, sampled.info.sampler, len(sampled)) == (3, 0.1, "lattice", 1014)
     for column in ("source", "target"):
         pieces, base = sampled.dictionary(column), sampled.corpus.dictionary(column)
         assert pieces.symbols[: len(base)] == base.symbols  # the corpus's ids stay; new pieces come after
@@ -110,93 +107,95 @@ def test_every_sampled_row_decodes_to_its_text_and_takes_several_forms(corpus: P
         several = np.mean([len({tuple(f) for f in row_forms}) > 1 for row_forms in forms])
         assert several > 0.9, several
         assert sampled.max_length(column) >= max(len(f) for row_forms in forms for f in row_forms)
-        lengths = sampled.lengths(column, np.arange(5), np.array([0, 1, 2, 3, 0]))
-        assert lengths.tolist() == [len(forms[r][s]) for r, s in enumerate([0, 1, 2, 3, 0])]
+        lengths = sampled.lengths(column, np.arange(5), 2)
+        assert lengths.tolist() == [len(forms[r][1]) for r in range(5)]
+        again = sampled.spans(column, np.array([4, 0]), 2)  # a row's draw does not depend on the rows beside it
+        assert again.row(0).tolist() == forms[4][1] and again.row(1).tolist() == forms[0][1]
+    assert "drawn afresh each epoch" in repr(sampled)
 
 
-def test_several_pairs_share_one_table_so_a_language_reads_alike_in_every_pair(
+def test_several_pairs_share_one_table_so_a_language_has_one_law_in_every_pair(
     tmp_path: Path, models: dict[str, Path]
 ) -> None:
     """A folder of several pairs (one dictionary for every language, ``convert text --lang-pairs``) stores one table
-    of words and forms: a row of a language takes the same pieces and ids in every pair and column it is in, each
-    form decodes to the row's text, and the samples' dictionary is one file per language, as fairseq loads them."""
+    of words and lattices: every column of every pair draws from the same laws, each draw decodes to the row's text,
+    and the samples' dictionary is one file per language, as fairseq loads them."""
     out = tmp_path / "pairs"
     convert_text(str(MULTI30K / "val"), out, lang_pairs="de-en,en-de", testpref=str(MULTI30K / "test"),
-                 spm_model=str(models["unigram"]), spm_samples=K, progress=False)  # fmt: skip
+                 spm_model=str(models["unigram"]), spm_sampling=True, progress=False)  # fmt: skip
     de_en, en_de = SampledSplit(out, "train.de-en"), SampledSplit(out, "train.en-de")
-    rows = np.arange(len(de_en), dtype=np.int64)
-    for sample in range(K):
-        samples = np.full(rows.shape, sample)
-        for mine, theirs in (("source", "target"), ("target", "source")):
-            a, b = de_en.spans(mine, rows, samples), en_de.spans(theirs, rows, samples)
-            assert np.array_equal(a.lengths, b.lengths) and np.array_equal(a.compact().words, b.compact().words)
+    forms = sampled_folder(out) / "forms"
+    assert (forms / "lattice.source.bin").read_bytes()[128:] == (forms / "lattice.target.bin").read_bytes()[128:]
     pieces, base = de_en.dictionary("source"), de_en.corpus.dictionary("source")
     assert de_en.dictionary("target").symbols == pieces.symbols == en_de.dictionary("source").symbols
-    forms = every_form(de_en, "source")
-    for r in range(0, len(de_en), 97):
-        text = text_of([base.symbols[i] for i in de_en.corpus.row_array("source", r)[:-1]])
-        assert all(text_of([pieces.symbols[i] for i in form[:-1]]) == text for form in forms[r])
-    folder = sampled_folder(out) / "forms"
-    assert (
-        (folder / "dict.de.txt").read_bytes()
-        == (folder / "dict.en.txt").read_bytes()
-        == (folder / "dict.txt").read_bytes()
-    )
+    for sampled, column in ((de_en, "source"), (en_de, "target")):  # German in both
+        drawn = every_form(sampled, column, 2)
+        for r in range(0, len(sampled), 97):
+            text = text_of([base.symbols[i] for i in sampled.corpus.row_array(column, r)[:-1]])
+            assert all(text_of([pieces.symbols[i] for i in form[:-1]]) == text for form in drawn[r])
+    assert (forms / "dict.de.txt").read_bytes() == (forms / "dict.en.txt").read_bytes() == (
+        forms / "dict.txt").read_bytes()  # fmt: skip
     assert open_dataset(out, "test.en-de", segmentation="sampled").rows == len(SampledSplit(out, "test.en-de"))
     assert verify_dataset(out, progress=False).ok
 
 
-def test_epochs_take_rows_in_different_samples_the_same_everywhere() -> None:
-    rows = np.arange(10_000)
-    one, again, two = (epoch_samples(3, e, rows, K) for e in (1, 1, 2))
-    assert np.array_equal(one, again) and not np.array_equal(one, two)
-    assert one.min() == 0 and one.max() == K - 1 and abs(np.bincount(one) / 2500 - 1).max() < 0.1
-    forms_seen = np.stack([epoch_samples(3, e, rows, K) for e in range(1, 5)])
-    assert np.mean([len(set(c)) > 1 for c in forms_seen.T]) > 0.9  # across 4 epochs most rows take >1 form
+def test_draws_depend_on_seed_epoch_column_row_and_place_only() -> None:
+    """The counter-based bits: a pure function of (seed, epoch, column, row, word place, step); exact values."""
+    from arrowmt.segments import epoch_key, mix64, occurrence_keys, step_bits
+
+    assert int(mix64(np.array([1], dtype=np.uint64), np.uint64(0))[0]) == 0xE220A8397B1DCDAF  # splitmix64's first
+    key = epoch_key(3, 1, "source")
+    assert key == epoch_key(3, 1, "source") != epoch_key(3, 2, "source") != epoch_key(3, 1, "target")
+    keys = occurrence_keys(key, np.array([5, 9]), np.array([2, 1]))
+    assert np.array_equal(keys[:2], occurrence_keys(key, np.array([5]), np.array([2])))  # alone or in a batch
+    assert np.array_equal(keys[2:], occurrence_keys(key, np.array([9]), np.array([1])))
+    assert len(set(keys.tolist())) == 3
+    bits = step_bits(occurrence_keys(key, np.arange(100_000), np.ones(100_000, dtype=np.int64)), 0)
+    assert bits.max() < 2**32 and abs(bits.mean() / 2**31 - 1) < 0.01
+    assert not np.array_equal(bits, step_bits(occurrence_keys(key, np.arange(100_000), np.ones(100_000, int)), 1))
 
 
-def test_pieces_follow_sentencepieces_own_sampler(corpus: Path, models: dict[str, Path]) -> None:
-    """The pieces the stored samples use, over every row and sample, against sentencepiece sampling the
-    sentences themselves from their 64 best segmentations: their distributions differ no more than two runs of
-    sentencepiece's own sampler."""
-    processor = spm.SentencePieceProcessor(model_file=str(models["unigram"]))
-    lines = gz_lines(MULTI30K / "val.de.gz")
-    sampled = SampledSplit(corpus, "train")
-    pieces = sampled.dictionary("source")
-    ours = Counter(pieces.symbols[i] for row in every_form(sampled, "source") for form in row for i in form[:-1])
+def test_a_lattice_law_exact_values() -> None:
+    """Word ``▁ab`` with pieces ``▁a`` (-1), ``b`` (-2), ``▁ab`` (-2.5): paths ``▁a b`` (-3) and ``▁ab`` (-2.5); at
+    alpha 1 the end node's incoming edges share ``1 / (1 + e^-0.5)`` and the rest; bits below the share draw
+    ``▁ab``."""
+    from arrowmt.segments import Law
+    from arrowmt.segments._lattice import _Tables
 
-    def sentencepiece_run(seed: int) -> Counter:
-        spm.set_random_generator_seed(seed)
-        drawn = [processor.encode(lines, out_type=str, enable_sampling=True, alpha=0.1, nbest_size=-1)
-                 for _ in range(K)]  # fmt: skip
-        return Counter(p for run in drawn for line in run for p in line)
-
-    def distance(a: Counter, b: Counter) -> float:
-        na, nb = sum(a.values()), sum(b.values())
-        return 0.5 * sum(abs(a[p] / na - b[p] / nb) for p in set(a) | set(b))
-
-    first, second = sentencepiece_run(11), sentencepiece_run(12)
-    between_runs = distance(first, second)
-    assert distance(ours, first) < 2 * between_runs + 0.01, (distance(ours, first), between_runs)
-    assert abs(sum(ours.values()) / sum(first.values()) - 1) < 0.02  # as many pieces as sentencepiece's sampler
+    pieces = np.array([10, 11, 12])  # ▁a, ▁ab, b: by end node, then begin
+    tables = _Tables.of(pieces, np.array([0, 3]), np.array([0, 0, 1]), np.array([1, 2, 2]),
+                        np.array([-1.0, -2.5, -2.0]), Path("x"))  # fmt: skip
+    assert (tables.start.tolist(), tables.final.tolist(), tables.longest().tolist()) == ([0], [2], [2])
+    law = Law.of(tables, 1.0)
+    share = 1 / (1 + np.exp(-0.5))
+    assert law.upper.tolist() == [(1 << 32) + 2**32, (2 << 32) + round(share * 2**32), 3 << 32]
+    keys = np.arange(2000, dtype=np.uint64)
+    drawn = law.draw(np.zeros(2000, dtype=np.int64), keys)
+    one = drawn.lengths() == 1
+    assert drawn.values[drawn.offsets[:-1][one]].tolist() == [11] * int(one.sum())
+    assert all(drawn.row(k).tolist() == [10, 12] for k in np.flatnonzero(~one)[:20])
+    assert abs(one.mean() - share) < 0.04
 
 
-def test_the_same_seed_gives_the_same_samples_in_any_process_and_bpe_dropout_works(
+def test_the_same_seed_gives_the_same_lattices_and_draws_in_any_process_and_bpe_dropout_works(
     tmp_path: Path, corpus: Path, models: dict[str, Path]
 ) -> None:
     again = converted(tmp_path / "again", models["unigram"])
     build = f"import arrowmt; arrowmt.add_sampled_segmentations({str(again)!r}, {str(models['unigram'])!r}, "
-    build += f"samples={K}, alpha=0.1, seed=3, progress=False)"
+    build += "alpha=0.1, seed=3, progress=False)"
+    read = f"import arrowmt, numpy; s = arrowmt.SampledSplit({str(again)!r}, 'train'); "
+    read += "print(s.spans('target', numpy.arange(1014), 7).words.tolist())"
     subprocess.run([sys.executable, "-c", build], check=True, cwd=tmp_path)  # another process: the same bytes
-    for name in ("words/train.arrow", "forms/forms.arrow", "forms/dict.de.txt"):
+    for name in ("words/train.arrow", "forms/forms.arrow", "forms/dict.de.txt", "forms/lattice.source.bin"):
         assert (sampled_folder(again) / name).read_bytes() == (sampled_folder(corpus) / name).read_bytes(), name
-    add_sampled_segmentations(again, models["unigram"], samples=K, alpha=0.1, seed=4, overwrite=True, progress=False)
-    assert (sampled_folder(again) / "forms/forms.arrow").read_bytes() != (
-        sampled_folder(corpus) / "forms/forms.arrow"
-    ).read_bytes()
+    there = subprocess.run([sys.executable, "-c", read], check=True, cwd=tmp_path, capture_output=True, text=True)
+    here = SampledSplit(corpus, "train").spans("target", np.arange(1014), 7).words.tolist()
+    assert json.loads(there.stdout) == here  # the same draws in another process
+    assert SampledSplit(corpus, "train", seed=4).spans("target", np.arange(1014), 7).words.tolist() != here
     bpe = converted(tmp_path / "bpe", models["bpe"])
-    add_sampled_segmentations(bpe, models["bpe"], samples=K, alpha=0.1, seed=1, progress=False)
-    sampled = SampledSplit(bpe, "valid" if False else "test")
+    add_sampled_segmentations(bpe, models["bpe"], alpha=0.1, seed=1, pool=64, progress=False)
+    sampled = SampledSplit(bpe, "test")
+    assert (sampled.info.sampler, sampled.info.pool) == ("pool", 64)
     base = sampled.corpus.dictionary("target")
     pieces = sampled.dictionary("target")
     forms = every_form(sampled, "target")
@@ -204,34 +203,55 @@ def test_the_same_seed_gives_the_same_samples_in_any_process_and_bpe_dropout_wor
         text = text_of([base.symbols[i] for i in sampled.corpus.row_array("target", r)[:-1]])
         assert all(text_of([pieces.symbols[i] for i in form[:-1]]) == text for form in row_forms)
     assert np.mean([len({tuple(f) for f in row_forms}) > 1 for row_forms in forms]) > 0.5
+    with pytest.raises(InvalidParameterError, match=r"alpha: .* pools of dropout draws made with alpha 0\.1"):
+        SampledSplit(bpe, "test", alpha=0.3)
+
+
+def test_alpha_is_a_reading_option(corpus: Path) -> None:
+    """The samples record alpha 0.1; a reader may draw with another: a larger alpha keeps closer to the best
+    segmentation (fewer pieces), without converting again."""
+    rows = np.arange(1014)
+    pieces = {a: SampledSplit(corpus, "train", alpha=a).lengths("source", rows, 1).sum() for a in (0.1, 0.5, 5.0)}
+    fixed = SampledSplit(corpus, "train").corpus.lengths("source", rows, np.int64).sum()
+    assert pieces[0.1] > pieces[0.5] > pieces[5.0] >= fixed
+    ds = open_dataset(corpus, "train", segmentation="sampled", alpha=0.5)
+    assert ds.alpha == 0.5 and ds.lengths("source", rows + 1014).sum() == pieces[0.5]
+    with pytest.raises(InvalidParameterError, match="alpha: expected with segmentation='sampled'"):
+        open_dataset(corpus, "train", alpha=0.5)
+    with pytest.raises(InvalidParameterError, match="alpha: expected a number > 0"):
+        SampledSplit(corpus, "train", alpha=0)
 
 
 def test_words_with_unk_keep_their_pieces(tmp_path: Path, models: dict[str, Path]) -> None:
     out = converted(tmp_path / "small", models["unigram"], nwordssrc=200)  # the source dictionary drops pieces
-    add_sampled_segmentations(out, models["unigram"], samples=K, progress=False)
+    add_sampled_segmentations(out, models["unigram"], progress=False)
     sampled = SampledSplit(out, "train")
     base = sampled.corpus.dictionary("source")
     unk_rows = [r for r in range(len(sampled)) if base.unk in sampled.corpus.row_array("source", r)]
     assert unk_rows
     for r in unk_rows[:50]:
-        for s in range(K):
-            form = sampled.spans("source", np.array([r]), np.array([s])).row(0).tolist()
+        for epoch in range(EPOCHS):
+            form = sampled.spans("source", np.array([r]), epoch).row(0).tolist()
             assert form.count(base.unk) == sampled.corpus.row_array("source", r).tolist().count(base.unk)
 
 
 def test_refusals_name_what_is_wrong(tmp_path: Path, corpus: Path, models: dict[str, Path]) -> None:
     with pytest.raises(InputDataError, match="segments the word"):  # made with another model
-        add_sampled_segmentations(corpus, models["bpe"], samples=K, overwrite=True, progress=False)
-    assert SampledSplit(corpus, "train").samples == K  # the failed build left the samples there as they were
+        add_sampled_segmentations(corpus, models["bpe"], overwrite=True, progress=False)
+    assert SampledSplit(corpus, "train").seed == 3  # the failed build left the samples there as they were
     with pytest.raises(InvalidParameterError, match="overwrite"):
-        add_sampled_segmentations(corpus, models["unigram"], samples=K, progress=False)
-    bad_options = {"samples": 0, "alpha": -1, "nbest_size": 1, "seed": -1, "max_draws": 257}
+        add_sampled_segmentations(corpus, models["unigram"], progress=False)
+    bad_options = {"alpha": -1, "seed": -1, "pool": 0}
     for bad, match in (({name: value}, name) for name, value in bad_options.items()):
         with pytest.raises(InvalidParameterError, match=match):
             add_sampled_segmentations(corpus, models["unigram"], overwrite=True, progress=False, **bad)
     with pytest.raises(InputDataError, match="pieces across words"):  # a model that does not split at white space
-        converted(tmp_path / "across", models["across"], spm_samples=2)
-    with pytest.raises(InvalidParameterError, match="spm_alpha: expected with spm_samples"):
+        converted(tmp_path / "across", models["across"], spm_sampling=True)
+    assert not (tmp_path / "across").exists()  # refused before anything was converted
+    with pytest.raises(InvalidParameterError, match=r"cannot sample segmentations \(a char or word model"):
+        converted(tmp_path / "char", models["char"], spm_sampling=True)
+    assert not (tmp_path / "char").exists()
+    with pytest.raises(InvalidParameterError, match="spm_alpha: expected with spm_sampling"):
         converted(tmp_path / "alpha", models["unigram"], spm_alpha=0.5)
     plain = converted(tmp_path / "plain", models["unigram"])
     with pytest.raises(InvalidParameterError, match="holds no sampled segmentations"):
@@ -243,31 +263,45 @@ def test_refusals_name_what_is_wrong(tmp_path: Path, corpus: Path, models: dict[
         SampledSplit(copy, "train")
     shown = format_summary(copy, summarize(copy, progress=False))
     assert "converted again since; rebuild them)" in shown, shown
-    with pytest.raises(InvalidParameterError, match="samples"):
-        SampledSplit(corpus, "train").spans("source", np.array([0]), np.array([K]))
+
+
+def test_samples_in_the_old_layout_are_refused_with_the_command_that_rebuilds_them(
+    tmp_path: Path, corpus: Path
+) -> None:
+    copy = tmp_path / "old"
+    shutil.copytree(corpus, copy)
+    for inner in ("words", "forms"):
+        manifest = sampled_folder(copy) / inner / "arrowmt.json"
+        data = json.loads(manifest.read_text())
+        data["provenance"]["segmentation"] = {"samples": 8, "alpha": 0.1, "nbest_size": 64, "seed": 1,
+                                              "max_draws": 64, "sampler": "n-best", "corpus": {}}  # fmt: skip
+        manifest.write_text(json.dumps(data))
+    with pytest.raises(FormatError, match=r"old layout .*add_sampled_segmentations\(corpus, spm_model, overwrite"):
+        SampledSplit(copy, "train")
+    assert "sampled segmentations: unreadable: " in format_summary(copy, summarize(copy, progress=False))
 
 
 def test_the_options_as_one_value_convert_the_corpus_then_store_its_samples(
     tmp_path: Path, models: dict[str, Path]
 ) -> None:
-    """``convert_with_options(TextConversion(..., spm_samples=K))`` writes, byte for byte, what converting without
-    samples and then ``add_sampled_segmentations`` write; a bad sampling option is refused when the value is made,
-    before any other option is looked at."""
+    """``convert_with_options(TextConversion(..., spm_sampling=True))`` writes, byte for byte, what converting
+    without samples and then ``add_sampled_segmentations`` write; a bad sampling option is refused when the value
+    is made, before any other option is looked at."""
     value = TextConversion(
         prefixes={"train": str(MULTI30K / "val"), "test": str(MULTI30K / "test")}, src_lang="de", tgt_lang="en",
-        spm_model=str(models["unigram"]), spm_samples=2, spm_alpha=0.2, nwords=(-1, 300),
+        spm_model=str(models["unigram"]), spm_sampling=True, spm_alpha=0.2, nwords=(-1, 300),
     )  # fmt: skip
     manifest = convert_with_options(value, tmp_path / "value", progress=False)
     assert manifest.splits() == ["test", "train"]
     apart = converted(tmp_path / "apart", models["unigram"], nwordstgt=300)
-    add_sampled_segmentations(apart, models["unigram"], samples=2, alpha=0.2, progress=False)
+    add_sampled_segmentations(apart, models["unigram"], alpha=0.2, progress=False)
     files = sorted(p.relative_to(apart) for p in apart.rglob("*") if p.is_file())
     assert sorted(p.relative_to(tmp_path / "value") for p in (tmp_path / "value").rglob("*") if p.is_file()) == files
     assert any(f.parts[0] == "sampled" for f in files)
     assert all((apart / f).read_bytes() == (tmp_path / "value" / f).read_bytes() for f in files)
     for given in ({}, {"spm_model": ""}):
-        with pytest.raises(InvalidParameterError, match="spm_samples: expected with spm_model"):
-            TextConversion(prefixes={"train": "x"}, lang_pairs=("de-en",), src_lang="de", spm_samples=2, **given)
+        with pytest.raises(InvalidParameterError, match="spm_sampling: expected with spm_model"):
+            TextConversion(prefixes={"train": "x"}, lang_pairs=("de-en",), src_lang="de", spm_sampling=True, **given)
 
 
 def test_the_command_line_converts_with_samples_and_info_shows_them(
@@ -276,21 +310,26 @@ def test_the_command_line_converts_with_samples_and_info_shows_them(
     out = tmp_path / "cli"
     command = ["convert", "text", str(out), "--source-lang", "de", "--target-lang", "en", "--quiet"]
     command += ["--trainpref", str(MULTI30K / "val"), "--spm-model", str(models["bpe"])]
-    assert main([*command, "--spm-samples", "3", "--spm-alpha", "0.2"]) == 0
+    assert main([*command, "--spm-samples", "3"]) == 2  # the old switch: refused, naming the new one
+    assert "--spm-samples: sampled segmentations are drawn afresh every epoch" in capsys.readouterr().err
+    assert not out.exists()
+    assert main([*command, "--spm-sampling", "--spm-alpha", "0.2"]) == 0
     sampled = SampledSplit(out, "train")
-    assert (sampled.samples, sampled.info.alpha, sampled.info.seed) == (3, 0.2, 1)
+    assert (sampled.info.sampler, sampled.info.alpha, sampled.info.seed) == ("pool", 0.2, 1)
     capsys.readouterr()
     assert main(["info", str(out)]) == 0
-    assert (
-        "sampled segmentations: 3 a row, alpha 0.2, nbest_size 64, seed 1, 64 draws of a frequent word, dropout"
-        in capsys.readouterr().out
-    )
+    shown = capsys.readouterr().out
+    assert "sampled segmentations: drawn afresh each epoch, alpha 0.2, seed 1, pool (a pool of 256" in shown, shown
     assert main(["info", "--json", str(out)]) == 0
-    assert json.loads(capsys.readouterr().out)["segmentation"]["samples"] == 3
+    assert json.loads(capsys.readouterr().out)["segmentation"]["sampler"] == "pool"
     assert main(["convert", "text", str(tmp_path / "no"), "--lang", "de", "--trainpref", str(MULTI30K / "val"),
-                 "--spm-samples", "3", "--quiet"]) == 2  # fmt: skip
-    assert "--spm-samples: expected with --spm-model" in capsys.readouterr().err
+                 "--spm-sampling", "--quiet"]) == 2  # fmt: skip
+    assert "--spm-sampling: expected with --spm-model" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()  # refused before converting
+    char = ["convert", "text", str(tmp_path / "char"), "--source-lang", "de", "--target-lang", "en", "--quiet"]
+    char += ["--trainpref", str(MULTI30K / "val"), "--spm-model", str(models["char"]), "--spm-sampling"]
+    assert main(char) == 2 and "cannot sample segmentations" in capsys.readouterr().err
+    assert not (tmp_path / "char").exists()
 
 
 class _Pieces:
@@ -328,8 +367,7 @@ def test_a_word_the_corpus_segments_otherwise_is_accepted_only_at_nearly_the_bes
             check_deterministic(best, model, own, np.array([0]), words)
 
 
-def test_layer_rows_and_row_sums_exact_values() -> None:
-    assert layer_rows(np.array([5, 3, 3, 1])).tolist() == [0, 5, 8, 11]
+def test_row_sums_exact_values() -> None:
     assert row_sums(np.array([1, 2, 3, 4, 5]), np.array([2, 0, 3])).tolist() == [3, 0, 12]
     assert row_sums(np.array([True, False, True]), np.array([1, 2])).tolist() == [1, 1]
     assert row_sums(np.zeros(0), np.zeros(0, dtype=np.int64)).tolist() == []
@@ -342,9 +380,9 @@ def collate_ids(batch: Any) -> list[int]:
     return [*out["id"].tolist(), int(out["net_input"]["src_tokens"].sum()), int(out["target"].sum())]
 
 
-def test_the_sampler_plans_each_epoch_from_its_samples(corpus: Path) -> None:
+def test_the_sampler_plans_each_epoch_from_its_draws(corpus: Path) -> None:
     ds = open_dataset(corpus, "train", segmentation="sampled")
-    assert isinstance(ds, ArrowMTSampledDataset) and ds.rows == 1014 and ds.seed == 3  # the samples' seed
+    assert isinstance(ds, ArrowMTSampledDataset) and ds.rows == len(ds) == 1014 and ds.seed == 3  # the samples'
     sampled = SampledSplit(corpus, "train")
     sampler = TokenBatchSampler(ds, max_tokens=600, seed=5)
     seen = {}
@@ -355,9 +393,9 @@ def test_the_sampler_plans_each_epoch_from_its_samples(corpus: Path) -> None:
         assert (ids // 1014 == epoch).all()  # the epoch's indices: e * N + r
         rows = ids % 1014
         assert np.array_equal(np.sort(rows), np.arange(1014))  # every row once an epoch
-        in_sample = sampled.spans("source", rows, epoch_samples(3, epoch, rows, K))  # in its sample of the epoch
+        drawn = sampled.spans("source", rows, epoch)  # as the epoch draws it
         read = ds.column_spans("source", ids)
-        assert all(np.array_equal(read.row(k), in_sample.row(k)) for k in range(len(ids)))
+        assert all(np.array_equal(read.row(k), drawn.row(k)) for k in range(len(ids)))
         for batch in batches:  # fairseq's budget, exact for the pieces read
             assert len(batch) * int(ds.num_tokens(batch).max()) <= 600
         seen[epoch] = [len(b) for b in batches]
@@ -366,9 +404,58 @@ def test_the_sampler_plans_each_epoch_from_its_samples(corpus: Path) -> None:
     batch = ds.__getitems__(mixed)
     assert [batch[k]["source"].tolist() for k in range(4)] == [ds.row("source", i).tolist() for i in mixed]
     assert len({tuple(batch[k]["source"].tolist()) for k in range(4)}) == 4
-    assert len(list((corpus / ".arrowmt-cache").glob("sampled-*/epoch-*[!k]"))) == 2  # the last two epochs kept
+    ds.wait_read_ahead()  # epoch 3's copy, written on a thread once epoch 2 was opened
+    families = (corpus / ".arrowmt-cache").glob("sampled-*")
+    copies = sorted(len([c for c in family.glob("epoch-*") if c.is_dir()]) for family in families)
+    assert copies[-1] == 3  # the last two epochs, and the next one
     with pytest.raises(InvalidParameterError, match="segmentation"):
         open_dataset(corpus, "train", segmentation="dropout")
+
+
+def test_a_damaged_or_missing_epoch_copy_is_written_again_and_reported(
+    tmp_path: Path, corpus: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An epoch copy is derived data: a byte flipped, a file truncated or the copy removed is found before a process
+    first reads it, and the copy is written again (once, logged), never trusted nor failing for good."""
+    fixed = open_dataset(corpus, "train")
+    cache = tmp_path / "cache"
+
+    def epoch_rows() -> list[list[int]]:
+        ds = ArrowMTSampledDataset(fixed, cache_dir=cache, read_ahead=False)
+        return [ds.row("target", 5 * 1014 + r).tolist() for r in range(0, 1014, 50)]
+
+    sound = epoch_rows()
+    [copy] = [c for c in cache.glob("sampled-*/epoch-*") if c.is_dir()]
+    data = copy / "train.arrow"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x01  # one token id changed
+    data.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING"):
+        assert epoch_rows() == sound
+    assert "rewriting the epoch copy" in caplog.text and "differs from its manifest" in caplog.text
+    data.write_bytes(bytes(raw[:1000]))  # truncated
+    assert epoch_rows() == sound
+    shutil.rmtree(copy)
+    assert epoch_rows() == sound
+    (copy / "arrowmt.json").unlink()  # a copy cut short before its manifest
+    assert epoch_rows() == sound
+
+
+def test_every_rank_must_read_with_the_same_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks given different seeds (or alphas) would read some rows twice and others never: refused."""
+    import torch.distributed as dist
+
+    from arrowmt.training import _world
+
+    monkeypatch.setattr(_world, "default_world", lambda: (2, 0))
+
+    def gather(values: list[object], value: object) -> None:
+        values[0], values[1] = value, {"seed": 9, "alpha": 0.1}
+
+    monkeypatch.setattr(dist, "all_gather_object", gather)
+    _world.same_on_every_rank({"seed": 9, "alpha": 0.1}, "x")  # alike: nothing said
+    with pytest.raises(InvalidParameterError, match=r"seed: every rank must read .* rank 1 has|rank 1 \{"):
+        _world.same_on_every_rank({"seed": 3, "alpha": 0.1}, "the sampled segmentations' seed and alpha")
 
 
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")  # torchdata 0.11 under torch >= 2.10
@@ -397,7 +484,7 @@ def test_the_plain_example_trains_on_samples_and_resumes_exactly(tmp_path: Path,
 
     data = tmp_path / "data"
     convert_text(str(MULTI30K / "val"), data, src_lang="de", tgt_lang="en", validpref=str(MULTI30K / "val"),
-                 testpref=str(MULTI30K / "test"), spm_model=str(models["unigram"]), spm_samples=K,
+                 testpref=str(MULTI30K / "test"), spm_model=str(models["unigram"]), spm_sampling=True,
                  progress=False)  # fmt: skip
     args = ("--data", str(data), "--max-tokens", "1024", "--dim", "32", "--bleu-sentences", "10", "--epochs", "2")
     args += ("--segmentation", "sampled", "--save", "ckpt.pt")
@@ -442,10 +529,10 @@ def test_the_plain_example_decodes_pieces_only_samples_use(
     assert vocab["target"].symbols[extra].replace("\u2581", "") in capsys.readouterr().out
 
 
-def test_a_failed_rebuild_leaves_the_samples_and_edited_layers_are_refused(
+def test_a_failed_rebuild_leaves_the_samples_and_an_edited_record_is_refused(
     tmp_path: Path, corpus: Path, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import arrowmt.converters._sampled as building  # whole, to make the build fail while writing the forms
+    import arrowmt.converters._sampled as building  # whole, to make the build fail while writing the lattices
 
     copy = tmp_path / "copy"
     shutil.copytree(corpus, copy)
@@ -456,47 +543,36 @@ def test_a_failed_rebuild_leaves_the_samples_and_edited_layers_are_refused(
     with monkeypatch.context() as patch:
         patch.setattr(building, "_padded", full_disk)
         with pytest.raises(OSError, match="No space"):
-            add_sampled_segmentations(copy, models["unigram"], samples=2, seed=9, overwrite=True, progress=False)
+            add_sampled_segmentations(copy, models["unigram"], seed=9, overwrite=True, progress=False)
     assert SampledSplit(copy, "train").info.seed == 3  # the samples built before, whole
     assert not list(copy.glob(".sampled.*"))  # nothing left beside them
-    manifest = sampled_folder(copy) / "forms" / "arrowmt.json"
-    data = json.loads(manifest.read_text())
-    original = json.loads(json.dumps(data["provenance"]["layers"]))
-    layers = data["provenance"]["layers"]["source"]
-    t = next(t for t in range(1, len(layers) - 2) if layers[t] - layers[t + 1] >= 2)
-    layers[t], layers[t + 1] = layers[t] - 1, layers[t + 1] + 1  # the same count, still falling: other draws read
-    manifest.write_text(json.dumps(data))
-    with pytest.raises(FormatError, match=r"draws.source.bin: expected .* \(layers digest differs\)"):
-        SampledSplit(copy, "train")
-    manifest.write_text(json.dumps({**data, "provenance": {**data["provenance"], "layers": original}}))
-    draws = sampled_folder(copy) / "forms" / "draws.source.bin"
-    sound = draws.read_bytes()
-    side = open_side_file(draws, DRAWS_FORMAT, None)
-    words, count, forms, digest = side.values
-    first = np.frombuffer(side.body(0, 4 * (words + 1)), dtype=np.uint32).copy()
-    body = side.body(4 * (words + 1), 4 * (words + 1) + count)
-    side.map.close()
-    first[5], first[6] = first[6], first[5]  # written with sound checksums: only the check of the rows sees it
-    write_side_file(draws, DRAWS_FORMAT, (words, count, forms, digest), [first, np.frombuffer(body, np.uint8)])
-    with pytest.raises(FormatError, match="first form row rising from 0"):
-        SampledSplit(copy, "train")
-    draws.write_bytes(sound)
-    (sampled_folder(copy) / "forms" / "draws.target.bin").unlink()  # as samples made before draws files
-    with pytest.raises(FormatError, match=r"draws.target.bin: missing \(samples made before draws files"):
+    for field, value in (("seed", 4), ("alpha", 0.5), ("sentencepiece_sha256", "0" * 64)):
+        for inner in ("words", "forms"):  # both manifests edited alike: only the lattice files' digest sees it
+            manifest = sampled_folder(copy) / inner / "arrowmt.json"
+            data = json.loads(manifest.read_text())
+            data["provenance"]["segmentation"][field] = value
+            manifest.write_text(json.dumps(data))
+        with pytest.raises(FormatError, match=r"lattice.source.bin: .*segmentation record differs: edited"):
+            SampledSplit(copy, "train")
+        assert not verify_dataset(copy, progress=False).ok
+        shutil.rmtree(sampled_folder(copy))
+        shutil.copytree(sampled_folder(corpus), sampled_folder(copy))
+    (sampled_folder(copy) / "forms" / "lattice.target.bin").unlink()
+    with pytest.raises(FormatError, match=r"lattice.target.bin: no lattice file"):
         SampledSplit(copy, "train")
 
 
-def test_verify_checks_the_samples_files_and_their_layers(tmp_path: Path, corpus: Path) -> None:
+def test_verify_checks_the_samples_files_and_their_record(tmp_path: Path, corpus: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(corpus, copy)
     report = verify_dataset(copy, progress=False)
-    assert report.ok and (report.files, report.side_files) == (2, 5), report  # train, test; their words, forms, draws
-    draws = sampled_folder(copy) / "forms" / "draws.source.bin"
-    original = draws.read_bytes()
-    draws.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))  # one draw names another form
+    assert report.ok and (report.files, report.side_files) == (2, 5), report  # train, test; words, forms, lattices
+    lattice = sampled_folder(copy) / "forms" / "lattice.source.bin"
+    original = lattice.read_bytes()
+    lattice.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))  # one edge's end node changed
     [problem] = verify_dataset(copy, progress=False).problems
-    assert problem.startswith(f"{draws}: draws checksum: chunk ") and "rebuild the samples with" in problem, problem
-    draws.write_bytes(original)
+    assert problem.startswith(f"{lattice}: lattice checksum: chunk ") and "rebuild them with" in problem, problem
+    lattice.write_bytes(original)
     words = sampled_folder(copy) / "words" / "train.arrow"
     data = bytearray(words.read_bytes())
     data[-200] ^= 0xFF
@@ -505,18 +581,18 @@ def test_verify_checks_the_samples_files_and_their_layers(tmp_path: Path, corpus
     assert problems and all(str(words) in problem for problem in problems), problems
     data[-200] ^= 0xFF
     words.write_bytes(bytes(data))
-    manifest = sampled_folder(copy) / "forms" / "arrowmt.json"
+    manifest = sampled_folder(copy) / "words" / "arrowmt.json"
     edited = json.loads(manifest.read_text())
-    edited["provenance"]["layers"]["target"][0] += 1  # one word more than the words' dictionary holds
+    edited["provenance"]["segmentation"]["seed"] = 99  # the words' record alone: the two folders disagree
     manifest.write_text(json.dumps(edited))
     problems = verify_dataset(copy, progress=False).problems
     assert len(problems) == len(SampledSplit(corpus, "train").corpus.manifest.splits())  # each split, in its samples
-    assert all("provenance['layers']['target']" in problem for problem in problems), problems
+    assert all("were made apart" in problem for problem in problems), problems
     assert main(["verify", "--quiet", str(copy)]) == 2
 
 
 def test_sampled_datasets_pickle_and_read_the_same_in_spawned_workers(corpus: Path) -> None:
-    """A worker started by spawn (macOS, Python 3.14's default) unpickles the dataset: the draws files reopen."""
+    """A worker started by spawn (macOS, Python 3.14's default) unpickles the dataset: the lattice files reopen."""
     ds = open_dataset(corpus, "train", segmentation="sampled")
     again = pickle.loads(pickle.dumps(ds))
     rows = np.arange(20) + 3 * ds.rows  # epoch 3
@@ -535,12 +611,12 @@ def test_seeds_keep_their_own_epoch_copies(corpus: Path) -> None:
     """Datasets of several seeds on one corpus, a few epochs apart, each keep reading (another seed's copies never
     displace theirs)."""
     fixed = open_dataset(corpus, "train")
-    seeds = [ArrowMTSampledDataset(fixed, seed=seed) for seed in (1, 2, 3)]
+    seeds = [ArrowMTSampledDataset(fixed, seed=seed, read_ahead=False) for seed in (1, 2, 3)]
     for epoch in range(1, 5):
         for ds in seeds:
             assert ds.row("source", epoch * 1014 + 7)[-1] == 2
     families = list((corpus / ".arrowmt-cache").glob("sampled-*"))
-    assert len(families) >= 3 and all(len([c for c in f.glob("epoch-*") if c.is_dir()]) <= 2 for f in families)
+    assert len(families) >= 3 and all(len([c for c in f.glob("epoch-*") if c.is_dir()]) <= 3 for f in families)
 
 
 class TwoBatches:

@@ -188,7 +188,8 @@ def row_hashes(spans: Spans) -> np.ndarray:
     position = np.arange(spans.words.shape[0]) - np.repeat(spans.starts, spans.lengths)
     with np.errstate(over="ignore"):
         keyed = (spans.words.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15) ** (
-            position.astype(np.uint64) + np.uint64(1))
+            position.astype(np.uint64) + np.uint64(1)
+        )
     sums = np.zeros(spans.lengths.shape[0], dtype=np.uint64)
     np.add.at(sums, np.repeat(np.arange(spans.lengths.shape[0]), spans.lengths), keyed)
     return sums
@@ -268,7 +269,7 @@ def test_bpe_dropout_pools_follow_sentencepieces_dropout(bpe: tuple[Path, Path])
 def _pool_law(sampled: SampledSplit, word: str) -> dict[tuple[str, ...], float]:
     """The law a BPE word's pool stores: each path of its lattice a form, ``log(count)`` on its first edge."""
     w = sampled.words.dictionary("source").index(word)
-    tables = sampled._lattices["source"].tables  # noqa: SLF001
+    tables = sampled._lattices["source"].tables
     symbols = sampled.dictionary("source").symbols
     start, final = int(tables.start[w]), int(tables.final[w])
     inside = np.flatnonzero((tables.begin >= start) & (tables.end <= final))

@@ -52,7 +52,7 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
         self.cache_dir = cache_dir
         self.read_ahead = read_ahead
         self._epochs: dict[int, Split] = {}
-        self._next: threading.Thread | None = None
+        self._ahead: dict[int, threading.Thread] = {}  # epoch -> the thread writing its copy
         self._agreed = False
 
     @property
@@ -65,7 +65,7 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the opened epoch copies (a worker opens those it reads) and no thread."""
-        return {**self.__dict__, "_epochs": {}, "_next": None}
+        return {**self.__dict__, "_epochs": {}, "_ahead": {}}
 
     def __repr__(self) -> str:
         return (
@@ -105,15 +105,16 @@ class ArrowMTSampledDataset(OverSplit, RowsDataset):
         """Write epoch ``epoch``'s copy on a thread (main process only: a worker reads what its plan names)."""
         if not self.read_ahead or epoch >= EPOCHS or torch.utils.data.get_worker_info() is not None:
             return
-        if self._next is not None and self._next.is_alive():
-            return
-        self._next = threading.Thread(target=self._copy, args=(epoch,), name=f"arrowmt-epoch-{epoch}", daemon=True)
-        self._next.start()
+        self._ahead = {e: t for e, t in self._ahead.items() if t.is_alive()}
+        if epoch not in self._ahead:
+            thread = threading.Thread(target=self._copy, args=(epoch,), name=f"arrowmt-epoch-{epoch}", daemon=True)
+            self._ahead[epoch] = thread
+            thread.start()
 
     def wait_read_ahead(self) -> None:
-        """Wait for the next epoch's copy being written on a thread, if any (tests, clean exits)."""
-        if self._next is not None:
-            self._next.join()
+        """Wait for the epoch copies being written on threads, if any (tests, clean exits)."""
+        for thread in list(self._ahead.values()):
+            thread.join()
 
     def _by_epoch(self, indices: np.ndarray) -> list[tuple[np.ndarray, Split, np.ndarray]]:
         """(positions in ``indices``, the epoch's copy, its rows) for each epoch the indices name."""

@@ -310,7 +310,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="seed of the model initialization and batch order")
     parser.add_argument(
         "--segmentation", choices=("fixed", "sampled"), default="fixed",
-        help="sampled: train on the corpus's sampled segmentations, drawn afresh each epoch (convert text --spm-sampling)",
+        help="sampled: train on sampled segmentations, drawn afresh each epoch (convert text --spm-sampling)",
     )  # fmt: skip
     parser.add_argument("--save", default=None, help="checkpoint file, written after every epoch")
     parser.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (0: never)")

@@ -1,20 +1,21 @@
-"""``--arrow-segmentation sampled`` in real ``fairseq-train`` runs (issue 39): each epoch reads every training pair
-in another of its stored sampled segmentations, batched by that epoch's lengths, and a run resumed in its second
-epoch continues exactly as the uninterrupted run.
+"""``--arrow-segmentation sampled`` in real ``fairseq-train`` runs (issues 39, 48): each epoch reads every training
+pair in a segmentation drawn afresh, batched by that epoch's lengths, and a run resumed in its second epoch continues
+exactly as the uninterrupted run; ``fairseq-generate`` names the flag a sampled model needs.
 
 The corpus is the bundled sample's validation text (1,014 pairs) segmented by a small sentencepiece model trained
-on it, with 4 samples a row; the model is the native tests' tiny transformer on the CPU.
+on it, with its words' lattices; the model is the native tests' tiny transformer on the CPU.
 """
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from arrowmt import add_sampled_segmentations, convert_text, open_dataset
 from tests.conftest import MULTI30K, PLUGIN_DIR, val_sentencepiece
-from tests.test_fairseq_native import Run, Side, train
+from tests.test_fairseq_native import GENERATION, RUN_TIMEOUT_S, Run, Side, run_fairseq, tool, train
 
 spm = pytest.importorskip("sentencepiece")
 
@@ -74,3 +75,17 @@ def test_a_run_resumed_in_epoch_2_continues_exactly(side: Side, two_epochs: Run,
     assert f"(epoch 2 @ {stop} updates)" in resumed.log
     straight = [r for r in two_epochs.records("train_inner") if stop < int(r["num_updates"]) <= first + 8]
     assert resumed.records("train_inner") == straight and len(straight) == 5
+
+
+def test_generate_names_the_flag_a_sampled_model_needs(side: Side, two_epochs: Run) -> None:
+    """A model trained on samples has the samples' (extended) dictionaries: ``fairseq-generate`` without
+    ``--arrow-segmentation sampled`` is refused naming the flag (not fairseq's size mismatch of a state_dict), and
+    with it translates."""
+    checkpoint = ["--path", str(side.workdir / "straight" / "checkpoint_last.pt")]
+    fixed_task = side.task_args[:-2]  # the same task, without --arrow-segmentation sampled
+    command = [*tool("fairseq-generate"), *fixed_task, *checkpoint, *GENERATION]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=side.workdir)
+    assert done.returncode != 0
+    assert "trained with --arrow-segmentation sampled" in done.stderr and "size mismatch" not in done.stderr
+    run = run_fairseq(side, "generate", [*tool("fairseq-generate"), *side.task_args, *checkpoint, *GENERATION])
+    assert any(line.startswith("H-") for line in run.log.splitlines())

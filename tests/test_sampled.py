@@ -160,10 +160,10 @@ def test_a_lattice_law_exact_values() -> None:
     alpha 1 the end node's incoming edges share ``1 / (1 + e^-0.5)`` and the rest; bits below the share draw
     ``▁ab``."""
     from arrowmt.segments import Law
-    from arrowmt.segments._lattice import _Tables
+    from arrowmt.testing import LatticeTables
 
     pieces = np.array([10, 11, 12])  # ▁a, ▁ab, b: by end node, then begin
-    tables = _Tables.of(pieces, np.array([0, 3]), np.array([0, 0, 1]), np.array([1, 2, 2]),
+    tables = LatticeTables.of(pieces, np.array([0, 3]), np.array([0, 0, 1]), np.array([1, 2, 2]),
                         np.array([-1.0, -2.5, -2.0]), Path("x"))  # fmt: skip
     assert (tables.start.tolist(), tables.final.tolist(), tables.longest().tolist()) == ([0], [2], [2])
     law = Law.of(tables, 1.0)

@@ -85,7 +85,7 @@ class Lattice:
         return self.side.array(dtype, self.edges, offset)
 
     @cached_property
-    def tables(self) -> _Tables:
+    def tables(self) -> LatticeTables:
         """Every edge's piece, word, begin and end node (global ids) and score; each word's start and end node."""
         spans = self.forms.column_spans(self.column, np.arange(self.words, dtype=np.int64)).compact()
         pieces = spans.words.astype(np.int64)
@@ -94,14 +94,14 @@ class Lattice:
         score = self._array("<f4", 0).slice(0, n).astype(np.float64)
         begin = self._array("<u2", 4 * n).slice(0, n).astype(np.int64)
         end = self._array("<u2", 6 * n).slice(0, n).astype(np.int64)
-        return _Tables.of(pieces, first, begin, end, score, self.side.path)
+        return LatticeTables.of(pieces, first, begin, end, score, self.side.path)
 
     def __getstate__(self) -> dict[str, object]:
         raise TypeError("Lattice is reopened by its SampledSplit, not pickled")
 
 
 @dataclass(frozen=True)
-class _Tables:
+class LatticeTables:
     piece: np.ndarray  # int64 per edge
     begin: np.ndarray  # global node of each edge's begin
     end: np.ndarray  # global node of each edge's end (non-decreasing)
@@ -113,7 +113,7 @@ class _Tables:
 
     @classmethod
     def of(cls, piece: np.ndarray, first: np.ndarray, begin: np.ndarray, end: np.ndarray, score: np.ndarray,
-           path: Path) -> _Tables:  # fmt: skip
+           path: Path) -> LatticeTables:  # fmt: skip
         per_word = np.diff(first)
         if (per_word < 1).any():
             raise FormatError(f"{path}: word {int(np.flatnonzero(per_word < 1)[0])} has no edge; {REBUILD}")
@@ -169,10 +169,10 @@ class Law:
     edges, as ``(node << 32) + share * 2**32`` (sorted), and what a draw needs beside it."""
 
     upper: np.ndarray  # uint64 per edge
-    tables: _Tables
+    tables: LatticeTables
 
     @classmethod
-    def of(cls, tables: _Tables, scale: float) -> Law:
+    def of(cls, tables: LatticeTables, scale: float) -> Law:
         weight = scale * tables.score
         forward = tables.forward(weight)
         with np.errstate(invalid="ignore", over="ignore"):

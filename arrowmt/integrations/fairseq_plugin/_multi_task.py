@@ -44,7 +44,14 @@ from arrowmt.integrations.fairseq_plugin._config import (
     SPM_ALPHA_HELP,
 )
 from arrowmt.integrations.fairseq_plugin._mixture_dataset import ArrowMixtureDataset, ArrowMixtureSamplesDataset
-from arrowmt.integrations.fairseq_plugin._task import check_symbols, data_folder, is_sharded, sampled_dictionaries
+from arrowmt.integrations.fairseq_plugin._task import (
+    check_symbols,
+    checked_segmentation,
+    data_folder,
+    is_sharded,
+    sampled_dictionaries,
+    with_segmentation,
+)
 from arrowmt.io import DEFAULT_DEPTH, check_depth
 from arrowmt.mixing import Sampling, load_mixture_plan, temperature_ratios
 from arrowmt.plans import PlanParams, ShiftedPlan
@@ -125,6 +132,13 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
 
     def has_sharded_data(self, split: str) -> bool:
         return is_sharded(self.args.data)
+
+    def state_dict(self) -> dict[str, Any]:
+        """fairseq's task state, and the segmentation the model trains on (checked when a checkpoint is loaded)."""
+        return with_segmentation(super().state_dict(), self.segmentation)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(checked_segmentation(state_dict, self.segmentation))
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
         """Every pair's ``split`` memory-mapped, as one tagged mixture."""

@@ -95,6 +95,13 @@ class TranslationArrowTask(TranslationTask):
     def has_sharded_data(self, split: str) -> bool:
         return is_sharded(self.cfg.data)
 
+    def state_dict(self) -> dict[str, Any]:
+        """fairseq's task state, and the segmentation the model trains on (checked when a checkpoint is loaded)."""
+        return with_segmentation(super().state_dict(), self.cfg.arrow_segmentation)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(checked_segmentation(state_dict, self.cfg.arrow_segmentation))
+
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs: Any) -> None:
         """Open ``split`` (all its shards) memory-mapped; training cycles through colon-separated folders."""
         paths = _data_paths(self.cfg)
@@ -146,6 +153,27 @@ class TranslationArrowTask(TranslationTask):
             loader, make = replace(loader, rebuild_batches=True), SampledBatches(opts, None)
             return cached_iterator(self, dataset, opts, lambda: batch_iterator(dataset, opts, loader, make))
         return cached_iterator(self, dataset, opts, lambda: batch_iterator(dataset, opts, loader))
+
+
+SEGMENTATION_STATE = "arrowmt_segmentation"  # in a checkpoint's task state: what the model's dictionaries are
+
+
+def with_segmentation(state: dict[str, Any], segmentation: str) -> dict[str, Any]:
+    """A task's state, with the segmentation its model trains on."""
+    return {**state, SEGMENTATION_STATE: segmentation}
+
+
+def checked_segmentation(state: dict[str, Any], segmentation: str) -> dict[str, Any]:
+    """A checkpoint's task state without arrowmt's entry; InvalidParameterError when its model was trained on
+    another segmentation (its embeddings are sized by the other dictionaries: fairseq would fail on their size)."""
+    trained = state.get(SEGMENTATION_STATE, segmentation)
+    if trained != segmentation:
+        raise InvalidParameterError(
+            f"arrow_segmentation: the checkpoint's model was trained with --arrow-segmentation {trained} (its "
+            f"dictionaries are the {'samples' if trained == 'sampled' else 'corpus'}'s), this run reads "
+            f"{segmentation!r}; pass --arrow-segmentation {trained}"
+        )
+    return {k: v for k, v in state.items() if k != SEGMENTATION_STATE}
 
 
 def _data_paths(cfg: TranslationArrowConfig) -> list[str]:

@@ -41,7 +41,7 @@ from arrowmt.testing import (
     write_block_indexes,
     write_side_file,
 )
-from tests.conftest import MULTI30K
+from tests.conftest import MULTI30K, val_sentencepiece
 from tests.s3_server import BUCKET, s3, upload
 from tests.state_helpers import check_resume
 
@@ -569,6 +569,28 @@ def test_staged_copies_in_plan_order_keep_their_maps_and_tables(
     local, read = arrowmt.open_blocks(mono, tokens_per_sample=64), arrowmt.open_blocks(staged_lm, tokens_per_sample=64)
     assert all(flat(read[i]) == flat(local[i]) for i in range(len(local)))
     assert arrowmt.verify_dataset(staged_lm, progress=False).ok
+
+
+def test_stage_copies_sampled_segmentations_and_a_url_read_in_them_names_stage(
+    s3: pafs.S3FileSystem, tmp_path: Path
+) -> None:
+    """A corpus with sampled segmentations in object storage: reading it in them names ``arrowmt stage`` (the
+    samples are read from a local copy, not said to be missing); ``stage`` copies them, verified, and the staged
+    corpus draws what the original draws."""
+    pytest.importorskip("sentencepiece")
+    model = val_sentencepiece(tmp_path, 600, "unigram")
+    local = tmp_path / "sp"
+    arrowmt.convert_text(str(MULTI30K / "val"), local, src_lang="de", tgt_lang="en", spm_model=str(model),
+                         spm_sampling=True, progress=False)  # fmt: skip
+    url = upload(s3, local, "stage-sampled")
+    with pytest.raises(InvalidParameterError, match="arrowmt stage URL LOCAL_FOLDER"):
+        arrowmt.open_dataset(url, "train", segmentation="sampled", cache_dir=tmp_path / "cache")
+    staged = tmp_path / "staged"
+    arrowmt.stage(url, staged, progress=False)
+    rows = np.arange(200)
+    drawn = [arrowmt.SampledSplit(c, "train").spans("source", rows, 3).words for c in (staged, local)]
+    assert np.array_equal(*drawn)
+    assert arrowmt.verify_dataset(staged, progress=False).ok
 
 
 def _forge_index(folder: Path, block_size: int, pinned: np.ndarray) -> tuple[Path, int, str]:

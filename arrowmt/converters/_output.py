@@ -48,7 +48,6 @@ class OutputFolder:
     manifest: Manifest
     progress: bool = False
     earlier: frozenset[str] = field(default_factory=frozenset)
-    side_files: list[str] = field(default_factory=list)  # written into the staging folder, published with it
 
     @classmethod
     def prepare(
@@ -161,7 +160,7 @@ class OutputFolder:
         """
         indexes = write_block_indexes(self.path, self.manifest)  # for reading it from object storage
         self.manifest.save(self.path)
-        names = [*sorted(self.manifest.file_names()), *indexes, *self.side_files, MANIFEST_NAME]
+        names = [*sorted(self.manifest.file_names()), *indexes, MANIFEST_NAME]
         stale = self.earlier
         if self.out.is_dir() and any(self.out.glob("*.idx")):
             stale = frozenset(name for name in stale if not name.endswith(DICTIONARY_SUFFIX))

@@ -537,7 +537,9 @@ def _write(out: Path, manifest: Manifest, splits: dict[str, Split], tables: dict
         _write_forms(folder, tables, langs, specials, segmentation.to_json())
         for lang in names if manifest.language_pairs else ():  # one for every language: the pairs share the table
             folder.add_dictionary(lang, next(iter(tables.values())).pieces)
+        lattices = [LATTICE_NAME.format(column=col) for col in tables]
         folder.manifest.provenance = dict(provenance)
+        folder.manifest.list_side_files(lattices)
         folder.finish()
 
 
@@ -570,7 +572,6 @@ def _write_forms(folder: OutputFolder, tables: dict[str, _ColumnTable], langs: d
         header = (len(table.edges), int(table.begin.shape[0]), record_digest(record))
         name = LATTICE_NAME.format(column=col)
         write_side_file(folder.path / name, LATTICE_FORMAT, header, [table.score, table.begin, table.end])
-        folder.side_files.append(name)
 
 
 def _padded(edges: Ragged, rows: int) -> Ragged:

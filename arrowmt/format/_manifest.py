@@ -27,6 +27,7 @@ OPTIONAL_KEYS = frozenset({"provenance"})
 PAIRS_KEY = "pairs"  # provenance key: the language pairs of a folder holding several (``["de-en", "fr-en"]``)
 ROW_ORDER_KEY = "row_order"  # provenance key: split -> row order file of a copy stored in plan order
 BLOCK_ORDER_KEY = "block_order"  # provenance key: split -> block table entry of LM blocks stored in plan order
+SIDE_FILES_KEY = "side_files"  # provenance key: other side files of the folder (a list of names: sampled lattices)
 ENTRY_KEYS = ("file", "rows", "size", "sha256")
 SHOWN_CHARS = 80
 
@@ -59,6 +60,8 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     MAX_BYTES: ClassVar[int] = MAX_JSON_BYTES  # the largest manifest read, from disk (load) or object storage
+    SAMPLED: ClassVar[tuple[str, str]] = ("sampled/words", "sampled/forms")  # a corpus's sampled segmentations: two
+    # arrowmt folders inside it, the rows as word ids and the words' lattices (arrowmt.segments)
 
     @property
     def language_pairs(self) -> list[str]:
@@ -123,16 +126,23 @@ class Manifest:
     def file_names(self) -> set[str]:
         """Every file this manifest lists (split files, dictionaries, row orders, block tables), the manifest itself
         excluded."""
-        return {entry.file for entry in self.files.values()} | set(self.dictionaries.values()) | self.row_order_files()
+        return {entry.file for entry in self.files.values()} | set(self.dictionaries.values()) | self.side_file_names()
 
-    def row_order_files(self) -> set[str]:
-        """The side files of splits stored in plan order: row orders (:mod:`arrowmt.copies.stored._row_order`) and block
-        tables (:mod:`arrowmt.copies.stored._block_order`)."""
+    def list_side_files(self, names: list[str]) -> None:
+        """Record ``names`` (plain names of files in the folder) as side files of the folder."""
+        self.provenance[SIDE_FILES_KEY] = list(names)
+
+    def side_file_names(self) -> set[str]:
+        """The side files the folder lists: of splits stored in plan order, row orders
+        (:mod:`arrowmt.copies.stored._row_order`) and block tables (:mod:`arrowmt.copies.stored._block_order`); and
+        ``provenance["side_files"]`` (a sampled segmentations' lattices)."""
         rows = self.provenance.get(ROW_ORDER_KEY)
         blocks = self.provenance.get(BLOCK_ORDER_KEY)
+        others = self.provenance.get(SIDE_FILES_KEY)
         listed = list(rows.values()) if isinstance(rows, dict) else []
         if isinstance(blocks, dict):
             listed += [entry.get("file") for entry in blocks.values() if isinstance(entry, dict)]
+        listed += list(others) if isinstance(others, list) else []
         for name in listed:
             error = plain_name_error(name)
             if error:

@@ -108,7 +108,7 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
                 "(object replaced or truncated since conversion)"
             )
     (folder / STATE_DIR).mkdir(parents=True, exist_ok=True)
-    small = [*manifest.dictionaries.values(), *manifest.row_order_files(), *(index_name(e.file) for e in entries)]
+    small = [*manifest.dictionaries.values(), *manifest.side_file_names(), *(index_name(e.file) for e in entries)]
     limit = sum(entry.size for entry in entries) + SIDE_SLACK  # a side file is smaller than the rows it describes
     for name in small:
         try:

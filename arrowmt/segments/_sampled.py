@@ -42,10 +42,10 @@ from arrowmt.reading import FileIdentity, Spans, exclusive_cumsum, take_flat
 from arrowmt.segments._bits import epoch_key, occurrence_keys
 from arrowmt.segments._lattice import REBUILD, Lattice, Law
 from arrowmt.splits import Split
+from arrowmt.storage import is_mirror
 
-SAMPLED_DIR = "sampled"  # in the corpus folder
-WORDS_DIR = "words"
-FORMS_DIR = "forms"
+SAMPLED_DIR = Manifest.SAMPLED[0].split("/")[0]  # in the corpus folder
+WORDS_DIR, FORMS_DIR = (inner.split("/")[1] for inner in Manifest.SAMPLED)
 FORMS_SPLIT = "forms"
 SEGMENTATION_KEY = "segmentation"  # the provenance entry both folders record
 LAYOUT = 2  # the samples' layout: 2, word lattices (1, K stored samples a row, is refused with how to rebuild)
@@ -135,6 +135,11 @@ class SampledSplit:
                  alpha: float | None = None) -> None:  # fmt: skip
         self.corpus = corpus if isinstance(corpus, Split) else Split(corpus, split)
         folder = sampled_folder(self.corpus.path)
+        if is_mirror(self.corpus.path):
+            raise InvalidParameterError(
+                f"segmentation: {self.corpus.path} caches a corpus in object storage; its sampled segmentations are "
+                "read from a local copy: arrowmt stage URL LOCAL_FOLDER (it copies them too), then read LOCAL_FOLDER"
+            )
         if not (folder / WORDS_DIR).is_dir() or not (folder / FORMS_DIR).is_dir():
             raise InvalidParameterError(
                 f"segmentation: {self.corpus.path} holds no sampled segmentations ({folder} is missing); build "

@@ -5,7 +5,8 @@ training cache fetches them: several range requests in flight, each block checke
 the corpus's block index before it counts as fetched. A killed run leaves that folder;
 the next run fetches only the blocks still missing. When every block is there, each file's
 SHA-256 is checked against the manifest and the folder is published as a conversion is
-(staging folder, manifest last, nothing half-written in ``OUT``); then the cache is removed.
+(staging folder, manifest last, nothing half-written in ``OUT``); then the cache is removed. A corpus's sampled
+segmentations (``sampled/words`` and ``sampled/forms``, two arrowmt folders) are staged the same way, after it.
 """
 
 from __future__ import annotations
@@ -20,15 +21,37 @@ from arrowmt._errors import StorageError
 from arrowmt.files import StagedOutput, file_sha256, progress_bar
 from arrowmt.format import MANIFEST_NAME, Manifest
 from arrowmt.reading import CacheOptions, attached_file, index_name, mirror
-from arrowmt.storage import local_output
+from arrowmt.storage import RemoteFolder, local_output
 
 STAGE_SUFFIX = ".arrowmt-stage"
 BLOCKS_PER_STEP = 16384  # blocks asked for at once (64 MiB of 4 KiB blocks: 8 range requests in flight)
 
 
 def stage(url: str, out: str | os.PathLike[str], *, overwrite: bool = False, progress: bool = True) -> Manifest:
-    """Copy the corpus at ``url`` to the folder ``out`` (see the module); returns its manifest."""
+    """Copy the corpus at ``url`` to the folder ``out`` (see the module), its sampled segmentations included;
+    returns its manifest."""
     target = local_output(out)
+    manifest = _stage_folder(url, target, overwrite, progress)
+    remote = RemoteFolder(url)
+    if not _has(remote, f"{Manifest.SAMPLED[0]}/{MANIFEST_NAME}"):
+        for inner in Manifest.SAMPLED:  # an earlier corpus's: they would not match this one
+            shutil.rmtree(target / inner, ignore_errors=True)
+        return manifest
+    for inner in Manifest.SAMPLED:
+        _stage_folder(f"{remote.url.rstrip('/')}/{inner}", target / inner, True, progress)
+    return manifest
+
+
+def _has(remote: RemoteFolder, name: str) -> bool:
+    try:
+        remote.sizes([name])
+    except StorageError:
+        return False
+    return True
+
+
+def _stage_folder(url: str, target: Path, overwrite: bool, progress: bool) -> Manifest:
+    """Copy the arrowmt folder at ``url`` to ``target``, verified."""
     with StagedOutput.begin(target, overwrite) as staged:
         cache = target.parent / f".{target.name}{STAGE_SUFFIX}"
         folder = mirror(url, CacheOptions(cache, None))

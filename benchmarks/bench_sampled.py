@@ -1,28 +1,33 @@
-"""Subword regularization (issue 39): reading stored sampled segmentations against the fixed ids and against
-sentencepiece sampling in the loader, on the same corpus, in one run; and what the samples cost to make and store.
+"""Subword regularization (issues 39, 48): sampled segmentations drawn afresh each epoch, against the fixed ids and
+against sentencepiece sampling in the loader, on the same corpus, in one run; what the words' lattices cost to make
+and store; the stall at each epoch boundary; private memory.
 
 Usage::
 
-    python benchmarks/bench_sampled.py --samples 8 --alpha 0.1 --repeat 3
-    python benchmarks/bench_sampled.py --text bench-data/text-500000 --vocab 16000 --storage-only  # a larger corpus
+    python benchmarks/bench_sampled.py --alpha 0.1 --repeat 3                   # the bundled Multi30k sample
+    python benchmarks/make_text_corpus.py --rows 1000000 --out bench-data/text-1000000
+    python benchmarks/bench_sampled.py --text bench-data/text-1000000 --vocab 16000 --epochs 3 --no-on-the-fly
 
 The corpus is the bundled Multi30k sample (29,000 German-English training pairs, ``arrowmt/sample_data``), made
-``--times`` times longer by repeating it (the same words: storage is measured on ``--times 1``), or with ``--text``
-a larger synthetic corpus (``make_text_corpus.py``: Zipf-distributed pseudo-words; storage on a larger corpus,
-indicative only since its words are not real ones; ``--storage-only`` reads nothing). A sentencepiece
-unigram model of ``--vocab`` pieces is trained on it, then ``convert_text(spm_model=..., spm_samples=K)`` converts
-it (timed: the conversion, then the samples). Reading runs ``--batches`` batches of one epoch (``max_tokens`` 4096,
-seed 1) through a ``DataLoader`` with ``FairseqCollater``, ``--repeat`` times each, interleaved:
+``--times`` times longer by repeating it, or with ``--text`` a larger synthetic corpus (``make_text_corpus.py``:
+Zipf-distributed pseudo-words; indicative only since its words are not real ones). A sentencepiece unigram model of
+``--vocab`` pieces is trained on it, then ``convert_text(spm_model=...)`` converts it and
+``add_sampled_segmentations`` stores its words' lattices (each timed). Reading runs ``--epochs`` whole epochs
+(``max_tokens`` 4096, seed 1) through a ``DataLoader`` with ``FairseqCollater``, ``--repeat`` times each,
+interleaved, each run in a fresh process (its memory its own):
 
 * fixed: ``open_dataset(corpus, "train")``, no worker;
-* sampled: ``open_dataset(corpus, "train", segmentation="sampled")``, no worker (the epoch's copy in its samples
-  is written before the first run starts its clock: its time is the first run's "setup");
-* on the fly: the fixed plan's batches of raw text lines, each line sampled by sentencepiece
-  (``encode(enable_sampling=True)``) and looked up in the dictionary in 2 DataLoader workers, as Marian or
-  OpenNMT-py sample while they load.
+* sampled: ``open_dataset(corpus, "train", segmentation="sampled")`` in a fresh cache, no worker; its clock counts
+  every preparation: epoch 1's copy (written before its plan), and the next epochs' copies, written on a thread
+  while the epoch before is read; "stall" is the longest wait between the last batch of an epoch and the first of
+  the next;
+* on the fly (``--batches`` batches of epoch 1): the fixed plan's batches of raw text lines, each line sampled by
+  sentencepiece (``encode(enable_sampling=True)``) and looked up in the dictionary in 2 DataLoader workers, as
+  Marian or OpenNMT-py sample while they load.
 
-tokens/s counts the source and target pieces of the collated batches (padding left out). The table keeps each
-configuration's best run and the range. Every run is saved to ``benchmarks/results/sampled-<rows>.json``.
+tokens/s counts the source and target pieces of the collated batches (padding left out); private memory is the
+process's RssAnon after its last batch. The table keeps each configuration's best run and the range. Every run is
+saved to ``benchmarks/results/sampled-<rows>.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ import gzip
 import json
 import os
 import platform
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -104,43 +112,66 @@ class OnTheFly(Dataset):
         return out
 
 
-def read(config: str, corpus: Path, prefix: Path, model: Path, alpha: float, batches: int) -> dict[str, Any]:
-    sampled = config == "sampled"
-    ds = open_dataset(corpus, "train", segmentation="sampled" if sampled else "fixed")
-    sampler = TokenBatchSampler(ds if config != "on the fly" else open_dataset(corpus, "train"), max_tokens=4096)
-    sampler.set_epoch(1)
-    start = time.perf_counter()
-    planned = len(sampler)  # the epoch's plan (and a sampled epoch's copy) is made or mapped before the clock starts
-    setup = time.perf_counter() - start
+def read(config: str, corpus: Path, prefix: Path, model: Path, alpha: float, epochs: int, batches: int,
+         cache: Path) -> dict[str, Any]:  # fmt: skip
+    """One run (in this process): ``epochs`` epochs of ``config``, or ``batches`` batches of epoch 1 on the fly."""
+    fixed = open_dataset(corpus, "train")
+    ds: Any = fixed
+    if config == "sampled":
+        ds = arrowmt.ArrowMTSampledDataset(fixed, cache_dir=cache, alpha=alpha)
+    sampler = TokenBatchSampler(ds, max_tokens=4096)
     source: Any = OnTheFly(prefix, model, corpus, alpha) if config == "on the fly" else ds
     workers = 2 if config == "on the fly" else 0
     loader = DataLoader(source, batch_sampler=sampler, collate_fn=FairseqCollater(SpecialIds()), num_workers=workers)
-    tokens, done, start = 0, 0, time.perf_counter()
-    for batch in loader:
-        tokens += int(batch["net_input"]["src_lengths"].sum()) + int((batch["target"] != 1).sum())
-        done += 1
-        if done == batches:
-            break
+    tokens, done, stalls = 0, 0, []
+    start = time.perf_counter()
+    for epoch in range(1, (1 if config == "on the fly" else epochs) + 1):
+        ended = time.perf_counter()
+        sampler.set_epoch(epoch)
+        for k, batch in enumerate(loader):
+            if k == 0:
+                stalls.append(time.perf_counter() - ended)
+            tokens += int(batch["net_input"]["src_lengths"].sum()) + int((batch["target"] != 1).sum())
+            done += 1
+            if config == "on the fly" and done == batches:
+                break
     seconds = time.perf_counter() - start
-    rate = tokens / seconds
-    return {"config": config, "setup_s": setup, "planned": planned, "batches": done, "tokens": tokens,
-            "seconds": seconds, "tokens_per_s": rate}  # fmt: skip
+    return {"config": config, "epochs": epochs, "batches": done, "tokens": tokens, "seconds": seconds,
+            "tokens_per_s": tokens / seconds, "stalls_s": stalls, "rss_anon_mib": rss_anon_mib()}  # fmt: skip
+
+
+def rss_anon_mib() -> float:
+    """This process's private resident memory (RssAnon), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_apart(config: str, args: argparse.Namespace, corpus: Path, prefix: Path, model: Path, cache: Path) -> dict:
+    """:func:`read` in a fresh Python process (its memory and caches its own)."""
+    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import bench_sampled as b; "
+            f"from pathlib import Path; print(json.dumps(b.read({config!r}, Path({str(corpus)!r}), Path({str(prefix)!r}), Path({str(model)!r}), "
+            f"{args.alpha!r}, {args.epochs}, {args.batches}, Path({str(cache)!r}))))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--samples", type=int, default=8)
     p.add_argument("--alpha", type=float, default=0.1)
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--times", type=int, default=1, help="repeat the bundled text this many times")
-    p.add_argument("--batches", type=int, default=1000)
+    p.add_argument("--epochs", type=int, default=3, help="whole epochs a fixed or sampled run reads")
+    p.add_argument("--batches", type=int, default=300, help="batches an on-the-fly run reads")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--max-draws", type=int, default=64, help="add_sampled_segmentations's max_draws")
     p.add_argument("--text", type=Path, help="a make_text_corpus.py folder instead of the bundled sample")
     p.add_argument("--rows", type=int, default=0, help="with --text: its first ROWS pairs (0: all)")
     p.add_argument("--storage-only", action="store_true", help="make and measure the samples, read nothing")
+    p.add_argument("--no-on-the-fly", action="store_true", help="leave out sentencepiece sampling in the loader")
+    p.add_argument("--work", type=Path, default=None, help="folder for the corpus (default: a temporary one)")
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         folder = Path(tmp)
         prefix = text_corpus(folder, args.times, args.text, args.rows)
         model = train_model(prefix, args.vocab)
@@ -149,39 +180,48 @@ def main(argv: list[str] | None = None) -> int:
         arrowmt.convert_text(str(prefix), corpus, src_lang="de", tgt_lang="en", spm_model=str(model), progress=False)
         convert_s = time.perf_counter() - start
         start = time.perf_counter()
-        arrowmt.add_sampled_segmentations(corpus, model, samples=args.samples, alpha=args.alpha,
-                                          max_draws=args.max_draws, progress=False)  # fmt: skip
+        arrowmt.add_sampled_segmentations(corpus, model, alpha=args.alpha, progress=False)
         sample_s = time.perf_counter() - start
         base = folder_bytes([corpus / "train.arrow"])
         sampled = folder_bytes([corpus / "sampled"])
         rows = len(arrowmt.open_dataset(corpus, "train"))
-        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in ("fixed", "sampled", "on the fly")}
-        for _ in range(0 if args.storage_only else args.repeat):
+        configs = ["fixed", "sampled"] + ([] if args.no_on_the_fly else ["on the fly"])
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+        for k in range(0 if args.storage_only else args.repeat):
             for config in runs:
-                runs[config].append(read(config, corpus, prefix, model, args.alpha, args.batches))
+                cache = folder / f"cache-{k}"  # a fresh cache a run: every epoch copy is made in its clock
+                runs[config].append(run_apart(config, args, corpus, prefix, model, cache))
+                shutil.rmtree(cache, ignore_errors=True)
+    report(args, rows, convert_s, sample_s, base, sampled, runs)
+    return 0
+
+
+def report(args: argparse.Namespace, rows: int, convert_s: float, sample_s: float, base: int, sampled: int,
+           runs: dict[str, list[dict[str, Any]]]) -> None:  # fmt: skip
     best = {c: max((r["tokens_per_s"] for r in found), default=float("nan")) for c, found in runs.items()}
-    print(f"{rows} pairs, K={args.samples}, alpha {args.alpha}, vocab {args.vocab}, max_draws {args.max_draws}; "
-          f"{'text ' + str(args.text) + ', ' if args.text else ''}{os.cpu_count()} cpus, "
-          f"{platform.platform()}")  # fmt: skip
-    print(f"conversion {convert_s:.1f} s, samples {sample_s:.1f} s; storage: train split {base / 1e6:.1f} MB, "
-          f"samples {sampled / 1e6:.1f} MB ({(base + sampled) / base:.2f}x the split with them)")  # fmt: skip
-    if not args.storage_only:
-        print("| reading | tokens/s, best (range) | x fixed | x on the fly | setup, first run |")
+    text = f"text {args.text}, " if args.text else ""
+    print(f"{rows} pairs, alpha {args.alpha}, vocab {args.vocab}; {text}{os.cpu_count()} cpus, {platform.platform()}")
+    print(f"conversion {convert_s:.1f} s, lattices {sample_s:.1f} s ({(convert_s + sample_s) / convert_s:.2f}x a "
+          f"plain conversion); storage: train split {base / 1e6:.1f} MB, samples {sampled / 1e6:.1f} MB "
+          f"({sampled / base:.2f}x the split)")  # fmt: skip
+    if runs:
+        print("| reading | tokens/s, best (range) | x fixed | longest stall at an epoch start | RssAnon after |")
         print("|---|---:|---:|---:|---:|")
-    for config, found in runs.items() if not args.storage_only else ():
+    for config, found in runs.items():
         rates = [r["tokens_per_s"] for r in found]
+        stall = max(max(r["stalls_s"][1:], default=0.0) for r in found)
         print(f"| {config} | {best[config] / 1e6:.2f}M ({min(rates) / 1e6:.2f}-{max(rates) / 1e6:.2f}M) | "
-              f"{best[config] / best['fixed']:.2f}x | {best[config] / best['on the fly']:.1f}x | "
-              f"{found[0]['setup_s']:.2f} s |")  # fmt: skip
+              f"{best[config] / best['fixed']:.2f}x | {stall:.2f} s (epoch 1: "
+              f"{max(r['stalls_s'][0] for r in found):.2f} s) | "
+              f"{min(r['rss_anon_mib'] for r in found):.0f} MiB |")  # fmt: skip
     name = f"sampled-{rows}" + ("-text" if args.text else "") + ("-storage" if args.storage_only else "")
     out = HERE / "results" / f"{name}.json"
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-    options = {**vars(args), "text": args.text and str(args.text)}
+    options = {**vars(args), "text": args.text and str(args.text), "work": args.work and str(args.work)}
     record = {"args": options, "rows": rows, "convert_s": convert_s, "samples_s": sample_s, "base_bytes": base,
               "sampled_bytes": sampled, "runs": runs, "machine": machine}  # fmt: skip
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"saved {out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -168,7 +168,8 @@ def test_a_lattice_law_exact_values() -> None:
     assert (tables.start.tolist(), tables.final.tolist(), tables.longest().tolist()) == ([0], [2], [2])
     law = Law.of(tables, 1.0)
     share = 1 / (1 + np.exp(-0.5))
-    assert law.upper.tolist() == [(1 << 32) + 2**32, (2 << 32) + round(share * 2**32), 3 << 32]
+    assert law.threshold.tolist() == [2**32, round(share * 2**32), 2**32]  # node 1: ▁a; node 2: ▁ab, then b
+    assert (law.piece.tolist(), law.begin.tolist(), law.first.tolist()) == ([10, 11, 12], [0, 0, 1], [0, 0, 1])
     keys = np.arange(2000, dtype=np.uint64)
     drawn = law.draw(np.zeros(2000, dtype=np.int64), keys)
     one = drawn.lengths() == 1

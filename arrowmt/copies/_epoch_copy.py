@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ FAMILY_PREFIX = "sampled-"
 EPOCH_PREFIX = "epoch-"
 SOURCE_FORMAT = "sampled-epoch"
 EPOCH_KEY = "sampled_epoch"  # what an epoch copy's manifest records it is of
+DRAW_ROWS = 1 << 16  # rows drawn at once
 logger = logging.getLogger(__name__)
 
 
@@ -102,13 +104,13 @@ def _write(folder: Path, sampled: SampledSplit, epoch: int, made_of: dict[str, o
     langs = {col: corpus.manifest.languages.get(col) for col in corpus.columns}
     shutil.rmtree(folder, ignore_errors=True)  # a damaged copy: written anew
     dictionaries = sampled.forms.manifest.dictionaries
-    with OutputFolder.prepare(folder, langs, SOURCE_FORMAT, True, False) as out:
+    with OutputFolder.prepare(folder, langs, SOURCE_FORMAT, True, False) as out, ExitStack() as drawn:
         columns = {}
         for col, lang in langs.items():
             forms = sampled_folder(corpus.path) / FORMS_DIR / dictionaries[lang or ""]
             dictionary = sampled.dictionary(col)
             name = out.add_dictionary(lang, dictionary, source=forms)
-            source = _EpochRows(sampled, col, epoch)
+            source = drawn.enter_context(_EpochRows.drawn(sampled, col, epoch, out.path))
             columns[col] = column(source, lang, name, dictionary, f"{sampled!r} epoch {epoch} {col}")
         out.write(corpus.split, columns, special_ids_of(dictionary))
         out.manifest.provenance = {EPOCH_KEY: made_of}
@@ -117,31 +119,46 @@ def _write(folder: Path, sampled: SampledSplit, epoch: int, made_of: dict[str, o
 
 @dataclass
 class _EpochRows:
-    """One column of the corpus, each row as the epoch draws it: a RowSource for the writer (lengths drawn once)."""
+    """One column of the corpus, each row as the epoch draws it: a RowSource for the writer. Each row is drawn once:
+    the lengths are kept, the pieces spilled to a temporary file beside the copy (memory bounded by a block)."""
 
-    sampled: SampledSplit
-    col: str
-    epoch: int
+    lengths_: np.ndarray  # int32 per row
+    spill: Path
 
-    def __post_init__(self) -> None:
-        rows = np.arange(len(self.sampled), dtype=np.int64)
-        self._lengths = self.sampled.lengths(self.col, rows, self.epoch).astype(np.int32)
+    @classmethod
+    @contextmanager
+    def drawn(cls, sampled: SampledSplit, col: str, epoch: int, where: Path) -> Iterator[_EpochRows]:
+        lengths = np.empty(len(sampled), dtype=np.int32)
+        spill = where / f".drawn-{col}"
+        try:
+            with open(spill, "wb") as handle:
+                for rows in row_blocks(len(sampled), DRAW_ROWS):
+                    spans = sampled.spans(col, rows, epoch)
+                    lengths[rows] = spans.lengths
+                    handle.write(np.ascontiguousarray(spans.words, dtype=np.int32).tobytes())
+            yield cls(lengths, spill)
+        finally:
+            spill.unlink(missing_ok=True)
 
     @property
     def tokens(self) -> int:
-        return int(self._lengths.sum(dtype=np.int64))
+        return int(self.lengths_.sum(dtype=np.int64))
 
     def __len__(self) -> int:
-        return len(self.sampled)
+        return int(self.lengths_.shape[0])
 
     def lengths(self, block_rows: int) -> Iterator[np.ndarray]:
         for start in range(0, len(self), block_rows):
-            yield self._lengths[start : start + block_rows].astype(np.int64)
+            yield self.lengths_[start : start + block_rows].astype(np.int64)
 
     def pieces(self, block_rows: int) -> Iterator[Ragged]:
-        for rows in row_blocks(len(self), block_rows):
-            spans = self.sampled.spans(self.col, rows, self.epoch)
-            yield Ragged.from_lengths(spans.lengths, spans.words)
+        values = np.memmap(self.spill, dtype=np.int32, mode="r") if self.tokens else np.zeros(0, np.int32)
+        first = 0
+        for start in range(0, len(self), block_rows):
+            lengths = self.lengths_[start : start + block_rows].astype(np.int64)
+            last = first + int(lengths.sum())
+            yield Ragged.from_lengths(lengths, np.array(values[first:last]))
+            first = last
 
 
 def _keep_recent(family: Path, current: Path, keep: int) -> None:

@@ -15,7 +15,7 @@ of its edges' scores, and a word's segmentation is drawn with probability ``exp(
 Drawing is forward filtering, backward sampling, vectorized over the occurrences: from each word's end node, an
 incoming edge is chosen in proportion to ``exp(forward(begin) + scale * score)``, then the same from its begin
 node, until the start. The choice reads 32 random bits (:func:`arrowmt.segments._bits.step_bits`) against each
-node's incoming edges' cumulative shares, stored as ``(node << 32) + share * 2**32``: one sorted array, one search.
+node's incoming edges' running shares (in units of ``2**-32``, the likeliest edge first): most steps read one.
 """
 
 from __future__ import annotations
@@ -165,10 +165,14 @@ class LatticeTables:
 
 @dataclass(frozen=True)
 class Law:
-    """The lattices of one column under one scale: each edge's cumulative share among its end node's incoming
-    edges, as ``(node << 32) + share * 2**32`` (sorted), and what a draw needs beside it."""
+    """The lattices of one column under one scale, as a draw reads them: each node's incoming edges, the likeliest
+    first, with the running total of their shares in units of ``2**-32`` (``threshold``: the last one of a node is
+    ``2**32``); each edge's piece and begin node in that order; each node's first incoming edge."""
 
-    upper: np.ndarray  # uint64 per edge
+    threshold: np.ndarray  # uint64 per edge
+    piece: np.ndarray  # int32 per edge
+    begin: np.ndarray  # int64 per edge
+    first: np.ndarray  # int64 per node
     tables: LatticeTables
 
     @classmethod
@@ -178,34 +182,41 @@ class Law:
         with np.errstate(invalid="ignore", over="ignore"):
             share = np.exp(forward[tables.begin] + weight - forward[tables.end])
         share = np.nan_to_num(share, nan=0.0, posinf=0.0)
-        heads = np.flatnonzero(np.r_[True, tables.end[1:] != tables.end[:-1]]) if share.size else np.zeros(0, int)
+        order = np.lexsort((-share, tables.end))  # by end node, the likeliest incoming edge first
+        share, end = share[order], tables.end[order]
+        heads = np.flatnonzero(np.r_[True, end[1:] != end[:-1]]) if share.size else np.zeros(0, dtype=np.int64)
         sizes = np.diff(np.r_[heads, share.shape[0]])
         running = np.cumsum(share)
         before = np.repeat(np.r_[0.0, running][heads], sizes)
-        total = np.repeat(running[np.r_[heads[1:], share.shape[0]] - 1] - np.r_[0.0, running][heads], sizes)
+        total = np.repeat(np.r_[running[heads[1:] - 1], running[-1:]] - np.r_[0.0, running][heads], sizes)
         with np.errstate(invalid="ignore", divide="ignore"):
             fraction = np.nan_to_num((running - before) / total, nan=0.0)
-        ticks = np.minimum(np.round(fraction * float(_ONE)), float(_ONE)).astype(np.uint64)
-        upper = (tables.end.astype(np.uint64) << np.uint64(32)) + ticks
-        last = np.r_[heads[1:], share.shape[0]] - 1
-        upper[last] = (tables.end[last].astype(np.uint64) + np.uint64(1)) << np.uint64(32)
-        return cls(upper, tables)
+        threshold = np.minimum(np.round(fraction * float(_ONE)), float(_ONE)).astype(np.uint64)
+        threshold[np.r_[heads[1:], share.shape[0]] - 1] = _ONE  # a node's last edge takes whatever is left
+        first = np.zeros(tables.nodes, dtype=np.int64)
+        first[end[heads]] = heads
+        return cls(threshold, tables.piece[order].astype(np.int32), tables.begin[order], first, tables)
 
     def draw(self, words: np.ndarray, keys: np.ndarray) -> Ragged:
         """A segmentation of each occurrence of ``words`` (int64 word ids), drawn with the random bits of ``keys``
         (one uint64 per occurrence, :func:`arrowmt.segments._bits.occurrence_keys`): pieces, occurrence after
-        occurrence."""
+        occurrence. Each step walks the node's incoming edges, the likeliest first, until their running share
+        passes the step's 32 random bits."""
         tables = self.tables
         node, stop = tables.final[words], tables.start[words]
         active = np.flatnonzero(node != stop)
         chosen_of, pieces = [], []
         step = 0
         while active.size:
-            query = (node[active].astype(np.uint64) << np.uint64(32)) | step_bits(keys[active], step)
-            edge = np.searchsorted(self.upper, query, side="right")
+            bits = step_bits(keys[active], step)
+            edge = self.first[node[active]]
+            pending = np.flatnonzero(self.threshold[edge] <= bits)
+            while pending.size:
+                edge[pending] += 1
+                pending = pending[self.threshold[edge[pending]] <= bits[pending]]
             chosen_of.append(active)
-            pieces.append(tables.piece[edge])
-            node[active] = tables.begin[edge]
+            pieces.append(self.piece[edge])
+            node[active] = self.begin[edge]
             active = active[node[active] != stop[active]]
             step += 1
         lengths = np.zeros(words.shape[0], dtype=np.int64)

@@ -446,7 +446,10 @@ def _add_convert_text(kinds: argparse._SubParsersAction) -> None:
         help="also store every word's segmentations, so that each epoch draws every row's afresh (subword "
         "regularization; needs --spm-model)",
     )  # fmt: skip
-    cmd.add_argument("--spm-samples", type=int, default=None, metavar="K", help=argparse.SUPPRESS)
+    cmd.add_argument(
+        "--spm-samples", type=int, default=None, metavar="K",
+        help="removed: each epoch now draws every row afresh, with no number of samples (use --spm-sampling)",
+    )  # fmt: skip
     cmd.add_argument(
         "--spm-alpha", type=float, default=None,
         help="sentencepiece's sampling alpha (default 0.1; readers may give another; a BPE model's dropout)",

@@ -298,7 +298,7 @@ def _one_line(value: object) -> str:
         items = [_one_line(v) for v in value]
         text = f"[{', '.join(items)}]"
         if len(text) > SHOWN_PROVENANCE_CHARS:
-            text = f"[{len(items)} items: {items[0]}, ..., {items[-1]}]"
+            text = f"[{len(items)} items: {items[0]}, ..., {items[-1]}]" if len(items) > 1 else f"[{items[0]}]"
         return text
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(", ", ": "))
     return text if len(text) <= SHOWN_PROVENANCE_CHARS else f"{text[: SHOWN_PROVENANCE_CHARS - 3]}..."

@@ -150,8 +150,9 @@ def rss_anon_mib() -> float:
 
 def run_apart(config: str, args: argparse.Namespace, corpus: Path, prefix: Path, model: Path, cache: Path) -> dict:
     """:func:`read` in a fresh Python process (its memory and caches its own)."""
+    paths = ", ".join(f"Path({str(p)!r})" for p in (corpus, prefix, model))
     code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import bench_sampled as b; "
-            f"from pathlib import Path; print(json.dumps(b.read({config!r}, Path({str(corpus)!r}), Path({str(prefix)!r}), Path({str(model)!r}), "
+            f"from pathlib import Path; print(json.dumps(b.read({config!r}, {paths}, "
             f"{args.alpha!r}, {args.epochs}, {args.batches}, Path({str(cache)!r}))))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])

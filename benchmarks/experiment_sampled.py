@@ -7,13 +7,13 @@ Usage::
     python benchmarks/experiment_sampled.py --segmentations sampled --alphas 0.1 0.5 --merge  # add sampled runs
 
 A sentencepiece unigram model (``--vocab`` pieces) is trained on the training text; the corpus is converted with it
-and ``--samples`` sampled segmentations (alpha ``--alphas``, one corpus each). ``examples/train_plain.py`` then
-trains the same small transformer (``--dim``, ``--max-tokens``) for ``--epochs`` epochs per seed, once on the fixed
-ids and once with ``--segmentation sampled``; the validation loss is always on the fixed segmentation of ``valid``,
-BLEU on ``--bleu-sentences`` test sentences (greedy, detokenized). A model of this size on 29,000 pairs is far from
-converged after a few epochs and differences between seeds are of the same order as between settings: read the plot
-with the spread of the seeds. Results go to ``benchmarks/results/experiment-sampled.json`` and the plot to
-``docs/img/subword-regularization.png``.
+and its words' lattices (alpha ``--alphas``, one corpus each; each epoch draws every row afresh).
+``examples/train_plain.py`` then trains the same small transformer (``--dim``, ``--max-tokens``) for ``--epochs``
+epochs per seed, once on the fixed ids and once with ``--segmentation sampled``; the validation loss is always on
+the fixed segmentation of ``valid``, BLEU on ``--bleu-sentences`` test sentences (greedy, detokenized). A model of
+this size on 29,000 pairs is far from converged after a few epochs and differences between seeds are of the same
+order as between settings: read the plot with the spread of the seeds. Results go to
+``benchmarks/results/experiment-sampled.json`` and the plot to ``docs/img/subword-regularization.png``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ VALID = re.compile(r"^epoch (\d+) valid loss (\S+)", re.MULTILINE)
 BLEU = re.compile(r"^BLEU (\S+) on", re.MULTILINE)
 
 
-def prepare(folder: Path, vocab: int, samples: int, alpha: float) -> Path:
+def prepare(folder: Path, vocab: int, alpha: float) -> Path:
     import gzip
 
     import sentencepiece as spm
@@ -52,7 +52,7 @@ def prepare(folder: Path, vocab: int, samples: int, alpha: float) -> Path:
                                    num_threads=1, minloglevel=2)  # fmt: skip
     corpus = folder / "corpus"
     arrowmt.convert_text(str(SAMPLE / "train"), corpus, src_lang="de", tgt_lang="en", validpref=str(SAMPLE / "val"),
-                         testpref=str(SAMPLE / "test"), spm_model=str(folder / "spm.model"), spm_samples=samples,
+                         testpref=str(SAMPLE / "test"), spm_model=str(folder / "spm.model"), spm_sampling=True,
                          spm_alpha=alpha, progress=False)  # fmt: skip
     return corpus
 
@@ -114,7 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--vocab", type=int, default=8000)
-    p.add_argument("--samples", type=int, default=8)
     p.add_argument("--alphas", type=float, nargs="+", default=[0.1], help="one sampled run per alpha and seed")
     p.add_argument("--segmentations", nargs="+", default=["fixed", "sampled"], choices=["fixed", "sampled"])
     p.add_argument("--merge", action="store_true", help="keep the earlier results of runs not repeated")
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for alpha in args.alphas:
             folder = Path(tmp) / f"alpha-{alpha}"
             folder.mkdir()
-            corpus = prepare(folder, args.vocab, args.samples, alpha)
+            corpus = prepare(folder, args.vocab, alpha)
             for seed in args.seeds:
                 if "fixed" in args.segmentations and alpha == args.alphas[0]:
                     runs.append(train(corpus, "fixed", seed, None, args))

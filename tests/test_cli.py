@@ -467,6 +467,9 @@ def test_info_shows_nested_and_long_provenance_readably() -> None:
         "      seed: 1",
         "    rows: [400 items: 0, ..., 399]",
     ]
+    long = "x" * 200  # one item too long to show whole: shown as it is, not as "1 items"
+    [line] = _readable("inputs", [long], "")
+    assert line.startswith("inputs: [xxx") and "items" not in line
 
 
 def test_info_json_into_a_closed_pipe_is_quiet(dataset: Path, capsys: pytest.CaptureFixture[str]) -> None:

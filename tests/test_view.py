@@ -211,6 +211,12 @@ def alternating_view(tmp_path: Path) -> tuple[Path, Path]:
     return corpus, build_view(corpus, tmp_path / "v.view", max_len=15).path
 
 
+def test_open_dataset_on_a_view_file_names_open_view_dataset(tmp_path: Path) -> None:
+    _, view = alternating_view(tmp_path)
+    with pytest.raises(InvalidParameterError, match=r"is a view file .* open it with arrowmt.open_view_dataset\("):
+        open_dataset(view, "train")
+
+
 def test_a_flipped_bit_in_a_row_number_is_refused(tmp_path: Path) -> None:
     """Row 4 -> 5 keeps the rows increasing: without the checksum the view served a row its filter dropped."""
     corpus, path = alternating_view(tmp_path)

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.copies.stored import ROWS, refuse_stored_order
+from arrowmt.files import VIEW_FORMAT, stored_version
 from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.segments import check_segmentation
 from arrowmt.splits import Split
+from arrowmt.storage import is_url
 from arrowmt.training._rows_dataset import RowsDataset
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ def open_dataset(
     ``cache_limit`` bytes (an int or ``"20G"``; default ``$ARROWMT_CACHE_LIMIT``, else no limit).
     """
     check_segmentation("segmentation", segmentation)
+    refuse_view_file(path)
     if alpha is not None and segmentation == "fixed":
         raise InvalidParameterError(f"alpha: expected with segmentation='sampled' (the law it shapes), got {alpha}")
     dataset = ArrowMTDataset(path, split, access=access, cache_dir=cache_dir, cache_limit=cache_limit)
@@ -64,3 +68,12 @@ def open_dataset(
     from arrowmt.training._sampled_dataset import ArrowMTSampledDataset  # what fixed reading never loads
 
     return ArrowMTSampledDataset(dataset, alpha=alpha)
+
+
+def refuse_view_file(path: str | os.PathLike[str]) -> None:
+    """InvalidParameterError naming :func:`open_view_dataset` when ``path`` is a view file (``arrowmt filter``)."""
+    if not is_url(path) and os.path.isfile(path) and stored_version(Path(path), VIEW_FORMAT) is not None:
+        raise InvalidParameterError(
+            f"path: {path} is a view file (arrowmt filter), not a corpus folder; open it with "
+            f"arrowmt.open_view_dataset({str(path)!r})"
+        )

@@ -139,6 +139,22 @@ def test_several_pairs_share_one_table_so_a_language_has_one_law_in_every_pair(
     assert verify_dataset(out, progress=False).ok
 
 
+def test_a_joined_dictionary_stays_one_in_the_samples(tmp_path: Path, models: dict[str, Path]) -> None:
+    """A corpus with one dictionary for both sides (``--joined-dictionary``, as a model sharing its embeddings
+    needs) has one samples' dictionary too: the corpus's, extended by the pieces either side's lattices use."""
+    out = tmp_path / "joined"
+    convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", joined_dictionary=True, nwordssrc=300,
+                 spm_model=str(models["unigram"]), spm_sampling=True, progress=False)  # fmt: skip
+    sampled = SampledSplit(out, "train")
+    pieces, base = sampled.dictionary("source"), sampled.corpus.dictionary("source")
+    assert pieces.symbols == sampled.dictionary("target").symbols and len(pieces) > len(base)
+    for column in ("source", "target"):
+        drawn = sampled.spans(column, np.arange(50), 1)
+        for r in range(50):
+            text = text_of([base.symbols[i] for i in sampled.corpus.row_array(column, r)[:-1]])
+            assert text_of([pieces.symbols[i] for i in drawn.row(r)[:-1]]) == text
+
+
 def test_draws_depend_on_seed_epoch_column_row_and_place_only() -> None:
     """The counter-based bits: a pure function of (seed, epoch, column, row, word place, step); exact values."""
     from arrowmt.segments import epoch_key, mix64, occurrence_keys, step_bits

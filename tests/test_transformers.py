@@ -237,13 +237,35 @@ def test_causal_lm_trainer_on_blocks_resumes_with_exactly_the_next_batch(mono: P
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Multi30k val segmented by a sentencepiece model trained on it, with 4 sampled segmentations a row."""
+    """Multi30k val segmented by a sentencepiece model trained on it, one joined dictionary (a Marian model shares
+    its embeddings), with its words' lattices."""
     pytest.importorskip("sentencepiece")
     folder = tmp_path_factory.mktemp("hf-spm")
     out, model = folder / "de-en", val_sentencepiece(folder, 600)
     convert_text(str(MULTI30K / "val"), out, src_lang="de", tgt_lang="en", spm_model=str(model), spm_sampling=True,
-                 progress=False)  # fmt: skip
+                 joined_dictionary=True, progress=False)  # fmt: skip
     return out
+
+
+def test_a_model_sharing_its_embeddings_is_refused_on_two_dictionaries(tmp_path: Path) -> None:
+    """Source id k and target id k would share an embedding row: a Marian model that shares them (its default) is
+    refused on a corpus with a dictionary per side, and accepted once it does not share them."""
+    two = tmp_path / "two"
+    convert_text(str(MULTI30K / "val"), two, src_lang="de", tgt_lang="en", progress=False)
+    ds = open_dataset(two, "train")
+    vocab = max(len(ds.dictionary(column)) for column in ds.columns)
+
+    def trainer(**sharing: bool) -> Any:
+        config = transformers.MarianConfig(vocab_size=vocab, d_model=8, encoder_layers=1, decoder_layers=1,
+                                           encoder_attention_heads=1, decoder_attention_heads=1, encoder_ffn_dim=8,
+                                           decoder_ffn_dim=8, pad_token_id=ds.special_ids.pad, **sharing)  # fmt: skip
+        sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=1)
+        return hf.ArrowMTSeq2SeqTrainer(model=transformers.MarianMTModel(config), args=_arguments(tmp_path / "out"),
+                                        train_dataset=ds, batch_sampler=sampler)  # fmt: skip
+
+    with pytest.raises(InvalidParameterError, match=r"model: shares one embedding .* \(\d+ source and \d+ target"):
+        trainer()
+    assert trainer(share_encoder_decoder_embeddings=False).train_dataset is ds
 
 
 def test_seq2seq_trainer_reads_sampled_segmentations_and_resumes_exactly(sampled: Path, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +144,9 @@ def _tables(path: Path, manifest: Manifest, splits: dict[str, Split], model: Sen
     and column), one table for all, so that a language takes the same pieces and ids in every pair and column."""
     columns = next(iter(splits.values())).columns
     if not manifest.language_pairs:
-        return {col: _words_table([(name, split, col) for name, split in splits.items()], model, segmentation,
-                                  progress) for col in columns}  # fmt: skip
+        tables = {col: _words_table([(name, split, col) for name, split in splits.items()], model, segmentation,
+                                    progress) for col in columns}  # fmt: skip
+        return _sharing_dictionaries(tables)
     sources = [(name, split, col) for name, split in splits.items() for col in columns]
     digests = {split.metadata.columns[col].dictionary_sha256 for _, split, col in sources}
     if len(digests) > 1:
@@ -155,6 +156,24 @@ def _tables(path: Path, manifest: Manifest, splits: dict[str, Split], model: Sen
         )
     table = _words_table(sources, model, segmentation, progress)
     return dict.fromkeys(columns, table)
+
+
+def _sharing_dictionaries(tables: dict[str, _ColumnTable]) -> dict[str, _ColumnTable]:
+    """The columns that share the corpus's dictionary (``--joined-dictionary``) share the samples' too: one
+    extension by the pieces either column's lattices use (a model that shares its embeddings keeps one vocabulary)."""
+    first = next(iter(tables.values()))
+    if len(tables) < 2 or any(t.vocabulary.dictionary.symbols != first.vocabulary.dictionary.symbols
+                              for t in tables.values()):  # fmt: skip
+        return tables
+    used = {col: _edge_symbols(t) for col, t in tables.items()}
+    pieces = _extended(first.vocabulary.dictionary, pa.concat_arrays(list(used.values())))
+    ids = {col: pieces.encode_tokens(symbols).astype(np.int32) for col, symbols in used.items()}
+    return {col: replace(t, pieces=pieces, edges=Ragged(t.edges.offsets, ids[col])) for col, t in tables.items()}
+
+
+def _edge_symbols(table: _ColumnTable) -> pa.Array:
+    """``table``'s edge pieces as strings."""
+    return pa.array(table.pieces.symbols, pa.large_string()).take(pa.array(table.edges.values))
 
 
 def sampling_options(sampling: bool, alpha: float | None, spm_model: object) -> SamplingOptions | None:

@@ -55,6 +55,7 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._optional import require
 from arrowmt.files import write_bytes_atomic
 from arrowmt.format import SOURCE, TARGET, TOKENS, SpecialIds
+from arrowmt.integrations._accelerator import has_accelerator
 from arrowmt.reading import Spans
 from arrowmt.training import GatheredBatch, GatheredBlocks, PlanSampler, as_tensor, check_padding, pad_rows, pad_shifted
 
@@ -137,12 +138,6 @@ def _mask(shape: tuple[int, ...], lengths: np.ndarray) -> np.ndarray:
 
 
 # ----- the sampler inside a Trainer -------------------------------------------------------------
-
-
-def _accelerator() -> bool:
-    """Whether torch sees an accelerator (a GPU) that pinned host memory speeds up."""
-    accelerator = getattr(torch, "accelerator", None)
-    return bool(accelerator.is_available()) if accelerator is not None else torch.cuda.is_available()
 
 
 def _fingerprint(dataset: Any) -> object:
@@ -272,6 +267,29 @@ def load_sampler_state(checkpoint: str | os.PathLike[str], rank: int) -> dict[st
     )
 
 
+def check_shared_embeddings(model: Any, dataset: Any) -> None:
+    """InvalidParameterError when ``model`` shares one embedding between its encoder and decoder but ``dataset``'s
+    source and target have different dictionaries (source id k and target id k would share a row: it trains, on
+    nothing)."""
+    config = getattr(model, "config", None)
+    shared = getattr(config, "share_encoder_decoder_embeddings", None)
+    inner = getattr(model, "model", model)
+    if shared is False or not (shared or hasattr(inner, "shared") or hasattr(model, "shared")):
+        return
+    dictionary = getattr(dataset, "dictionary", None)
+    columns = getattr(dataset, "columns", ())
+    if dictionary is None or SOURCE not in columns or TARGET not in columns:
+        return
+    source, target = dictionary(SOURCE), dictionary(TARGET)
+    if source.symbols != target.symbols:
+        raise InvalidParameterError(
+            f"model: shares one embedding between source and target (config.share_encoder_decoder_embeddings), "
+            f"but train_dataset has two dictionaries ({len(source)} source and {len(target)} target types): source id "
+            "k and target id k would share a row; convert with one dictionary (convert text --joined-dictionary, "
+            "fairseq-preprocess --joined-dictionary) or build the model with share_encoder_decoder_embeddings=False"
+        )
+
+
 # ----- the trainers -----------------------------------------------------------------------------
 
 
@@ -286,6 +304,7 @@ class _ArrowMTBatches:
             self.data_collator = default_collater(self.train_dataset, self.model)  # type: ignore[attr-defined]
         self._check_world()
         self._check_dataset()
+        check_shared_embeddings(self.model, self.train_dataset)  # type: ignore[attr-defined]
         self._fit_arguments()
         self.add_callback(SamplerCheckpoint(self._batches))  # type: ignore[attr-defined]
 
@@ -300,7 +319,7 @@ class _ArrowMTBatches:
 
     def _fit_arguments(self) -> None:
         """Pinned memory only where an accelerator reads it (a CPU run would warn at every loader)."""
-        if self.args.dataloader_pin_memory and not _accelerator():  # type: ignore[attr-defined]
+        if self.args.dataloader_pin_memory and not has_accelerator():  # type: ignore[attr-defined]
             self.args.dataloader_pin_memory = False  # type: ignore[attr-defined]
 
     def _get_collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any:

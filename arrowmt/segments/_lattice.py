@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -84,16 +83,16 @@ class Lattice:
     def _array(self, dtype: str, offset: int) -> CheckedArray:
         return self.side.array(dtype, self.edges, offset)
 
-    @cached_property
     def tables(self) -> LatticeTables:
-        """Every edge's piece, word, begin and end node (global ids) and score; each word's start and end node."""
+        """Every edge's piece, begin and end node (global ids) and score; each word's start and end node (read
+        anew at each call: a process keeps only the law it draws from)."""
         spans = self.forms.column_spans(self.column, np.arange(self.words, dtype=np.int64)).compact()
-        pieces = spans.words.astype(np.int64)
+        pieces = spans.words.astype(np.int32)
         first = np.append(spans.starts, pieces.shape[0]).astype(np.int64)
         n = self.edges
-        score = self._array("<f4", 0).slice(0, n).astype(np.float64)
-        begin = self._array("<u2", 4 * n).slice(0, n).astype(np.int64)
-        end = self._array("<u2", 6 * n).slice(0, n).astype(np.int64)
+        score = self._array("<f4", 0).slice(0, n)
+        begin = self._array("<u2", 4 * n).slice(0, n)
+        end = self._array("<u2", 6 * n).slice(0, n)
         return LatticeTables.of(pieces, first, begin, end, score, self.side.path)
 
     def __getstate__(self) -> dict[str, object]:
@@ -102,11 +101,11 @@ class Lattice:
 
 @dataclass(frozen=True)
 class LatticeTables:
-    piece: np.ndarray  # int64 per edge
-    begin: np.ndarray  # global node of each edge's begin
+    piece: np.ndarray  # int32 per edge
+    begin: np.ndarray  # global node of each edge's begin (int32, or int64 past 2**31 nodes)
     end: np.ndarray  # global node of each edge's end (non-decreasing)
-    local_end: np.ndarray  # each edge's end node within its word
-    score: np.ndarray  # float64 per edge
+    local_end: np.ndarray  # each edge's end node within its word (uint16)
+    score: np.ndarray  # float32 per edge
     start: np.ndarray  # each word's start node
     final: np.ndarray  # each word's end node
     nodes: int
@@ -118,15 +117,17 @@ class LatticeTables:
         if (per_word < 1).any():
             raise FormatError(f"{path}: word {int(np.flatnonzero(per_word < 1)[0])} has no edge; {REBUILD}")
         word = np.repeat(np.arange(per_word.shape[0]), per_word)
-        top = np.maximum.reduceat(end, first[:-1])  # each word's end node
+        top = np.maximum.reduceat(end, first[:-1]).astype(np.int64)  # each word's end node
         sorted_within = np.ones(end.shape[0], dtype=bool)
         sorted_within[1:] = (end[1:] >= end[:-1]) | (word[1:] != word[:-1])
         if (begin >= end).any() or not sorted_within.all():
             raise FormatError(f"{path}: expected edges from a lower node to a higher one, by end node; {REBUILD}")
         offsets = exclusive_cumsum(top + 1)
-        start, final = offsets, offsets + top
-        return cls(piece, offsets[word] + begin, offsets[word] + end, end, score, start, final,
-                   int(offsets[-1] + top[-1] + 1) if top.size else 0)  # fmt: skip
+        nodes = int(offsets[-1] + top[-1] + 1) if top.size else 0
+        node = np.int32 if nodes < 2**31 else np.int64
+        base = offsets.astype(node)[word]
+        return cls(piece, base + begin.astype(node), base + end.astype(node), end, score,
+                   offsets.astype(node), (offsets + top).astype(node), nodes)  # fmt: skip
 
     def by_end(self) -> list[np.ndarray]:
         """The edges ending at local node 1, 2, ... (each group increasing: their end nodes non-decreasing)."""
@@ -171,13 +172,14 @@ class Law:
 
     threshold: np.ndarray  # uint64 per edge
     piece: np.ndarray  # int32 per edge
-    begin: np.ndarray  # int64 per edge
-    first: np.ndarray  # int64 per node
-    tables: LatticeTables
+    begin: np.ndarray  # per edge (the node ids' type)
+    first: np.ndarray  # per node (the node ids' type)
+    start: np.ndarray  # each word's start node
+    final: np.ndarray  # each word's end node
 
     @classmethod
     def of(cls, tables: LatticeTables, scale: float) -> Law:
-        weight = scale * tables.score
+        weight = scale * tables.score.astype(np.float64)
         forward = tables.forward(weight)
         with np.errstate(invalid="ignore", over="ignore"):
             share = np.exp(forward[tables.begin] + weight - forward[tables.end])
@@ -193,17 +195,16 @@ class Law:
             fraction = np.nan_to_num((running - before) / total, nan=0.0)
         threshold = np.minimum(np.round(fraction * float(_ONE)), float(_ONE)).astype(np.uint64)
         threshold[np.r_[heads[1:], share.shape[0]] - 1] = _ONE  # a node's last edge takes whatever is left
-        first = np.zeros(tables.nodes, dtype=np.int64)
+        first = np.zeros(tables.nodes, dtype=tables.begin.dtype)
         first[end[heads]] = heads
-        return cls(threshold, tables.piece[order].astype(np.int32), tables.begin[order], first, tables)
+        return cls(threshold, tables.piece[order], tables.begin[order], first, tables.start, tables.final)
 
     def draw(self, words: np.ndarray, keys: np.ndarray) -> Ragged:
         """A segmentation of each occurrence of ``words`` (int64 word ids), drawn with the random bits of ``keys``
         (one uint64 per occurrence, :func:`arrowmt.segments._bits.occurrence_keys`): pieces, occurrence after
         occurrence. Each step walks the node's incoming edges, the likeliest first, until their running share
         passes the step's 32 random bits."""
-        tables = self.tables
-        node, stop = tables.final[words], tables.start[words]
+        node, stop = self.final[words], self.start[words]
         active = np.flatnonzero(node != stop)
         chosen_of, pieces = [], []
         step = 0

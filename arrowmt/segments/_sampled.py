@@ -207,7 +207,7 @@ class SampledSplit:
         law = self._laws.get(column)
         if law is None:
             scale = self.alpha if self.info.sampler == LATTICE else 1.0
-            law = self._laws[column] = Law.of(self._lattices[column].tables, scale)
+            law = self._laws[column] = Law.of(self._lattices[column].tables(), scale)
         return law
 
     def spans(self, column: str, rows: np.ndarray, epoch: int) -> Spans:
@@ -230,7 +230,7 @@ class SampledSplit:
     def max_length(self, column: str) -> int:
         """The most pieces (``</s>`` included) a row of ``column`` can take in any epoch: each word's longest
         segmentation, summed (what a model's positions must cover)."""
-        longest = self._lattices[column].tables.longest()
+        longest = self._lattices[column].tables().longest()
         most = 0
         for rows in row_blocks(len(self), LENGTH_BLOCK):
             words = self.words.column_spans(column, rows)

@@ -42,6 +42,13 @@ from arrowmt._optional import require  # noqa: E402
 
 require("fairseq", "fairseq", "the fairseq plugin")
 
+import warnings  # noqa: E402
+
+from arrowmt.integrations._accelerator import PIN_WARNING, has_accelerator  # noqa: E402
+
+if not has_accelerator():  # fairseq's EpochBatchIterator always asks its DataLoader to pin; on a CPU that means nothing
+    warnings.filterwarnings("ignore", message=PIN_WARNING, category=UserWarning)
+
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig  # noqa: E402
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset  # noqa: E402
 from arrowmt.integrations.fairseq_plugin._lm_task import LanguageModelingArrowTask  # noqa: E402

@@ -646,6 +646,25 @@ def test_a_damaged_cache_source_is_refused_with_its_fix(
     assert f"delete {folder} and it is fetched again" in str(caught.value)
 
 
+def test_a_cached_index_deleted_or_damaged_is_fetched_again_and_reported(
+    url: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The node-local cache holds copies: a block index (or a dictionary) removed or damaged there is fetched again
+    the next time the corpus is opened, and said, never a failure of every later open."""
+    cache = tmp_path / "cache"
+    expected = arrowmt.open_dataset(corpus, "train")[7]["source"].tolist()
+    assert arrowmt.open_dataset(url, "train", cache_dir=cache)[7]["source"].tolist() == expected
+    [index] = cache.rglob("train.arrow.blocks")
+    [dictionary] = cache.rglob("dict.de.txt")
+    for damage in (index.unlink, lambda: index.write_bytes(index.read_bytes()[:100]), dictionary.unlink):
+        damage()
+        monkeypatch.setattr(_mirror, "_STORES", {})  # as a process that has not opened the folder yet
+        with caplog.at_level("WARNING"):
+            assert arrowmt.open_dataset(url, "train", cache_dir=cache)[7]["source"].tolist() == expected
+        assert "again into the cache" in caplog.text and "missing or damaged" in caplog.text
+        caplog.clear()
+
+
 def test_index_command_writes_missing_indexes(corpus: Path, tmp_path: Path) -> None:
     folder = tmp_path / "old"
     shutil.copytree(corpus, folder)

@@ -55,7 +55,7 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._optional import require
 from arrowmt.files import write_bytes_atomic
 from arrowmt.format import SOURCE, TARGET, TOKENS, SpecialIds
-from arrowmt.integrations._accelerator import has_accelerator
+from arrowmt.integrations.accelerators import has_accelerator
 from arrowmt.reading import Spans
 from arrowmt.training import GatheredBatch, GatheredBlocks, PlanSampler, as_tensor, check_padding, pad_rows, pad_shifted
 

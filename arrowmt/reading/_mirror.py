@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from arrowmt.storage import MIRROR_SOURCE, STATE_DIR, is_mirror
 
 if TYPE_CHECKING:  # loaded where a URL or a cache folder is read: a local reader never loads the block cache
     from arrowmt.storage import BlockFile, BlockStore, RemoteFolder
+
+logger = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "ARROWMT_CACHE_DIR"
 CACHE_LIMIT_ENV = "ARROWMT_CACHE_LIMIT"
@@ -89,6 +92,8 @@ def mirror(url: str, options: CacheOptions) -> Path:
     with exclusive_lock(folder.with_name(folder.name + ".lock")):
         if not (folder / MANIFEST_NAME).is_file():
             _lay_out(remote, folder, manifest, raw)
+        else:
+            _mend(remote, folder, manifest)
         _write_source(folder, remote.url, options.cache_limit)
     return folder
 
@@ -108,29 +113,56 @@ def _lay_out(remote: RemoteFolder, folder: Path, manifest: Manifest, raw: bytes)
                 "(object replaced or truncated since conversion)"
             )
     (folder / STATE_DIR).mkdir(parents=True, exist_ok=True)
-    small = [*manifest.dictionaries.values(), *manifest.side_file_names(), *(index_name(e.file) for e in entries)]
-    limit = sum(entry.size for entry in entries) + SIDE_SLACK  # a side file is smaller than the rows it describes
-    for name in small:
-        try:
-            size = remote.sizes([name])[name]
-        except StorageError as exc:
-            if name.endswith(".blocks"):
-                raise StorageError(
-                    f"{remote.url_of(name)}: no block index; write one with `arrowmt index FOLDER` on the local "
-                    "copy (conversions write it) and upload it beside the split file"
-                ) from exc
-            raise
-        if size > limit:
-            raise StorageError(
-                f"{remote.url_of(name)}: expected at most {limit} bytes (the split files hold "
-                f"{limit - SIDE_SLACK}), the store says {size}"
-            )
-        with atomic_output(folder / name) as handle:
-            remote.copy(name, handle, size)
+    for name in _small_files(manifest):
+        _fetch_small(remote, folder, manifest, name)
     for entry in entries:
         with open(folder / entry.file, "ab") as handle:
             handle.truncate(entry.size)
     write_bytes_atomic(folder / MANIFEST_NAME, raw)
+
+
+def _small_files(manifest: Manifest) -> list[str]:
+    """The files a cache folder holds whole: dictionaries, side files, block indexes."""
+    indexes = [index_name(entry.file) for entry in manifest.files.values()]
+    return [*manifest.dictionaries.values(), *sorted(manifest.side_file_names()), *indexes]
+
+
+def _mend(remote: RemoteFolder, folder: Path, manifest: Manifest) -> None:
+    """Fetch again, once, the whole files of a cache folder found missing, or (block indexes) damaged, and say so:
+    the cache holds copies, so it never fails for good on one of them."""
+    damaged = [name for name in _small_files(manifest) if not (folder / name).is_file()]
+    for entry in manifest.files.values():
+        name = index_name(entry.file)
+        try:
+            if name not in damaged:
+                read_block_index(folder / name, entry.size, entry.sha256)
+        except FormatError:
+            damaged.append(name)
+    for name in damaged:
+        logger.warning("fetching %s again into the cache %s: missing or damaged there", name, folder)
+        _fetch_small(remote, folder, manifest, name)
+
+
+def _fetch_small(remote: RemoteFolder, folder: Path, manifest: Manifest, name: str) -> None:
+    """Copy the whole object ``name`` of ``remote`` into ``folder`` (a side file: smaller than the rows it
+    describes)."""
+    limit = sum(entry.size for entry in manifest.files.values()) + SIDE_SLACK
+    try:
+        size = remote.sizes([name])[name]
+    except StorageError as exc:
+        if name.endswith(".blocks"):
+            raise StorageError(
+                f"{remote.url_of(name)}: no block index; write one with `arrowmt index FOLDER` on the local "
+                "copy (conversions write it) and upload it beside the split file"
+            ) from exc
+        raise
+    if size > limit:
+        raise StorageError(
+            f"{remote.url_of(name)}: expected at most {limit} bytes (the split files hold "
+            f"{limit - SIDE_SLACK}), the store says {size}"
+        )
+    with atomic_output(folder / name) as handle:
+        remote.copy(name, handle, size)
 
 
 def _write_source(folder: Path, url: str, limit: int | None) -> None:

@@ -44,7 +44,7 @@ require("fairseq", "fairseq", "the fairseq plugin")
 
 import warnings  # noqa: E402
 
-from arrowmt.integrations._accelerator import PIN_WARNING, has_accelerator  # noqa: E402
+from arrowmt.integrations.accelerators import PIN_WARNING, has_accelerator  # noqa: E402
 
 if not has_accelerator():  # fairseq's EpochBatchIterator always asks its DataLoader to pin; on a CPU that means nothing
     warnings.filterwarnings("ignore", message=PIN_WARNING, category=UserWarning)

@@ -519,3 +519,38 @@ def test_converters_change_nothing_before_publishing(
             convert(target)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging, no fresh folder
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # the point of the test
+def test_a_lock_released_by_a_thread_is_free_while_a_child_forked_meanwhile_lives(tmp_path: Path) -> None:
+    """A thread writes a cache file under its lock while a DataLoader forks its workers: the children share the
+    open lock file, so closing it alone would leave the lock held for as long as they live (the next epoch's
+    copy would wait forever). Releasing it explicitly frees it at once."""
+    import threading
+
+    from arrowmt.files import exclusive_lock
+
+    lock = tmp_path / "copy.lock"
+    held, done = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with exclusive_lock(lock):
+            held.set()
+            done.wait()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    held.wait()
+    child = os.fork()
+    if child == 0:  # a worker that lives on, holding a copy of the open lock file
+        time.sleep(3)
+        os._exit(0)
+    try:
+        done.set()
+        thread.join()
+        start = time.monotonic()
+        with exclusive_lock(lock):
+            assert time.monotonic() - start < 1
+    finally:
+        os.waitpid(child, 0)

@@ -384,6 +384,16 @@ def test_a_word_the_corpus_segments_otherwise_is_accepted_only_at_nearly_the_bes
             check_deterministic(best, model, own, np.array([0]), words)
 
 
+def test_lattices_over_sixteen_bit_nodes_are_found_exact_values() -> None:
+    """A BPE word's pool of many long forms can need more nodes than a ``uint16`` counts: such words are found (and
+    keep their corpus pieces) instead of wrapping."""
+    from arrowmt.testing import Edges, too_many_nodes
+
+    edges = Edges(np.array([0, 2, 2, 3]), pa.array(["a", "b", "c"]), np.array([0, 1, 0]), np.array([1, 70_000, 5]),
+                  np.zeros(3, dtype=np.float32))  # fmt: skip
+    assert too_many_nodes(edges).tolist() == [True, False, False]
+
+
 def test_row_sums_exact_values() -> None:
     assert row_sums(np.array([1, 2, 3, 4, 5]), np.array([2, 0, 3])).tolist() == [3, 0, 12]
     assert row_sums(np.array([True, False, True]), np.array([1, 2])).tolist() == [1, 1]

@@ -218,3 +218,12 @@ def placed(parts: list[tuple[np.ndarray, Edges]], words: int) -> Edges:
     first = np.append(exclusive_cumsum(counts), edge_rows.shape[0])
     return Edges(first, joined.pieces.take(pa.array(edge_rows)), joined.begin[edge_rows], joined.end[edge_rows],
                  joined.score[edge_rows])  # fmt: skip
+
+
+def too_many_nodes(edges: Edges) -> np.ndarray:
+    """Which words' lattices have more nodes than a ``uint16`` node id counts (bool per word)."""
+    per_word = np.diff(edges.first)
+    ends = np.zeros(per_word.shape[0], dtype=np.int64)
+    nonempty = per_word > 0
+    ends[nonempty] = np.maximum.reduceat(edges.end, edges.first[:-1][nonempty]) if edges.end.size else 0
+    return ends > MAX_NODES

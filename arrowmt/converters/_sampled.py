@@ -33,7 +33,15 @@ from arrowmt._arrays import row_blocks
 from arrowmt._checks import check_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._version import __version__
-from arrowmt.converters._lattices import Edges, concatenated, placed, pool_edges, unigram_edges
+from arrowmt.converters._lattices import (
+    MAX_NODES,
+    Edges,
+    concatenated,
+    placed,
+    pool_edges,
+    too_many_nodes,
+    unigram_edges,
+)
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._text import SentencePieceModel
 from arrowmt.files import progress_bar, write_side_file
@@ -351,9 +359,11 @@ def _lattice_table(
     if segmentation.sampler == LATTICE:
         drawn, kept = unigram_edges(strings.take(pa.array(sampled)), processor)
     else:
-        drawn, kept = _pools(processor, surfaces, segmentation, progress), np.zeros(sampled.shape[0], dtype=bool)
+        drawn = _pools(processor, surfaces, segmentation, progress)
+        kept = too_many_nodes(drawn)  # a long word's pool of many forms: its corpus pieces instead
     fixed = np.ones(word_ids.shape[0], dtype=bool)
     fixed[sampled[~kept]] = False
+    _refuse_long_chains(_select(own, fixed), strings.filter(pa.array(fixed)))
     symbols = pa.array(dictionary.symbols, pa.large_string())
     parts = [(word_ids[sampled[~kept]], _subset(drawn, np.flatnonzero(~kept))),
              (word_ids[fixed], Edges.chains(_select(own, fixed), symbols))]  # fmt: skip
@@ -365,6 +375,17 @@ def _lattice_table(
     ids = pieces.encode_tokens(table.pieces).astype(np.int32)
     return _ColumnTable(word_dict, pieces, Ragged(table.first, ids), table.begin.astype(np.uint16),
                         table.end.astype(np.uint16), table.score.astype(np.float32), vocabulary, tokens)  # fmt: skip
+
+
+def _refuse_long_chains(own: Ragged, words: pa.Array) -> None:
+    """InputDataError naming the first word kept as one path of more pieces than a lattice's nodes can count."""
+    long = np.flatnonzero(own.lengths() > MAX_NODES)
+    if long.size:
+        word = words[int(long[0])].as_py()
+        raise InputDataError(
+            f"corpus: the word {word[:40]!r}... takes {int(own.lengths()[long[0]])} pieces, expected at most "
+            f"{MAX_NODES} (a lattice's nodes are 16-bit): split such words before segmenting"
+        )
 
 
 def _subset(edges: Edges, words: np.ndarray) -> Edges:

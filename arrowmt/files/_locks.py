@@ -66,7 +66,7 @@ class OutputLock:
             return
         if _same_file(self.fd, self.path):
             self.path.unlink(missing_ok=True)
-        os.close(self.fd)
+        let_go(self.fd)
         self.fd = -1
 
 
@@ -138,4 +138,13 @@ def _folder_lock(folder: Path, operation: int) -> Iterator[None]:
             fcntl.flock(fd, operation)
         yield
     finally:
-        os.close(fd)
+        let_go(fd)
+
+
+def let_go(fd: int) -> None:
+    """Release the ``flock`` held through ``fd``, then close it. Explicitly: a process forked while the lock was held
+    (a DataLoader worker started while a thread writes a cache file) keeps the open file, and with it the lock, for
+    as long as it lives, unless the lock itself is released."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)

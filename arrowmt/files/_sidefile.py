@@ -77,6 +77,7 @@ from arrowmt.files._chunks import (
     table_bytes,
 )
 from arrowmt.files._kinds import not_regular_error
+from arrowmt.files._locks import let_go
 from arrowmt.io import advise
 
 logger = logging.getLogger(__name__)
@@ -444,7 +445,7 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        let_go(fd)
 
 
 def lock_path(path: Path) -> Path:

@@ -195,7 +195,7 @@ class Law:
             fraction = np.nan_to_num((running - before) / total, nan=0.0)
         threshold = np.minimum(np.round(fraction * float(_ONE)), float(_ONE)).astype(np.uint64)
         threshold[np.r_[heads[1:], share.shape[0]] - 1] = _ONE  # a node's last edge takes whatever is left
-        first = np.zeros(tables.nodes, dtype=tables.begin.dtype)
+        first = np.zeros(tables.nodes, dtype=np.int32 if share.shape[0] < 2**31 else np.int64)  # edge indices
         first[end[heads]] = heads
         return cls(threshold, tables.piece[order], tables.begin[order], first, tables.start, tables.final)
 

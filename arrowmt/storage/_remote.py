@@ -107,6 +107,14 @@ class RemoteFolder:
                 raise StorageError(f"{self.url_of(name)}: no such object (expected a file, found {info.type.name})")
         return {name: int(info.size) for name, info in zip(names, infos, strict=True)}
 
+    def exists(self, name: str) -> bool:
+        """Whether the object ``name`` exists; StorageError when the store cannot say (a failed request)."""
+        import pyarrow.fs as pafs
+
+        with _named(self.url, "list"):
+            [info] = interruptible(lambda: self.fs.get_file_info([f"{self.root}/{name}"]))
+        return info.type == pafs.FileType.File
+
     def read_into(self, name: str, start: int, out: memoryview) -> None:
         """Fill ``out`` with the bytes of object ``name`` from ``start``; StorageError when fewer come back."""
         handle = self._handle(name)

@@ -33,21 +33,13 @@ def stage(url: str, out: str | os.PathLike[str], *, overwrite: bool = False, pro
     target = local_output(out)
     manifest = _stage_folder(url, target, overwrite, progress)
     remote = RemoteFolder(url)
-    if not _has(remote, f"{Manifest.SAMPLED[0]}/{MANIFEST_NAME}"):
+    if not remote.exists(f"{Manifest.SAMPLED[0]}/{MANIFEST_NAME}"):
         for inner in Manifest.SAMPLED:  # an earlier corpus's: they would not match this one
             shutil.rmtree(target / inner, ignore_errors=True)
         return manifest
     for inner in Manifest.SAMPLED:
         _stage_folder(f"{remote.url.rstrip('/')}/{inner}", target / inner, True, progress)
     return manifest
-
-
-def _has(remote: RemoteFolder, name: str) -> bool:
-    try:
-        remote.sizes([name])
-    except StorageError:
-        return False
-    return True
 
 
 def _stage_folder(url: str, target: Path, overwrite: bool, progress: bool) -> Manifest:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.files import CheckedArray, SideFile, SideFormat, open_side_file
+from arrowmt.files import CheckedArray, SideFile, SideFormat, canonical_json, open_side_file
 from arrowmt.reading import Ragged, exclusive_cumsum
 from arrowmt.segments._bits import step_bits
 from arrowmt.splits import Split
@@ -42,8 +42,6 @@ _ONE = np.uint64(1 << 32)
 
 def record_digest(record: dict[str, object]) -> bytes:
     """What a lattice file records of the segmentation record (seed, alpha, model, ...) it was written with."""
-    from arrowmt.files import canonical_json
-
     return hashlib.sha256(canonical_json(record)).digest()
 
 

@@ -267,21 +267,31 @@ def fmt(value: float, key: str) -> str:
     return f"{value:+.1f} MiB"
 
 
+def side_arguments(args: argparse.Namespace, base: bool) -> argparse.Namespace:
+    """The options a side's runs get: the base side reads ``--base-data`` where it is given (its own conversion of
+    the same rows, when the split format changed between the two commits)."""
+    data = args.base_data if base and args.base_data else args.data
+    return argparse.Namespace(**{**vars(args), "data": data})
+
+
 def run(args: argparse.Namespace) -> int:
     sides = [side_code(args.base), side_code(args.head)]
     labels = [label for label, _ in sides]
-    warm(args, sides)
+    options = {labels[0]: side_arguments(args, True), labels[1]: side_arguments(args, False)}
+    for label, code in sides:
+        warm(options[label], [(label, code)])
     runs: dict[str, dict[str, list[dict]]] = {name: {label: [] for label in labels} for name in args.measures}
     for k in range(args.repeat):
         for name in args.measures:
             for label, code in sides if k % 2 == 0 else sides[::-1]:
-                result = run_one(code, label, name, args)
+                result = run_one(code, label, name, options[label])
                 runs[name][label].append(result)
                 print(f"{name} {label}: {json.dumps(result)}", file=sys.stderr, flush=True)
     header = {
         "base": labels[0],
         "head": labels[1],
         "data": str(args.data),
+        "base_data": str(args.base_data or args.data),
         "repeat": args.repeat,
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
@@ -330,6 +340,7 @@ def main() -> int:
     r.add_argument("--base", required=True, help="a commit")
     r.add_argument("--head", default=".", help="a commit, or . for this checkout as it is")
     r.add_argument("--repeat", type=int, default=2)
+    r.add_argument("--base-data", type=Path, help="the base side's corpus folder (default --data): its own conversion")
     r.add_argument("--measures", nargs="+", default=["epoch", "mixture"], choices=MEASURES)
     r.add_argument("--json", type=Path, help="also write every run and the table here")
     one = sub.add_parser("one", parents=[both], help="one run in this process (what run starts)")

@@ -43,7 +43,8 @@ By default this converts the Multi30k de-en sample shipped with arrowmt
 (`arrowmt/sample_data/multi30k`) into a temporary folder. To look at your own data, set
 `ARROWMT_NOTEBOOK_DATA` before starting Jupyter to any arrowmt folder (one language pair,
 several pairs, or monolingual) or to a view file written by `arrowmt filter`, and optionally
-`ARROWMT_NOTEBOOK_SPLIT` (default `train`, or the first pair's `train.<src>-<tgt>`). Nothing
+`ARROWMT_NOTEBOOK_SPLIT` (default `train`, or the first pair's `train.<src>-<tgt>`); a relative path
+is taken from the folder Jupyter was started in. Nothing
 is written into the corpus: the filters, batch plans and blocks tried below go to a
 temporary folder. With `ARROWMT_NOTEBOOK_FIGURES=DIR` every figure is also saved as a PNG file
 in `DIR` (`lengths.png`, `splits.png`, ...), for reports and headless runs.
@@ -81,7 +82,17 @@ plt.rcParams.update({
 PERCENT = FuncFormatter(lambda v, _: f"{100 * v:.4g}%")  # shares as percent, on linear and log axes alike
 
 
-FIGURES = os.environ.get("ARROWMT_NOTEBOOK_FIGURES")  # a folder: every figure is also saved there as NAME.png
+def given_path(variable: str) -> Path | None:
+    \"\"\"The path in environment variable ``variable`` (None: unset). A relative one is taken from the folder Jupyter
+    was started in (the shell's ``PWD``), as the shell that set it meant: the kernel itself runs in notebooks/.\"\"\"
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else Path(os.environ.get("PWD") or os.getcwd()) / path
+
+
+FIGURES = given_path("ARROWMT_NOTEBOOK_FIGURES")  # a folder: every figure is also saved there as NAME.png
 
 
 def show(fig: plt.Figure, name: str) -> None:
@@ -90,15 +101,15 @@ def show(fig: plt.Figure, name: str) -> None:
     fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
     if FIGURES:
-        Path(FIGURES).mkdir(parents=True, exist_ok=True)
-        (Path(FIGURES) / f"{name}.png").write_bytes(buffer.getvalue())
+        FIGURES.mkdir(parents=True, exist_ok=True)
+        (FIGURES / f"{name}.png").write_bytes(buffer.getvalue())
     display(Image(data=buffer.getvalue(), format="png"))
 
 
 print("arrowmt", arrowmt.__version__)"""
 
 OPEN = """\
-DATA = os.environ.get("ARROWMT_NOTEBOOK_DATA")
+DATA = given_path("ARROWMT_NOTEBOOK_DATA")
 SPLIT = os.environ.get("ARROWMT_NOTEBOOK_SPLIT")
 _WORKDIR = tempfile.TemporaryDirectory(prefix="arrowmt-notebook-")  # removed with the kernel
 WORKDIR = Path(_WORKDIR.name)
@@ -111,14 +122,14 @@ def default_split(manifest: arrowmt.Manifest) -> str:
     return next((name for name in wanted if name in names), names[0])
 
 
-VIEW = bool(DATA) and Path(DATA).is_file()
+VIEW = DATA is not None and DATA.is_file()
 if VIEW:  # a view file written by `arrowmt filter` / arrowmt.build_view
     data = arrowmt.open_view(DATA)
     CORPUS, SPLIT = data.path, data.split
     print(f"view {DATA}: {len(data)} of the {len(data.corpus)} rows of split {SPLIT!r} of {CORPUS}")
 else:
     if DATA:
-        CORPUS = Path(DATA)
+        CORPUS = DATA
         print("corpus", CORPUS)
     else:
         SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"

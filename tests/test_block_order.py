@@ -121,9 +121,12 @@ def test_other_batching_options_read_the_same_batches_from_the_copy_with_a_warni
     warned = [r.getMessage() for r in caplog.records if "another plan" in r.getMessage()]
     assert len(warned) == 1 and "max_tokens=512 (asked 256), required_batch_size_multiple=1 (asked 8)" in warned[0]
     assert "seed=3 (asked 5)" in warned[0] and str(copies["none"]) in warned[0]
+    out = (
+        f"{copies['none']}-max-tokens256-required-batch-size-multiple8-seed5"  # beside the copy, named by what changed
+    )
     assert warned[0].endswith(
-        "from the original: arrowmt order CORPUS OUT --sample-break-mode none --tokens-per-sample 32 --max-tokens 256 "
-        "--required-batch-size-multiple 8 --seed 5"
+        f"from the original: arrowmt order {corpus.resolve()} {out} --sample-break-mode none --tokens-per-sample 32 "
+        "--max-tokens 256 --required-batch-size-multiple 8 --seed 5"
     )
     caplog.clear()
     with caplog.at_level(logging.WARNING):

@@ -47,18 +47,21 @@ def load_generator() -> ModuleType:
 GENERATOR = load_generator()
 
 
-def notebook_env(data: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ARROWMT_NOTEBOOK_")}
-    if data is not None:
-        env["ARROWMT_NOTEBOOK_DATA"] = str(data)
-    return env
+def notebook_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("ARROWMT_NOTEBOOK_")}
 
 
 def run_on(data: Path) -> Any:
-    """The notebook executed on ``data`` (a folder or a view file), with nothing written next to it."""
+    """The notebook executed on ``data`` (a folder or a view file), with nothing written next to it. ``data`` is
+    given as a shell user writes it, relative to the folder Jupyter was started in (``PWD``; the kernel runs in
+    notebooks/, where that relative path names nothing)."""
     folder = data if data.is_dir() else data.parent.parent
     before = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
-    nb = GENERATOR.execute(GENERATOR.build_notebook(), notebook_env(data))
+    started_in = folder.parent
+    relative = data.relative_to(started_in)
+    assert not (NOTEBOOKS / relative).exists()
+    env = {**notebook_env(), "ARROWMT_NOTEBOOK_DATA": str(relative), "PWD": str(started_in)}
+    nb = GENERATOR.execute(GENERATOR.build_notebook(), env)
     assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before  # no plan, view or cache there
     return nb
 
@@ -135,9 +138,11 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
         pytest.skip("jupyter nbconvert is not installed (pip install 'arrowmt[notebook]')")
     out = tmp_path_factory.mktemp("nbconvert")
     command = [str(jupyter), "nbconvert", "--to", "notebook", "--execute", str(NOTEBOOK), "--output-dir", str(out)]
-    env = {**notebook_env(), "ARROWMT_NOTEBOOK_FIGURES": str(figures_folder(tmp_path_factory))}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    figures = figures_folder(tmp_path_factory)  # named relative to the folder nbconvert is run in, as in the docs
+    env = {**notebook_env(), "ARROWMT_NOTEBOOK_FIGURES": figures.name, "PWD": str(figures.parent)}
+    done = subprocess.run(command, env=env, cwd=figures.parent, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not (NOTEBOOKS / figures.name).exists()  # not taken from the kernel's folder
     return nbformat.read(out / NOTEBOOK.name, as_version=4)
 
 

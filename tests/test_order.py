@@ -138,7 +138,7 @@ def test_the_copy_serves_the_plan_it_is_stored_by(ordered: Path, monkeypatch: py
 
 
 def test_another_plan_of_the_copy_is_built_with_a_warning_naming_what_differs(
-    ordered: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    corpus: Path, ordered: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A plan other than the copy's (here another seed) is built as for any corpus, and a warning says which options
     differ from the copy's: the copy then reads no faster than the corpus."""
@@ -147,7 +147,11 @@ def test_another_plan_of_the_copy_is_built_with_a_warning_naming_what_differs(
         plan = load_plan(copy, params(seed=4), tmp_path)
     assert not isinstance(plan, StoredPlan) and len(caplog.records) == 1
     assert f"{ordered}: split 'train' is stored in the order of another plan (seed=3 (asked 4))" in caplog.text
-    command = f"arrowmt order CORPUS OUT --max-tokens {MAX_TOKENS} --required-batch-size-multiple 1 --seed 4"
+    original = Path(arrowmt.Manifest.load(ordered).provenance["copied_from"])
+    assert original.samefile(corpus)  # the copy names its original: the command is ready to run
+    command = (
+        f"arrowmt order {original} {ordered}-seed4 --max-tokens {MAX_TOKENS} --required-batch-size-multiple 1 --seed 4"
+    )
     assert caplog.records[0].getMessage().endswith(f"make a copy with these options from the original: {command}")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="arrowmt.copies.stored._stored_plan"):

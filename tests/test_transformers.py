@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import json
 import sys
 import warnings
@@ -265,6 +266,10 @@ def test_a_model_sharing_its_embeddings_is_refused_on_two_dictionaries(tmp_path:
 
     with pytest.raises(InvalidParameterError, match=r"model: shares one embedding .* \(\d+ source and \d+ target"):
         trainer()
+    shared = trainer(share_encoder_decoder_embeddings=False).model
+    shared.config.share_encoder_decoder_embeddings = True  # as a model that shares them says
+    with pytest.raises(InvalidParameterError, match=r"model: shares one embedding"):  # a collater for one's own loop
+        hf.TransformersCollater.for_model(ds, shared)
     assert trainer(share_encoder_decoder_embeddings=False).train_dataset is ds
 
 
@@ -356,6 +361,25 @@ def test_evaluation_on_an_arrowmt_split_with_the_trainers_defaults(parallel: Pat
     assert trainer.args.dataloader_pin_memory == hf.has_accelerator()
     metrics = trainer.evaluate()
     assert np.isfinite(metrics["eval_loss"])
+
+
+def test_samples_per_second_counts_the_rows_trained_on(parallel: Path, tmp_path: Path) -> None:
+    """``train_samples_per_second`` and the total batch size count rows of token batches (the plan's mean rows a
+    batch, times accumulation), not ``per_device_train_batch_size``: within a quarter of the rows trained on."""
+    ds = open_dataset(parallel, "train")
+    sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=5, prefetch=0)
+    args = _arguments(tmp_path / "out", max_steps=6, gradient_accumulation_steps=2, save_strategy="no")
+    trainer = hf.ArrowMTSeq2SeqTrainer(model=_tiny_marian(parallel), args=args, train_dataset=ds, batch_sampler=sampler)
+    per_batch = sampler.plan.samples / len(sampler.plan)
+    assert trainer.get_total_train_batch_size(args) == round(2 * per_batch)
+    assert abs(2 * per_batch - 2 * args.per_device_train_batch_size) > per_batch / 2  # the Trainer's own count is off
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        output = trainer.train()
+    sampler.set_epoch(1)
+    trained = sum(len(batch) for batch in itertools.islice(iter(sampler), 12))
+    counted = output.metrics["train_samples_per_second"] * output.metrics["train_runtime"]
+    assert abs(counted - trained) < trained / 4
 
 
 def test_wrong_sampler_world_and_checkpoint_are_refused(parallel: Path, tmp_path: Path) -> None:

@@ -432,16 +432,10 @@ def load_block_plan(
     mapped from ``folder``, else built once."""
     stored = table.stored_plan
     if stored is not None and stored != params.key_fields():  # a copy's (its code loaded only for one)
-        from arrowmt.copies.stored import changed_fields, order_command
+        from arrowmt.copies.stored import other_block_plan
 
-        _, pairs = changed_fields(stored, params.key_fields())
-        logger.warning(
-            "%s: stores LM blocks in the order of another plan (%s): the same batches, read as blocks spread over "
-            "the copy; make a copy with these options from the original: %s",
-            where,
-            pairs,
-            order_command({**blocks.key_fields(), **params.key_fields()}),
-        )
+        fields = {**blocks.key_fields(), **params.key_fields()}
+        logger.warning("%s", other_block_plan(where, Path(table.path), stored, fields))
     key = plan_key({"block_table": table.key, "block_count": len(table), **params.key_fields()})
     plan = load_or_build_plan(folder, key, len(table), lambda: build_block_plan(table, params))
     if plan.built:

@@ -18,7 +18,14 @@ import numpy as np
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.converters import OutputFolder, column
-from arrowmt.copies.stored import ORDERED_BY_KEY, order_marker, order_name, refuse_stored_order, write_row_order
+from arrowmt.copies.stored import (
+    COPIED_FROM_KEY,
+    ORDERED_BY_KEY,
+    order_marker,
+    order_name,
+    refuse_stored_order,
+    write_row_order,
+)
 from arrowmt.format import ROW_ORDER_KEY, Dictionary, Manifest
 from arrowmt.reading import PIECE_ROWS, STRETCH_PIECE_ROWS, Ragged
 from arrowmt.splits import Split
@@ -113,7 +120,8 @@ def write_copy(
             folder.write(
                 name, _columns(data, sources, folder), data.special_ids, pieces, marker if name == split else None
             )
-        folder.manifest.provenance = {**source_manifest.provenance, **side(folder.path)}
+        copied_from = {COPIED_FROM_KEY: str(Path(corpus).resolve())}
+        folder.manifest.provenance = {**source_manifest.provenance, **copied_from, **side(folder.path)}
         return folder.finish()
 
 

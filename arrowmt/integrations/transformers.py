@@ -91,6 +91,24 @@ class TransformersCollater:
     label_pad_token_id: int = LABEL_PAD
     pad_to_multiple_of: int = 1
 
+    @classmethod
+    def for_model(cls, dataset: Any, model: Any, **options: Any) -> TransformersCollater:
+        """The collater of the arrowmt ``dataset`` (its special ids) for ``model``: an encoder-decoder's
+        ``config.decoder_start_token_id``; a model sharing one embedding between source and target is refused when
+        ``dataset`` has two dictionaries (:func:`check_shared_embeddings`). The trainers' default ``data_collator``;
+        ``options``: the other fields."""
+        special_ids = getattr(dataset, "special_ids", None)
+        if not isinstance(special_ids, SpecialIds):
+            raise InvalidParameterError(
+                "train_dataset: expected an arrowmt dataset (open_dataset or open_blocks: it knows its special ids), "
+                f"got {type(dataset).__name__}; or pass data_collator=TransformersCollater(...)"
+            )
+        check_shared_embeddings(model, dataset)
+        config = getattr(model, "config", None)
+        start = getattr(config, "decoder_start_token_id", None)
+        encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        return cls(special_ids, decoder_start_token_id=start if encoder_decoder else None, **options)
+
     def __post_init__(self) -> None:
         check_padding(self.special_ids, self.pad_to_multiple_of)
         check_optional_integer("decoder_start_token_id", self.decoder_start_token_id, 0)
@@ -177,6 +195,11 @@ class TrainerBatches(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return self.length
+
+    def rows_per_batch(self) -> float:
+        """The mean rows of a batch of the sampler's current plan (every rank's batches together)."""
+        plan = self.sampler.plan
+        return plan.samples / max(len(plan), 1)
 
     def set_epoch(self, epoch: int) -> None:
         """The Trainer's epoch ``epoch`` (from 0): its first starts the sampler's epoch 1 afresh, unless a state was
@@ -322,6 +345,13 @@ class _ArrowMTBatches:
         if self.args.dataloader_pin_memory and not has_accelerator():  # type: ignore[attr-defined]
             self.args.dataloader_pin_memory = False  # type: ignore[attr-defined]
 
+    def get_total_train_batch_size(self, args: Any) -> int:
+        """Rows a step trains on, every process and accumulated batch together: the Trainer counts
+        ``per_device_train_batch_size`` rows a batch (its ``train_samples_per_second`` and "Total train batch size"
+        come from this); an arrowmt batch holds a token budget, its rows are the plan's mean."""
+        batches_a_step = super().get_total_train_batch_size(args) // max(self._train_batch_size, 1)  # type: ignore[misc]
+        return max(round(self._batches.rows_per_batch() * batches_a_step), 1)
+
     def _get_collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any:
         """The collater as it is: arrowmt's rows are not `datasets` rows, and its collaters make exactly the model's
         inputs, so the Trainer's column-removing wrapper (``remove_unused_columns``) has nothing to remove."""
@@ -378,16 +408,8 @@ class _ArrowMTBatches:
 
 
 def default_collater(dataset: Dataset | None, model: Any) -> TransformersCollater:
-    """A :class:`TransformersCollater` with the dataset's special ids and the model's decoder start."""
-    special_ids = getattr(dataset, "special_ids", None)
-    if not isinstance(special_ids, SpecialIds):
-        raise InvalidParameterError(
-            "train_dataset: expected an arrowmt dataset (open_dataset or open_blocks: it knows its special ids), "
-            f"got {type(dataset).__name__}; or pass data_collator=TransformersCollater(...)"
-        )
-    start = getattr(getattr(model, "config", None), "decoder_start_token_id", None)
-    encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
-    return TransformersCollater(special_ids, decoder_start_token_id=start if encoder_decoder else None)
+    """The trainers' default ``data_collator``: :meth:`TransformersCollater.for_model`."""
+    return TransformersCollater.for_model(dataset, model)
 
 
 class ArrowMTTrainer(_ArrowMTBatches, _transformers.Trainer):  # type: ignore[misc]

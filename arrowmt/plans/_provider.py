@@ -24,6 +24,11 @@ class Plan(Protocol):
 
     def __len__(self) -> int: ...
 
+    @property
+    def samples(self) -> int:
+        """Sample indices in the plan, all batches together."""
+        ...
+
     def batch(self, b: int) -> np.ndarray: ...
 
 
@@ -77,6 +82,10 @@ class ShiftedPlan:
 
     def __len__(self) -> int:
         return len(self.plan)
+
+    @property
+    def samples(self) -> int:
+        return self.plan.samples
 
     def batch(self, b: int) -> np.ndarray:
         return _shifted(self.plan.batch(b), self.shift)

@@ -33,7 +33,15 @@ if TYPE_CHECKING:
         write_row_order,
     )
     from arrowmt.copies.stored._stored_order import BLOCKS, ROWS, block_order_of, refuse_stored_order, row_translator
-    from arrowmt.copies.stored._stored_plan import StoredPlan, changed_fields, order_command, ordered_by, stored_plan
+    from arrowmt.copies.stored._stored_plan import (
+        COPIED_FROM_KEY,
+        StoredPlan,
+        changed_fields,
+        order_command,
+        ordered_by,
+        other_block_plan,
+        stored_plan,
+    )
     from arrowmt.copies.stored._stretches import stored_copy, stretch_ranges
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

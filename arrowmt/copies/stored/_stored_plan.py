@@ -18,6 +18,7 @@ two.
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,8 +26,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from arrowmt._errors import FormatError
+from arrowmt.copies.stored._block_order import block_orders
 from arrowmt.copies.stored._row_order import ORDERED_BY_KEY, RowOrder, open_row_order
 from arrowmt.files import check_batch_offsets, check_contents, checked_batch
+from arrowmt.format import Manifest
 from arrowmt.io import WordRanges
 from arrowmt.reading import FileIdentity, indices_within
 
@@ -143,28 +146,56 @@ def stored_plan(dataset: Copy, fields: Mapping[str, object], key: str) -> Stored
 
 def other_plan(dataset: Copy, stored: object, fields: Mapping[str, object]) -> str:
     """Why the plan asked for is built instead of read from the copy: the fields that differ, stored vs asked."""
-    _, pairs = changed_fields(stored if isinstance(stored, dict) else {}, fields)
+    differ, pairs = changed_fields(stored if isinstance(stored, dict) else {}, fields)
     return (
         f"{dataset.path}: split {dataset.split!r} is stored in the order of another plan ({pairs}): its batches are "
         f"planned anew and read as rows spread over the copy; make a copy with these options from the original: "
-        f"{order_command(fields, dataset.split)}"
+        f"{remake_command(dataset.manifest.provenance, dataset.path, fields, differ, dataset.split)}"
     )
 
 
 FLAGS = {"break_mode": "--sample-break-mode"}  # fields whose `arrowmt order` option is not named after them
 NO_OPTION = ("plan_version", "reverse")  # recorded fields that no option sets
+COPIED_FROM_KEY = "copied_from"  # provenance key of a copy: the folder it was made from, as given (shown, never opened)
 
 
-def order_command(fields: Mapping[str, object], split: str = "train") -> str:
-    """The ``arrowmt order`` command that stores ``split`` of a corpus in the order of the plan of ``fields``
-    (batching options, and a copy of LM blocks' block options), with CORPUS and OUT to fill in."""
-    words = ["arrowmt order CORPUS OUT", *([f"--split {split}"] if split != "train" else [])]
+def order_command(fields: Mapping[str, object], split: str = "train", corpus: str = "CORPUS", out: str = "OUT") -> str:
+    """The ``arrowmt order`` command that stores ``split`` of ``corpus`` in ``out`` in the order of the plan of
+    ``fields`` (batching options, and a copy of LM blocks' block options)."""
+    words = [f"arrowmt order {shlex.quote(corpus)} {shlex.quote(out)}"]
+    words += [f"--split {split}"] if split != "train" else []
     for name, value in fields.items():
         if name in NO_OPTION or value is None or value is False:
             continue
         flag = FLAGS.get(name, "--" + name.replace("_", "-"))
         words.append(flag if value is True else f"{flag} {value}")
     return " ".join(words)
+
+
+def remake_command(
+    provenance: Mapping[str, object], copy: Path, fields: Mapping[str, object], differ: list[str], split: str
+) -> str:
+    """The ``arrowmt order`` command that makes, from the original of ``copy`` (its provenance names it; CORPUS
+    where it does not), a copy beside it stored by the plan of ``fields`` (``differ``: the fields that changed,
+    which name it)."""
+    original = provenance.get(COPIED_FROM_KEY)
+    named = "-".join(f"{name}{'' if fields.get(name) is True else fields.get(name)}" for name in differ)
+    out = copy.with_name(f"{copy.name}-{named.replace('_', '-')}" if named else f"{copy.name}-2")
+    return order_command(fields, split, original if isinstance(original, str) and original else "CORPUS", str(out))
+
+
+def other_block_plan(where: str, table: Path, stored: Mapping[str, object], fields: Mapping[str, object]) -> str:
+    """Why a plan of LM blocks other than the one the copy's block table ``table`` is stored by is built: the fields
+    that differ, and the command that makes a copy for ``fields`` (block and batching options)."""
+    differ, pairs = changed_fields(stored, {k: v for k, v in fields.items() if k in stored})
+    copy = table.parent
+    manifest = Manifest.load(copy)
+    split = next((name for name, entry in block_orders(manifest).items() if entry.get("file") == table.name), "train")
+    return (
+        f"{where}: stores LM blocks in the order of another plan ({pairs}): the same batches, read as blocks spread "
+        "over the copy; make a copy with these options from the original: "
+        f"{remake_command(manifest.provenance, copy, fields, differ, split)}"
+    )
 
 
 def changed_fields(stored: Mapping[str, object], asked: Mapping[str, object]) -> tuple[list[str], str]:

@@ -47,6 +47,14 @@ class TranslationArrowConfig(TranslationConfig):
         default=None,
         metadata={"help": SPM_ALPHA_HELP},
     )
+    arrow_order_copy: str = field(
+        default="",
+        metadata={
+            "help": "write a copy of the data folder to this folder with the training split stored in the order "
+            "this command's batches read it (arrowmt order with every batching option of the command), then exit; "
+            "train on it with the same command, --data set to the copy"
+        },
+    )
     arrow_cache_dir: str = field(
         default="",
         metadata={"help": CACHE_DIR_HELP},

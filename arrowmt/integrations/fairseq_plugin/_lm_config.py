@@ -9,6 +9,7 @@ annotations at run time, so this module must not use postponed annotations
 from dataclasses import dataclass, field, fields
 
 from fairseq.tasks.language_modeling import LanguageModelingConfig
+from omegaconf import II
 
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 
@@ -26,8 +27,10 @@ class LanguageModelingArrowConfig(LanguageModelingConfig):
         default=_SHARED["arrow_plan_cache_dir"].default, metadata=_SHARED["arrow_plan_cache_dir"].metadata
     )
     arrow_prefetch: int = field(default=_SHARED["arrow_prefetch"].default, metadata=_SHARED["arrow_prefetch"].metadata)
+    arrow_order_copy: str = field(default="", metadata=_SHARED["arrow_order_copy"].metadata)
     arrow_cache_dir: str = field(default="", metadata=_SHARED["arrow_cache_dir"].metadata)
     arrow_cache_limit: str = field(default="", metadata=_SHARED["arrow_cache_limit"].metadata)
     rebuild_batches: bool = field(
         default=_SHARED["rebuild_batches"].default, metadata=_SHARED["rebuild_batches"].metadata
     )
+    train_subset: str = II("dataset.train_subset")  # the split --arrow-order-copy copies

@@ -33,6 +33,7 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 )
 from arrowmt.integrations.fairseq_plugin._lm_config import LanguageModelingArrowConfig
 from arrowmt.integrations.fairseq_plugin._lm_dataset import ArrowBlocksLMDataset
+from arrowmt.integrations.fairseq_plugin._order_copy import write_block_order_copy
 from arrowmt.integrations.fairseq_plugin._task import _check_dictionary, _data_paths, is_sharded
 from arrowmt.splits import Split
 from arrowmt.training import BlockDataset
@@ -117,6 +118,9 @@ class LanguageModelingArrowTask(LanguageModelingTask):
         if not isinstance(dataset, ArrowBlocksLMDataset):
             return super().get_batch_iterator(dataset, *args, **kwargs)
         opts = IteratorOptions(*args, **kwargs)
+        if self.args.arrow_order_copy and dataset is self.datasets.get(self.args.train_subset):
+            spec = block_batch_spec(opts, opts.seed + opts.epoch)
+            write_block_order_copy(self.args, dataset.blocks, spec, _data_paths(self.args))
         loader = loader_options(self.args)
         make_batches = PlannedBlockBatches(opts, loader.cache_dir)
         return cached_iterator(self, dataset, opts, lambda: batch_iterator(dataset, opts, loader, make_batches))

@@ -33,6 +33,7 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 )
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
+from arrowmt.integrations.fairseq_plugin._order_copy import write_order_copy
 from arrowmt.reading import local_folder
 from arrowmt.segments import BUILD_HINT, FORMS_DIR, check_segmentation, sampled_folder
 from arrowmt.splits import mismatch_error
@@ -148,6 +149,8 @@ class TranslationArrowTask(TranslationTask):
         if not isinstance(dataset, ArrowPairDataset):
             return super().get_batch_iterator(dataset, *args, **kwargs)
         opts = IteratorOptions(*args, **kwargs)
+        if self.cfg.arrow_order_copy and dataset is self.datasets.get(self.cfg.train_subset):
+            write_order_copy(self.cfg, dataset, opts, _data_paths(self.cfg))
         loader = loader_options(self.cfg)
         if isinstance(dataset.arrow, ArrowMTSampledDataset):  # a plan per epoch, from that epoch's samples
             loader, make = replace(loader, rebuild_batches=True), SampledBatches(opts, None)

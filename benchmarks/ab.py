@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE))
 from bench_cold import budgeted  # noqa: E402
 
 MEASURES = ("epoch", "workers", "workers0", "loader", "mixture", "lm", "cold", "cold-ordered")
-HIGHER_IS_BETTER = {"tokens_per_s": True, "setup_s": False, "rss_anon_batches": False, "rss_anon_setup": False}
+HIGHER_IS_BETTER = {"tokens_per_s": True, "tokens_per_cpu_s": True, "setup_s": False, "rss_anon_batches": False, "rss_anon_setup": False}
 DIGEST_BATCHES = 8
 
 
@@ -152,6 +152,7 @@ def measure(args: argparse.Namespace) -> dict:
     h = hashlib.sha256()
     tokens = batches = 0
     started = time.perf_counter()
+    cpu_started = time.process_time()
     for batch in batches_iter:
         if batches < DIGEST_BATCHES:
             digest(h, batch)
@@ -160,12 +161,14 @@ def measure(args: argparse.Namespace) -> dict:
         if limit and batches >= limit:
             break
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     return {
         "measure": args.measure,
         "batches": batches,
         "tokens": tokens,
         "seconds": elapsed,
         "tokens_per_s": tokens / elapsed,
+        "tokens_per_cpu_s": tokens / cpu,
         "setup_s": setup_s,
         "rss_anon_setup": after_setup - base,
         "rss_anon_batches": rss_anon_mib() - base,
@@ -260,7 +263,7 @@ def summarize(runs: dict[str, dict[str, list[dict]]], labels: list[str]) -> list
 
 
 def fmt(value: float, key: str) -> str:
-    if key == "tokens_per_s":
+    if key.startswith("tokens_per"):
         return f"{value / 1e6:.2f}M"
     if key == "setup_s":
         return f"{value:.2f} s"

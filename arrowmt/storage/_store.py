@@ -10,7 +10,9 @@ nothing used unverified. A block another process (or an earlier run) left presen
 against its CRC-32 the first time this process reads that generation of it: a block damaged on
 disk, or marked present without its bytes (state and data are not written in order), is dropped
 and fetched again, with a warning. When the cache would pass ``limit`` bytes, the present blocks
-whose next use in the plan is furthest away (unknown first) are freed (hole punched);
+whose next use in the plan is furthest away (unknown first) are freed (hole punched); the limit bounds the whole
+folder: what it holds beside the blocks (block indexes, dictionaries, state, cached plans) leaves that much less
+room for blocks;
 blocks of the index's pinned ranges (headers, offsets) are never freed. Readers guard
 each copy with the blocks' generations (:mod:`arrowmt.storage._state`).
 """
@@ -103,6 +105,7 @@ class BlockStore:
         self._locks = os.open(folder / STATE_DIR / "blocks.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._fds = [os.open(folder / f.name, os.O_RDWR | os.O_CLOEXEC) for f in self.files]
         self.workers = workers
+        self.overhead = self._other_bytes()  # what the folder holds beside the blocks: counted against the limit
         self._start_threads()
         _LIVE.add(self)
         self.now = 0  # batches handed out by this process's samplers (the clock of planned uses)
@@ -133,6 +136,17 @@ class BlockStore:
 
     def used_bytes(self) -> int:
         return int(np.count_nonzero(self.state.present)) * self.block_size
+
+    def capacity(self) -> int:
+        """The blocks the limit leaves room for: the limit less what the folder holds beside the blocks (the
+        corpus's block indexes, dictionaries and side files, the cache's state, plans cached there)."""
+        assert self.limit is not None
+        return max(self.limit - self.overhead, 0) // self.block_size
+
+    def _other_bytes(self) -> int:
+        """Bytes on disk of every file of the folder but the blocks of the cached split files."""
+        cached = {self.folder / f.name for f in self.files}
+        return sum(p.stat().st_blocks * 512 for p in self.folder.rglob("*") if p not in cached and p.is_file())
 
     # ------------------------------------------------------------ reading
 
@@ -423,7 +437,7 @@ class BlockStore:
         than the one fetched stays); with ``step`` unknown (None), only blocks no plan step needs.
         """
         with self._evicting:
-            room = count if self.limit is None else self._room(count, self.limit, self._kept_until(required, step))
+            room = count if self.limit is None else self._room(count, self._kept_until(required, step))
             room = count if required else room
             self._reserved += room
             return room
@@ -434,8 +448,8 @@ class BlockStore:
             return self.now + PROTECTED_STEPS
         return NO_USE - 1 if step is None else max(step, self.now + PROTECTED_STEPS)
 
-    def _room(self, count: int, limit: int, kept_until: int) -> int:
-        capacity = limit // self.block_size
+    def _room(self, count: int, kept_until: int) -> int:
+        capacity = self.capacity()
         excess = int(np.count_nonzero(self.state.present)) + self._reserved + count - capacity
         if excess > 0:  # on one thread: its arrays (a few MB) are then kept by one malloc arena, not one per fetcher
             self._evictor.submit(self._make_room, excess, capacity, kept_until).result()
@@ -444,14 +458,18 @@ class BlockStore:
 
     def _make_room(self, excess: int, capacity: int, kept_until: int) -> None:
         """Free ``excess`` blocks and a little more, so that freeing (a pass over the cache) is rare."""
+        self.overhead = self._other_bytes()  # plans or copies cached there since: the next admits see them
         target = excess + capacity // EVICT_SLACK
         freed = self._free(self._victims(kept_until, 2 * target), target)
         if freed < target:  # many of the furthest are being fetched or read: look at them all
             freed += self._free(self._victims(kept_until, None), target - freed)
         if freed < excess and not self._warned:
             self._warned = True
-            message = "%s: cache over its limit of %d bytes: the blocks needed now do not fit"
-            logger.warning(message, self.remote.url, self.limit)
+            message = (
+                "%s: cache over its limit of %d bytes (%d of them its index, state and small files): the blocks "
+                "needed now do not fit"
+            )
+            logger.warning(message, self.remote.url, self.limit, self.overhead)
 
     def _free(self, victims: np.ndarray, target: int) -> int:
         """Free ``victims`` in order until ``target`` are freed; how many were."""

@@ -9,6 +9,7 @@ yield the same collated batches, epoch after epoch, on every rank. Real
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -307,3 +308,26 @@ def test_shuffle_window_refuses_batches_fixed_to_gpus(plugin: ModuleType, native
         with pytest.raises(InvalidParameterError, match="fix_batches_to_gpus: expected False"):
             itr.next_epoch_itr(shuffle=True, fix_batches_to_gpus=True)
     assert unshuffled_epoch(task) == unshuffled_epoch(make_task(plugin, native_corpus))
+
+
+def test_workers_are_advised_against_once(
+    plugin: ModuleType, native_corpus: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fairseq-train's default ``--num-workers 1`` gets one warning naming ``--num-workers 0`` (a worker's hand-over
+    costs more than arrowmt's batch); none without workers."""
+    from arrowmt.integrations import workers
+
+    monkeypatch.setattr(workers, "_ADVISED", set())
+    task = make_task(plugin, native_corpus)
+    with quiet():
+        task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    with caplog.at_level(logging.WARNING, logger="arrowmt.integrations.workers"):
+        task.get_batch_iterator(dataset, max_tokens=MAX_TOKENS, num_workers=0, disable_iterator_cache=True)
+        assert not caplog.records
+        for _ in range(2):
+            task.get_batch_iterator(dataset, max_tokens=MAX_TOKENS, num_workers=1, disable_iterator_cache=True)
+    assert len(caplog.records) == 1
+    assert (
+        "fairseq-train --num-workers: 1 DataLoader worker(s)" in caplog.text and "--num-workers 0 reads" in caplog.text
+    )

@@ -10,6 +10,7 @@ import hashlib
 import importlib
 import itertools
 import json
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -380,6 +381,22 @@ def test_samples_per_second_counts_the_rows_trained_on(parallel: Path, tmp_path:
     trained = sum(len(batch) for batch in itertools.islice(iter(sampler), 12))
     counted = output.metrics["train_samples_per_second"] * output.metrics["train_runtime"]
     assert abs(counted - trained) < trained / 4
+
+
+def test_dataloader_workers_are_advised_against_once(
+    parallel: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arrowmt.integrations import workers
+
+    monkeypatch.setattr(workers, "_ADVISED", set())
+    ds = open_dataset(parallel, "train")
+    args = _arguments(tmp_path / "out", max_steps=1, dataloader_num_workers=1)
+    trainer = hf.ArrowMTSeq2SeqTrainer(model=_tiny_marian(parallel), args=args, train_dataset=ds,
+                                       batch_sampler=TokenBatchSampler(ds, max_tokens=MAX_TOKENS))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="arrowmt.integrations.workers"):
+        trainer.get_train_dataloader()
+        trainer.get_train_dataloader()
+    assert len(caplog.records) == 1 and "dataloader_num_workers=0 reads the batches in the main" in caplog.text
 
 
 def test_wrong_sampler_world_and_checkpoint_are_refused(parallel: Path, tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from arrowmt._optional import require
 from arrowmt.files import write_bytes_atomic
 from arrowmt.format import SOURCE, TARGET, TOKENS, SpecialIds
 from arrowmt.integrations.accelerators import has_accelerator
+from arrowmt.integrations.workers import advise_workers
 from arrowmt.reading import Spans
 from arrowmt.training import GatheredBatch, GatheredBlocks, PlanSampler, as_tensor, check_padding, pad_rows, pad_shifted
 
@@ -371,6 +372,7 @@ class _ArrowMTBatches:
             raise InvalidParameterError("train_dataset: expected the dataset the batch sampler plans, got None")
         args = self.args  # type: ignore[attr-defined]
         workers = args.dataloader_num_workers
+        advise_workers(workers, "TrainingArguments(dataloader_num_workers)", "dataloader_num_workers=0")
         return _EpochLoader(
             self.train_dataset,  # type: ignore[attr-defined]
             batch_sampler=self._batches,

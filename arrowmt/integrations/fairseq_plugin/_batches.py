@@ -35,6 +35,7 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt.bucketing import every_rank, window_end_steps
 from arrowmt.copies.stored import stored_copy, stretch_ranges
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
+from arrowmt.integrations.workers import advise_workers
 from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.plans import BatchSpec, BlockSpec, PlanParams, WindowShuffle, batch_order, load_plan
 
@@ -191,6 +192,7 @@ def batch_iterator(
     ``make_batches(dataset, epoch)`` plans an epoch's batches (default: :class:`PlannedBatches`).
     """
     make_batches = make_batches or PlannedBatches(opts, loader.cache_dir)
+    advise_workers(opts.num_workers, "fairseq-train --num-workers", "--num-workers 0")
     batch_sampler = make_batches if loader.rebuild_batches else make_batches(dataset, opts.epoch)
     return ReadAheadEpochBatchIterator(
         loader.prefetch,

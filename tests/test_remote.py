@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -318,14 +319,15 @@ def test_a_whole_object_copy_keeps_few_parts_in_flight(
     assert len(calls) <= -(-size // 1024) + 2 * _remote.COPY_WORKERS + 1
 
 
-def test_a_signal_ends_a_command_stuck_in_a_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command_name", ["info", "verify"])
+def test_a_signal_ends_a_command_stuck_in_a_request(tmp_path: Path, command_name: str) -> None:
     """A server that accepts the connection and never answers holds a request for as long as the client's timeouts
     allow; SIGTERM (a scheduler's stop, ``timeout``) still ends the command at once: exit 143, its message."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         server.settimeout(60)
         env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.getsockname()[1]}",
                "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
-        command = [sys.executable, "-m", "arrowmt", "info", f"s3://{BUCKET}/hangs", "--cache-dir", str(tmp_path)]
+        command = [sys.executable, "-m", "arrowmt", command_name, f"s3://{BUCKET}/hangs", "--cache-dir", str(tmp_path)]
         process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
         connection, _ = server.accept()  # the request is sent: the command waits for an answer that never comes
         with connection:
@@ -336,6 +338,25 @@ def test_a_signal_ends_a_command_stuck_in_a_request(tmp_path: Path) -> None:
             took = time.monotonic() - started
     assert process.returncode == 143 and "arrowmt: terminated" in stderr
     assert took < 5, f"SIGTERM took {took:.1f} s"
+
+
+def test_a_request_hung_in_a_fetch_thread_counts_as_in_flight() -> None:
+    """A fetch thread's request (a block read for ``verify`` or read-ahead) counts until it ends: a command stopped by
+    a signal while one hangs leaves at once (``os._exit``) instead of joining the thread for the request's whole
+    timeout (56 s measured before 2026-12-07)."""
+    release, started = threading.Event(), threading.Event()
+
+    def hung() -> None:
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=_remote.interruptible, args=(hung,))
+    thread.start()
+    assert started.wait(10)
+    assert _remote.requests_in_flight() == 1
+    release.set()
+    thread.join(10)
+    assert _remote.requests_in_flight() == 0
 
 
 def test_a_gcs_url_without_network_fails_within_the_request_timeout(

@@ -189,8 +189,13 @@ def interruptible(call: Callable[[], T]) -> T:
     thread it runs in a daemon thread while the main thread waits: Python handles a signal only between the main
     thread's bytecodes, and this wait is interrupted by one, so Ctrl-C and SIGTERM end a command at once even while
     a request hangs (the abandoned request ends with the process)."""
-    if threading.current_thread() is not threading.main_thread():
-        return call()
+    if threading.current_thread() is not threading.main_thread():  # a fetch thread: counted while it runs
+        token = threading.Event()
+        _WAITED.add(token)
+        try:
+            return call()
+        finally:
+            _WAITED.discard(token)
     outcome: list[Any] = []
     done = threading.Event()
 
@@ -213,12 +218,13 @@ def interruptible(call: Callable[[], T]) -> T:
     return value
 
 
-_WAITED: set[threading.Event] = set()  # the main thread's requests not finished yet
+_WAITED: set[threading.Event] = set()  # requests not finished yet, of every thread
 
 
 def requests_in_flight() -> int:
-    """Requests of :func:`interruptible` not finished: after a signal, the ones the process abandoned (the store's
-    client waits for them when the interpreter exits, so a command that stops then leaves with ``os._exit``)."""
+    """Requests of :func:`interruptible` not finished, the main thread's and the fetch threads': after a signal,
+    the ones the process abandoned (the store's client waits for them when the interpreter exits, and the fetch
+    threads are joined then, so a command that stops then leaves with ``os._exit``)."""
     return len(_WAITED)
 
 

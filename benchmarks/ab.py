@@ -57,7 +57,13 @@ sys.path.insert(0, str(HERE))
 from bench_cold import budgeted  # noqa: E402
 
 MEASURES = ("epoch", "workers", "workers0", "loader", "mixture", "lm", "cold", "cold-ordered")
-HIGHER_IS_BETTER = {"tokens_per_s": True, "tokens_per_cpu_s": True, "setup_s": False, "rss_anon_batches": False, "rss_anon_setup": False}
+HIGHER_IS_BETTER = {
+    "tokens_per_s": True,
+    "tokens_per_cpu_s": True,
+    "setup_s": False,
+    "rss_anon_batches": False,
+    "rss_anon_setup": False,
+}
 DIGEST_BATCHES = 8
 
 

@@ -187,6 +187,9 @@ def test_several_pairs_convert_together_or_one_by_choice(fairseq_mmap_dir: Path,
             target.write_bytes((fairseq_mmap_dir / f"valid.de-en.{lang}.{ext}").read_bytes())
     together = convert_fairseq(fairseq_mmap_dir, tmp_path / "all", progress=False)  # see test_multi_pair.py
     assert together.provenance["pairs"] == ["de-en", "en-de"] and "valid.en-de" in together.files
+    made = together.provenance  # what it was converted from, as a text conversion records its inputs
+    assert made["converter"] == "arrowmt.convert_fairseq" and made["data_bin"] == str(fairseq_mmap_dir.resolve())
+    assert made["inputs"]["valid.en-de"]["source"] == f"{fairseq_mmap_dir / 'valid.en-de.en'}.bin"
     with pytest.raises(InvalidParameterError, match=r"expected one of \['de-en', 'en-de'\]"):
         convert_fairseq(fairseq_mmap_dir, tmp_path / "out", pair="fr-en", progress=False)
     manifest = convert_fairseq(fairseq_mmap_dir, tmp_path / "out", pair="en-de", progress=False)

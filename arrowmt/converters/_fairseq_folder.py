@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arrowmt._errors import InputDataError, InvalidParameterError
+from arrowmt._version import __version__
 from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed
 from arrowmt.converters._output import OutputFolder, column, special_ids_of
 from arrowmt.converters._pairs import parse_pair
@@ -144,7 +145,18 @@ def _read_splits(
     return inputs
 
 
+def fairseq_provenance(data_bin: Path, inputs: dict[str, dict[str, ColumnData]]) -> dict[str, object]:
+    """How a folder was converted from a data-bin: converter, version, the data-bin, each split's files."""
+    return {
+        "converter": "arrowmt.convert_fairseq",
+        "arrowmt_version": __version__,
+        "data_bin": str(data_bin.resolve()),
+        "inputs": {split: {role: c.origin for role, c in columns.items()} for split, columns in inputs.items()},
+    }
+
+
 def _write_all(
+    data_bin: Path,
     out: Path,
     languages: dict[str, str | None],
     source_format: str,
@@ -159,6 +171,7 @@ def _write_all(
             folder.add_dictionary(side.lang, side.dictionary, source=side.dict_path)
         for split, columns in inputs.items():
             folder.write(split, columns, special_ids_of(sides[0].dictionary))
+        folder.manifest.provenance = {**folder.manifest.provenance, **fairseq_provenance(data_bin, inputs)}
         return folder.finish()
 
 
@@ -169,7 +182,7 @@ def _convert_pair(
     sides = [_Side(role, lang, *_load_dict(data_bin, lang)) for role, lang in ((SOURCE, src), (TARGET, tgt))]
     inputs = _read_splits(data_bin, splits, sides, lambda split, lang: f"{split}.{src}-{tgt}.{lang}")
     languages: dict[str, str | None] = {SOURCE: src, TARGET: tgt}
-    return _write_all(out, languages, f"fairseq-{fmt}", sides, inputs, overwrite, progress)
+    return _write_all(data_bin, out, languages, f"fairseq-{fmt}", sides, inputs, overwrite, progress)
 
 
 def _mono_prefix(split: str, lang: str | None) -> str:
@@ -182,4 +195,4 @@ def _convert_mono(
     fmt = detect_index_format(data_bin / f"{_mono_prefix(splits[0], lang)}.idx")
     sides = [_Side(TOKENS, lang, *_load_dict(data_bin, lang))]
     inputs = _read_splits(data_bin, splits, sides, _mono_prefix)
-    return _write_all(out, {TOKENS: lang}, f"fairseq-{fmt}", sides, inputs, overwrite, progress)
+    return _write_all(data_bin, out, {TOKENS: lang}, f"fairseq-{fmt}", sides, inputs, overwrite, progress)

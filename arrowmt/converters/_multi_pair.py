@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 
 from arrowmt.converters._fairseq_binary import detect_index_format
-from arrowmt.converters._fairseq_folder import Discovered, _load_dict, _read_splits, _Side
+from arrowmt.converters._fairseq_folder import Discovered, _load_dict, _read_splits, _Side, fairseq_provenance
 from arrowmt.converters._output import OutputFolder, special_ids_of
 from arrowmt.converters._pairs import arrow_split_names
 from arrowmt.format import SOURCE, TARGET, Manifest
@@ -48,4 +48,5 @@ def convert_multi_pair(data_bin: Path, out: Path, found: Discovered, overwrite: 
         folder.manifest.language_pairs = [f"{s}-{t}" for s, t in pairs]
         for split, columns in inputs.items():
             folder.write(split, columns, special_ids_of(dicts[first_src][1]))
+        folder.manifest.provenance = {**folder.manifest.provenance, **fairseq_provenance(data_bin, inputs)}
         return folder.finish()

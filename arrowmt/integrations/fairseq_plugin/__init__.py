@@ -49,6 +49,10 @@ from arrowmt.integrations.accelerators import PIN_WARNING, has_accelerator  # no
 if not has_accelerator():  # fairseq's EpochBatchIterator always asks its DataLoader to pin; on a CPU that means nothing
     warnings.filterwarnings("ignore", message=PIN_WARNING, category=UserWarning)
 
+from arrowmt.integrations.fairseq_plugin._refusals import report_refusals  # noqa: E402
+
+report_refusals()
+
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig  # noqa: E402
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset  # noqa: E402
 from arrowmt.integrations.fairseq_plugin._lm_task import LanguageModelingArrowTask  # noqa: E402

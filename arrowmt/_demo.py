@@ -20,6 +20,7 @@ from arrowmt.training import ArrowMTDataset, FairseqCollater, TokenBatchSampler,
 
 SAMPLE = Path(__file__).parent / "sample_data" / "multi30k"
 TEMPORARY = "a temporary folder, removed at the end (--out DIR keeps the dataset)"
+TEMPORARY_NAME = "multi30k-de-en"  # the converted sample's folder name, in the temporary folder
 
 
 def run_demo(out: str | None = None, max_tokens: int = 2048, overwrite: bool = False) -> None:
@@ -28,14 +29,14 @@ def run_demo(out: str | None = None, max_tokens: int = 2048, overwrite: bool = F
     ``out`` follows the converters' rules: a non-empty folder is replaced only with ``overwrite``.
     """
     if out is not None:
-        _run(Path(out), max_tokens, overwrite, str(out))
+        _run(Path(out), max_tokens, overwrite, str(out), str(out))
         return
     with tempfile.TemporaryDirectory(prefix="arrowmt-demo-") as tmp:  # its path is never shown: it is removed
-        _run(Path(tmp) / "multi30k-de-en", max_tokens, False, TEMPORARY)
+        _run(Path(tmp) / TEMPORARY_NAME, max_tokens, False, TEMPORARY, f"{TEMPORARY_NAME} (temporary)")
 
 
-def _run(folder: Path, max_tokens: int, overwrite: bool, shown: str) -> None:
-    """The demo on ``folder``, named ``shown`` in what it prints."""
+def _run(folder: Path, max_tokens: int, overwrite: bool, shown: str, name: str) -> None:
+    """The demo on ``folder``: where it is, ``shown`` after the conversion, and ``name`` heading its summary."""
     options = TextConversion(
         src_lang="de",
         tgt_lang="en",
@@ -44,7 +45,7 @@ def _run(folder: Path, max_tokens: int, overwrite: bool, shown: str) -> None:
     start = time.perf_counter()
     convert_with_options(options, folder, overwrite=overwrite, progress=False)
     print(f"converted bundled Multi30k de-en text in {time.perf_counter() - start:.2f} s -> {shown}\n")
-    print(format_summary(folder, summarize(folder), shown_as=shown), "\n")
+    print(format_summary(folder, summarize(folder), shown_as=name), "\n")
     sys.stdout.flush()  # the epoch runs in a fresh process writing to the same stdout
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         report = pool.submit(measured_epoch, str(folder), max_tokens).result()

@@ -185,6 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         sample_s = time.perf_counter() - start
         base = folder_bytes([corpus / "train.arrow"])
         sampled = folder_bytes([corpus / "sampled"])
+        parts = {
+            str(f.relative_to(corpus)): f.stat().st_size for f in sorted((corpus / "sampled").rglob("*")) if f.is_file()
+        }
+        print(
+            "samples, by file:",
+            ", ".join(f"{name} {size / 1e6:.2f} MB" for name, size in parts.items() if size > 10_000),
+        )
         rows = len(arrowmt.open_dataset(corpus, "train"))
         configs = ["fixed", "sampled"] + ([] if args.no_on_the_fly else ["on the fly"])
         runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
@@ -199,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(args: argparse.Namespace, rows: int, convert_s: float, sample_s: float, base: int, sampled: int,
            runs: dict[str, list[dict[str, Any]]]) -> None:  # fmt: skip
+    runs = {config: found for config, found in runs.items() if found}  # none with --storage-only
     best = {c: max((r["tokens_per_s"] for r in found), default=float("nan")) for c, found in runs.items()}
     text = f"text {args.text}, " if args.text else ""
     print(f"{rows} pairs, alpha {args.alpha}, vocab {args.vocab}; {text}{os.cpu_count()} cpus, {platform.platform()}")

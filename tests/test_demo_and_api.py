@@ -41,7 +41,7 @@ def test_demo_without_out_never_shows_the_temporary_folder_it_removes(tmp_path: 
     assert str(tmp_path) not in done.stdout and "arrowmt-demo-" not in done.stdout
     first = "-> a temporary folder, removed at the end (--out DIR keeps the dataset)"
     assert first in done.stdout.splitlines()[0]
-    assert "\na temporary folder, removed at the end (--out DIR keeps the dataset): source=de, target=en" in done.stdout
+    assert "\nmulti30k-de-en (temporary): source=de, target=en" in done.stdout  # a name heads the summary
     assert list(tmp_path.iterdir()) == []  # removed indeed
 
 

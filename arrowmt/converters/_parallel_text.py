@@ -65,7 +65,7 @@ UNKNOWN_WARNING_RATE = 0.05  # above this share of <unk> per column, the CLI war
 MERGE_ROWS = 1 << 20  # merge buffered per-chunk counts once they hold this many entries
 
 
-def convert_text(
+def convert_text(  # noqa: PLR0913  # fairseq-preprocess's options, by its names
     trainpref: str | None,
     out: str | Path,
     *,

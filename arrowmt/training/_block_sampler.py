@@ -25,7 +25,7 @@ class BlockBatchSampler(PlanSampler):
     :class:`~arrowmt.training._sampler.PlanSampler`'s, as for ``TokenBatchSampler``.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # fairseq's batching options (issue 50: one options value)
         self,
         dataset: BlockDataset,
         max_tokens: int | None = 4096,

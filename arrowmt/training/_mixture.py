@@ -316,7 +316,7 @@ class MixtureBatchSampler(PlanSampler):
     corpus contributes to the current epoch.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # fairseq's batching and sampling options (issue 50: one options value)
         self,
         mixture: Mixture,
         max_tokens: int | None = 4096,

@@ -384,7 +384,7 @@ class TokenBatchSampler(PlanSampler):
     ``prefetch`` batches are read ahead (:mod:`arrowmt.io._prefetch`; 0 turns it off).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # fairseq's batching options (issue 50: one options value)
         self,
         dataset: Split,
         max_tokens: int | None = 4096,

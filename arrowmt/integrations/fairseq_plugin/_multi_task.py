@@ -197,7 +197,7 @@ class TranslationMultiSimpleEpochArrowTask(TranslationMultiSimpleEpochTask):
 
     # -- batches
 
-    def get_batch_iterator(
+    def get_batch_iterator(  # noqa: PLR0913  # fairseq's FairseqTask.get_batch_iterator
         self,
         dataset: Any,
         max_tokens: int | None = None,

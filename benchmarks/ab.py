@@ -9,7 +9,8 @@ sides run exactly the same measuring code (this file); runs alternate between th
 
 Measures (a make_corpus.py corpus ``DATA``: ``DATA/arrowmt``, 8 ranks, ``max_tokens`` 4096, seed 1):
 
-* ``epoch``: a whole epoch of rank 0, ``num_workers=0`` (``--batches`` to stop early);
+* ``epoch``: a whole epoch of rank 0, ``num_workers=0`` (``--batches`` to stop early); ``plan-evicted``: the same
+  with the batch plan dropped from the page cache first (the corpus in it);
 * ``workers``: the Quickstart's ``num_workers=2`` on ``--worker-batches`` batches, beside
   ``workers0``, the same batches with no worker (the ratio is the target), and ``loader``, the same
   batches through ``ReadAheadLoader`` (a thread reading 4 batches ahead; absent before it existed);
@@ -56,7 +57,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_cold import budgeted  # noqa: E402
 
-MEASURES = ("epoch", "workers", "workers0", "loader", "mixture", "lm", "cold", "cold-ordered")
+MEASURES = ("epoch", "plan-evicted", "workers", "workers0", "loader", "mixture", "lm", "cold", "cold-ordered")
 HIGHER_IS_BETTER = {
     "tokens_per_s": True,
     "tokens_per_cpu_s": True,
@@ -120,9 +121,8 @@ def loader_of(arrowmt: object, args: argparse.Namespace, cache: Path) -> tuple[o
     ds = arrowmt.open_dataset(corpus, "train")
     sampler = arrowmt.TokenBatchSampler(ds, max_tokens=4096, **world)
     collate = arrowmt.FairseqCollater(ds.special_ids)
-    limit = {"epoch": args.batches, "cold": args.cold_batches, "cold-ordered": args.cold_batches}.get(
-        args.measure, args.worker_batches
-    )
+    limits = {"epoch": args.batches, "plan-evicted": args.batches, "cold": args.cold_batches}
+    limit = {**limits, "cold-ordered": args.cold_batches}.get(args.measure, args.worker_batches)
     if args.measure == "loader":
         return arrowmt.ReadAheadLoader(ds, sampler, collate), sampler, limit
     workers = 2 if args.measure == "workers" else 0
@@ -219,6 +219,8 @@ def run_one(code: Path, label: str, measure_name: str, args: argparse.Namespace)
         command = budgeted(command, budget, args.data)
     else:
         read_into_cache([args.data / "arrowmt", cache, *([args.data / "lm"] if measure_name == "lm" else [])])
+        if measure_name == "plan-evicted":
+            evict(sorted(cache.glob("plan-*.bin")))
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(code)})
     if done.returncode != 0:
         lines = done.stderr.replace(f"{ROOT}/", "").strip().splitlines()  # results keep no machine's own paths
@@ -234,6 +236,18 @@ def read_into_cache(folders: list[Path]) -> None:
             with open(path, "rb") as handle:
                 while handle.read(1 << 24):
                     pass
+
+
+def evict(paths: list[Path]) -> None:
+    """Drop ``paths`` from the page cache (``posix_fadvise`` DONTNEED): a plan built in an earlier run, as a rank of
+    a later one finds it (the ranks read their batches from all over it, so rarely all of it is resident)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def warm(args: argparse.Namespace, sides: list[tuple[str, Path]]) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from arrowmt import FormatError, InvalidParameterError, TokenBatchSampler, open_dataset
 from arrowmt.files import _chunks
+from arrowmt.plans import _plan_cache
 from arrowmt.testing import (
     CACHE_DIR_NAME,
     CHUNK_BYTES,
@@ -282,8 +283,25 @@ def big_plan(rows: int = 1_000_000, size: int = 1000) -> PlanArrays:
 
 @pytest.fixture()
 def cold(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Plans not found in the page cache when opened: their chunks are checked one by one as batches are read."""
+    """Plans not found in the page cache when opened, larger than those checked whole wherever they are: their chunks
+    are checked one by one as batches are read."""
     monkeypatch.setattr(_chunks, "body_resident", lambda checks: False)
+    monkeypatch.setattr(_plan_cache, "PLAN_SWEEP_BYTES", 0)
+
+
+def test_a_plan_not_in_the_page_cache_is_checked_whole_at_its_first_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank reads batches from all over its plan, so its pages are never all resident: a plan up to
+    PLAN_SWEEP_BYTES is checked whole at its first batch wherever it is (no check per batch after)."""
+    monkeypatch.setattr(_chunks, "body_resident", lambda checks: False)
+    plan_arrays, rows = big_plan(), 1_000_000
+    path = plan_path(tmp_path, KEY)
+    write_plan(path, KEY, rows, plan_arrays)
+    assert path.stat().st_size <= _plan_cache.PLAN_SWEEP_BYTES
+    plan = read_plan(path, KEY, rows)
+    assert plan.batch(10).tolist() == plan_arrays.indices[10_000:11_000].tolist()
+    assert plan._side.chunks.all_checked and plan._side.contents_checked
 
 
 def test_a_corrupt_chunk_fails_only_the_batches_in_it(tmp_path: Path, cold: None) -> None:

@@ -262,16 +262,21 @@ class SideFile:
             contents()
             self.contents_checked = True
 
-    def trusted_whole(self, contents: Callable[[], None]) -> bool:
+    def trusted_whole(self, contents: Callable[[], None], always_up_to: int = 0) -> bool:
         """Whether the whole body is checked, ``contents()`` included, so that reads need no checks of their own.
 
         Decided at the first call: a large body found in the page cache is checked whole then (every chunk in one
-        pass, :meth:`~arrowmt.files._chunks.ChunkChecks.sweep_if_resident`, then its contents); a body read cold,
-        or one with a chunk or a value found wrong, is left to each read's own checks, which name what is wrong
-        where it is read (the sound parts stay readable)."""
+        pass, :meth:`~arrowmt.files._chunks.ChunkChecks.sweep_if_resident`, then its contents), and so is a body
+        of at most ``always_up_to`` bytes wherever it is (a derived file every batch reads from: reading it whole
+        once costs less than checking each read); a body read cold, or one with a chunk or a value found wrong, is
+        left to each read's own checks, which name what is wrong where it is read (the sound parts stay
+        readable)."""
         if not self.whole_tried:
             self.whole_tried = True
-            self.chunks.sweep_if_resident()  # at most once per open file, whichever read comes first
+            if len(self.map) - self.body_offset <= always_up_to:
+                self.chunks.sweep()
+            else:
+                self.chunks.sweep_if_resident()  # at most once per open file, whichever read comes first
             if self.chunks.all_checked:
                 with suppress(FormatError):
                     contents()

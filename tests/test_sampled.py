@@ -459,7 +459,7 @@ def test_a_damaged_or_missing_epoch_copy_is_written_again_and_reported(
     data.write_bytes(bytes(raw))
     with caplog.at_level("WARNING"):
         assert epoch_rows() == sound
-    assert "rewriting the epoch copy" in caplog.text and "differs from its manifest" in caplog.text
+    assert "rebuilding epoch copy" in caplog.text and "differs from its manifest" in caplog.text
     data.write_bytes(bytes(raw[:1000]))  # truncated
     assert epoch_rows() == sound
     shutil.rmtree(copy)

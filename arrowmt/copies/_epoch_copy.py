@@ -15,7 +15,6 @@ logged, so a cache never fails for good.
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ import numpy as np
 from arrowmt._arrays import row_blocks
 from arrowmt._errors import FormatError
 from arrowmt.converters import OutputFolder, column, special_ids_of
-from arrowmt.files import exclusive_lock, file_sha256
+from arrowmt.files import exclusive_lock, file_sha256, load_or_build
 from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME, Manifest
 from arrowmt.plans import plan_key
 from arrowmt.reading import Ragged
@@ -40,7 +39,6 @@ EPOCH_PREFIX = "epoch-"
 SOURCE_FORMAT = "sampled-epoch"
 EPOCH_KEY = "sampled_epoch"  # what an epoch copy's manifest records it is of
 DRAW_ROWS = 1 << 16  # rows drawn at once
-logger = logging.getLogger(__name__)
 
 
 def epoch_copy(sampled: SampledSplit, epoch: int, cache_dir: str | os.PathLike[str] | None = None,
@@ -55,16 +53,20 @@ def epoch_copy(sampled: SampledSplit, epoch: int, cache_dir: str | os.PathLike[s
     made_of = {"sampled": sampled.fingerprint(), "seed": int(sampled.seed), "alpha": float(sampled.alpha),
                "epoch": int(epoch)}  # fmt: skip
     folder = family / f"{EPOCH_PREFIX}{plan_key(made_of)[:16]}"
-    with exclusive_lock(_lock(folder)):
+
+    def opened() -> Split:
         problem = _problem(folder, made_of)
         if problem is not None:
-            if problem:
-                logger.warning("rewriting the epoch copy %s: %s", folder, problem)
-            _write(folder, sampled, epoch, made_of)
+            raise FormatError(problem or "not written yet")
         os.utime(folder)
-        opened = Split(folder, sampled.corpus.split)
+        return Split(folder, sampled.corpus.split)
+
+    def write() -> None:
+        _write(folder, sampled, epoch, made_of)
+
+    split, _ = load_or_build(folder, "epoch copy", opened, write, file=False, unlocked_first=False)
     _keep_recent(family, folder, keep)
-    return opened
+    return split
 
 
 def _family(sampled: SampledSplit, cache_dir: str | os.PathLike[str] | None) -> Path:

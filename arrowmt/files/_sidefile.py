@@ -458,25 +458,43 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def load_or_build(path: Path, what: str, read: Callable[[], T], build: Callable[[], object]) -> tuple[T, bool]:
-    """``read()`` the side file ``path``; if it is missing or invalid, build it once under its lock: (result, built).
+def load_or_build(
+    path: Path,
+    what: str,
+    read: Callable[[], T],
+    build: Callable[[], object],
+    *,
+    file: bool = True,
+    unlocked_first: bool = True,
+    expected: bool = False,
+) -> tuple[T, bool]:
+    """``read()`` the derived ``path`` of a cache; if it is missing or invalid (FormatError), build it once under its
+    lock (``<name>.lock`` beside it) and read it again: (result, built). The one rule of every cache of derived data
+    (batch plans, block tables, epoch copies, a remote corpus's whole files): it is checked before use and rebuilt
+    once when damaged or missing, never a permanent failure, and never a loop (a second failure is raised).
 
-    Concurrent callers (DDP ranks, several jobs) all get the same file: the first to
-    take the lock ``build()``s it (an invalid file is logged as a warning and
-    replaced), the others read it after waiting. A non-regular file at ``path`` is
-    refused (FormatError), never built over.
+    Concurrent callers (DDP ranks, several jobs) all get the same file: the first to take the lock ``build()``s it,
+    the others read it after waiting. A rebuild of something that was there (or ``expected`` to be: a copy that went
+    missing) is logged as a warning naming ``what``, ``path`` and why. ``file``: ``path`` is a file, and a
+    non-regular one there is refused (FormatError), never built over (else a folder). ``unlocked_first``: try the
+    read before taking the lock (the usual case: sound), else read only under it (a copy that others may remove
+    under the same lock).
     """
-    check_regular(path, what)
-    try:
-        return read(), False
-    except FormatError:
-        pass
-    with exclusive_lock(lock_path(path)):
+
+    if file:
         check_regular(path, what)
+    if unlocked_first:
+        try:
+            return read(), False
+        except FormatError:
+            pass
+    with exclusive_lock(lock_path(path)):
+        if file:
+            check_regular(path, what)
         try:
             return read(), False
         except FormatError as exc:
-            if os.path.lexists(path):
-                logger.warning("rebuilding %s: %s", what, exc)
+            if expected or os.path.lexists(path):
+                logger.warning("rebuilding %s %s: %s", what, path, exc)
         build()
         return read(), True

@@ -23,7 +23,7 @@ import numpy as np
 
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError, StorageError
-from arrowmt.files import atomic_output, exclusive_lock, write_bytes_atomic
+from arrowmt.files import atomic_output, exclusive_lock, load_or_build, write_bytes_atomic
 from arrowmt.format import MANIFEST_NAME, Manifest, read_json
 from arrowmt.reading._block_index import index_name, read_block_index
 from arrowmt.reading._spans import take_flat
@@ -129,18 +129,20 @@ def _small_files(manifest: Manifest) -> list[str]:
 
 def _mend(remote: RemoteFolder, folder: Path, manifest: Manifest) -> None:
     """Fetch again, once, the whole files of a cache folder found missing, or (block indexes) damaged, and say so:
-    the cache holds copies, so it never fails for good on one of them."""
-    damaged = [name for name in _small_files(manifest) if not (folder / name).is_file()]
-    for entry in manifest.files.values():
-        name = index_name(entry.file)
-        try:
-            if name not in damaged:
-                read_block_index(folder / name, entry.size, entry.sha256)
-        except FormatError:
-            damaged.append(name)
-    for name in damaged:
-        logger.warning("fetching %s again into the cache %s: missing or damaged there", name, folder)
-        _fetch_small(remote, folder, manifest, name)
+    the cache holds copies, so it never fails for good on one of them (:func:`~arrowmt.files.load_or_build`, the
+    rule of every cache of derived data)."""
+    sizes = {index_name(entry.file): entry for entry in manifest.files.values()}
+
+    def sound(name: str) -> None:
+        path = folder / name
+        if not path.is_file():
+            raise FormatError(f"{path}: missing")
+        if name in sizes:  # a block index: its own checks
+            read_block_index(path, sizes[name].size, sizes[name].sha256)
+
+    for name in _small_files(manifest):
+        load_or_build(folder / name, "cached file", lambda n=name: sound(n),
+                      lambda n=name: _fetch_small(remote, folder, manifest, n), expected=True)  # fmt: skip
 
 
 def _fetch_small(remote: RemoteFolder, folder: Path, manifest: Manifest, name: str) -> None:

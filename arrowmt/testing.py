@@ -98,7 +98,6 @@ if TYPE_CHECKING:
     from arrowmt.converters._text_chunks import TokenizeTask, _read_spill, text_chunks, tokenize_chunk
     from arrowmt.converters._text_inputs import prefix_files
     from arrowmt.copies._block_rows import cut_lengths, stored_starts
-    from arrowmt.copies.stored._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
     from arrowmt.files._atomic import (
         COMPLETED_NOTE,
         STAGING_MARK,
@@ -178,6 +177,7 @@ if TYPE_CHECKING:
     from arrowmt.splits._dictionaries import file_digest
     from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys
     from arrowmt.storage._store import BlockStore, furthest
+    from arrowmt.stored._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
     from arrowmt.training._batch import GatheredBatch
     from arrowmt.training._gather import gather_padded, gather_padded_shifted, padded_width, valid_mask
     from arrowmt.training._resume import sampler_state, saved_workers

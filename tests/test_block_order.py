@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader
 
 import arrowmt
 from arrowmt import FormatError, InvalidParameterError, PlainBlockCollater
-from arrowmt.copies.stored import block_order_name
 from arrowmt.format import MANIFEST_NAME
+from arrowmt.stored import block_order_name
 from arrowmt.testing import cut_lengths, stored_starts, window_starts, windowed_batch_order
 from arrowmt.views import verify_dataset
 from tests.builders import multi30k_dataset

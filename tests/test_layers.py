@@ -41,7 +41,7 @@ LAYERS = {
     "arrowmt.blocks": 12,
     "arrowmt.mixing": 12,
     "arrowmt.copies": 13,
-    "arrowmt.copies.stored": 6,  # reading a copy: below the split that takes its row translator from it
+    "arrowmt.stored": 6,  # reading a copy: below the split that takes its row translator from it
     "arrowmt.training": 14,
     "arrowmt.integrations": 15,
 }
@@ -142,7 +142,7 @@ def test_plans_import_only_the_core_and_the_format() -> None:
     no integration."""
     planning = ("arrowmt.bucketing", "arrowmt.plans", "arrowmt.blocks", "arrowmt.mixing")
     allowed = ("arrowmt._", "arrowmt.storage", "arrowmt.io", "arrowmt.files", "arrowmt.format", "arrowmt.reading",
-               "arrowmt.splits", "arrowmt.copies.stored", *planning)  # fmt: skip
+               "arrowmt.splits", "arrowmt.stored", *planning)  # fmt: skip
     bad = [
         f"{module} imports {name}"
         for module, path in modules().items()
@@ -218,10 +218,12 @@ def test_faces_name_each_export_once(name: str) -> None:
     assert "__all__ = [" not in text and "_EXPORTS" not in text
 
 
-def test_the_copies_face_loads_nothing_eagerly() -> None:
-    """Importing ``arrowmt.copies.stored`` (layer 6, imported by the split) runs the face of ``arrowmt.copies``
-    (layer 13) first: an eager import there would load the copy makers' layers under every reader."""
-    assert lazy_faces.face_imports(modules()["arrowmt.copies"])[0] == []
+def test_the_folder_tree_is_the_layer_order() -> None:
+    """A package inside another sits at its layer or above: importing it runs its parents' faces first, so a lower
+    one inside would load a higher layer under every reader (``arrowmt.stored``, layer 6, was inside the layer-13
+    ``arrowmt.copies`` until 2026-12-07)."""
+    nested = [(name, name.rsplit(".", 1)[0]) for name in FACES if name.count(".") > 1]
+    assert [(child, parent) for child, parent in nested if LAYERS[child] < LAYERS[parent]] == []
 
 
 MAX_FACE_NAMES = 30  # a package's face; arrowmt itself, the public API, is the user's table of contents
@@ -298,9 +300,9 @@ def test_training_on_a_corpus_never_loads_pyarrow_compute(tmp_path: Path) -> Non
 
 
 COPY_MODULES = (
-    "arrowmt.copies.stored._row_order",
-    "arrowmt.copies.stored._block_order",
-    "arrowmt.copies.stored._stored_plan",
+    "arrowmt.stored._row_order",
+    "arrowmt.stored._block_order",
+    "arrowmt.stored._stored_plan",
 )
 
 

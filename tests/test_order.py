@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 import arrowmt
-import arrowmt.copies.stored
+import arrowmt.stored
 from arrowmt import FormatError, InvalidParameterError
-from arrowmt.copies.stored import StoredPlan, order_marker
 from arrowmt.files import write_side_file
 from arrowmt.format import CACHE_DIR_NAME, MANIFEST_NAME
 from arrowmt.plans import BatchPlan, PlanParams, load_plan
 from arrowmt.reading import SplitFile
 from arrowmt.splits import Split
+from arrowmt.stored import StoredPlan, order_marker
 from arrowmt.testing import (
     NOTED,
     ORDER_FORMAT,
@@ -143,7 +143,7 @@ def test_another_plan_of_the_copy_is_built_with_a_warning_naming_what_differs(
     """A plan other than the copy's (here another seed) is built as for any corpus, and a warning says which options
     differ from the copy's: the copy then reads no faster than the corpus."""
     copy = Split(ordered, "train")
-    with caplog.at_level(logging.WARNING, logger="arrowmt.copies.stored._stored_plan"):
+    with caplog.at_level(logging.WARNING, logger="arrowmt.stored._stored_plan"):
         plan = load_plan(copy, params(seed=4), tmp_path)
     assert not isinstance(plan, StoredPlan) and len(caplog.records) == 1
     assert f"{ordered}: split 'train' is stored in the order of another plan (seed=3 (asked 4))" in caplog.text
@@ -154,7 +154,7 @@ def test_another_plan_of_the_copy_is_built_with_a_warning_naming_what_differs(
     )
     assert caplog.records[0].getMessage().endswith(f"make a copy with these options from the original: {command}")
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="arrowmt.copies.stored._stored_plan"):
+    with caplog.at_level(logging.WARNING, logger="arrowmt.stored._stored_plan"):
         load_plan(Split(ordered, "test"), params(seed=4), tmp_path)  # a split stored as it was: nothing to say
         assert isinstance(load_plan(copy, params(), tmp_path), StoredPlan)
     assert not caplog.records
@@ -291,7 +291,7 @@ def test_a_sampler_state_moves_between_the_stored_and_the_built_plan(
     [next(walk) for _ in range(4)]
     state, rest = stored.state_dict(), list(walk)
     assert rest
-    monkeypatch.setattr(arrowmt.copies.stored, "stored_plan", lambda *args: None)
+    monkeypatch.setattr(arrowmt.stored, "stored_plan", lambda *args: None)
     built = sampler()
     assert isinstance(built.plan, BatchPlan) and built.plan.key == stored.plan.key
     built.load_state_dict(state)

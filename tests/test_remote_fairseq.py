@@ -12,8 +12,8 @@ import pytest
 
 import arrowmt
 from arrowmt import Manifest
-from arrowmt.copies.stored import StoredPlan
 from arrowmt.io import _prefetch
+from arrowmt.stored import StoredPlan
 from arrowmt.testing import windowed_batch_order, write_block_indexes
 from tests.conftest import PLUGIN_DIR, import_fairseq, quiet
 from tests.s3_server import s3, upload

@@ -60,7 +60,6 @@ from arrowmt.blocks._blocks import (
 )
 from arrowmt.blocks._token_stream import TokenStream
 from arrowmt.bucketing import batch_by_size, compact_counts, drop_too_long, report_skipped
-from arrowmt.copies.stored import block_order_of
 from arrowmt.files import (
     BLOCKS_FORMAT,
     COPY_BLOCKS_FORMAT,
@@ -75,9 +74,10 @@ from arrowmt.io import WordRanges
 from arrowmt.plans import BLOCK_LIMIT, BatchPlan, BatchSpec, PlanArrays, load_or_build_plan, plan_key
 from arrowmt.reading import check_indices, indices_within
 from arrowmt.splits import Split
+from arrowmt.stored import block_order_of
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored import BlockOrder
+    from arrowmt.stored import BlockOrder
 
 logger = logging.getLogger(__name__)
 CHECK_CHUNK = 1 << 16  # blocks per step of the contents check and builds (bounds their temporaries)
@@ -353,7 +353,7 @@ def stored_blocks(split: Split, fields: dict[str, object]) -> BlockOrder | None:
     if stored is None:
         return None
     if stored.blocks != fields:
-        from arrowmt.copies.stored import changed_fields
+        from arrowmt.stored import changed_fields
 
         names, pairs = changed_fields(stored.blocks, fields)
         raise InvalidParameterError(
@@ -432,7 +432,7 @@ def load_block_plan(
     mapped from ``folder``, else built once."""
     stored = table.stored_plan
     if stored is not None and stored != params.key_fields():  # a copy's (its code loaded only for one)
-        from arrowmt.copies.stored import other_block_plan
+        from arrowmt.stored import other_block_plan
 
         fields = {**blocks.key_fields(), **params.key_fields()}
         logger.warning("%s", other_block_plan(where, Path(table.path), stored, fields))

@@ -17,11 +17,11 @@ import numpy as np
 
 from arrowmt._arrays import sorted_unique
 from arrowmt._errors import InvalidParameterError
-from arrowmt.copies.stored import BLOCKS, refuse_stored_order
 from arrowmt.format import TOKENS
 from arrowmt.io import WordRanges
 from arrowmt.reading import Spans, exclusive_cumsum, flat_positions
 from arrowmt.splits import Split
+from arrowmt.stored import BLOCKS, refuse_stored_order
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Which batches a deal gives at some steps: the positions of an epoch order that ranks take, and the steps that end
 shuffle windows (pure functions, each an ``arrowmt.io.Dealt``; where those batches lie in a copy in plan order is
-:mod:`arrowmt.copies.stored`'s).
+:mod:`arrowmt.stored`'s).
 
 A *deal* gives ``k`` ranks the positions of an epoch order from ``start`` on: at step ``s``
 rank r takes position ``start + k * s + r``. Read-ahead through a remote cache asks for a

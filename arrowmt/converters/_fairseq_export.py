@@ -14,11 +14,11 @@ import numpy as np
 from arrowmt._errors import FormatError
 from arrowmt.converters._fairseq_binary import MMAP_MAGIC
 from arrowmt.converters._pairs import fairseq_split_name
-from arrowmt.copies.stored import refuse_stored_order
 from arrowmt.files import StagedOutput, atomic_path, progress_bar, reading, write_bytes_atomic
 from arrowmt.format import SOURCE, TARGET, TOKENS, Manifest, id_outside, plain_name_error, read_json
 from arrowmt.reading import SplitFile, local_only
 from arrowmt.splits import check_split_dictionaries, open_shard
+from arrowmt.stored import refuse_stored_order
 
 logger = logging.getLogger(__name__)
 

@@ -125,7 +125,7 @@ class OutputFolder:
         stored_order: dict[str, str] | None = None,
     ) -> None:
         """Write one split (or shard) file and record it (``piece_rows``: rows per offsets checksum piece;
-        ``stored_order``: what a copy in plan order records of it, see :func:`arrowmt.copies.stored.order_marker`)."""
+        ``stored_order``: what a copy in plan order records of it, see :func:`arrowmt.stored.order_marker`)."""
         path = self.split_file(name)
         meta = write_split(
             path,

@@ -22,11 +22,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from arrowmt._errors import FormatError
-from arrowmt.copies.stored import refuse_stored_order
 from arrowmt.files import StagedOutput, atomic_path, progress_bar, reading
 from arrowmt.format import TOKEN_TYPE, Manifest
 from arrowmt.reading import Ragged, local_only
 from arrowmt.splits import Split, check_split_dictionaries
+from arrowmt.stored import refuse_stored_order
 
 PARQUET_SUFFIX = ".parquet"
 ID_COLUMN = "id"

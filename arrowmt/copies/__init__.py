@@ -3,12 +3,12 @@ order its batch plan reads it, sentence rows or a monolingual split's LM blocks,
 one contiguous read (corpora larger than memory, object storage); and an epoch's copy of a corpus in its sampled
 segmentations.
 
-The whole feature is this package: making a copy here (the command's API, :func:`order_copy`,
-:func:`order_blocks`, the writer of the reordered files, the streaming of an LM copy's rows), reading one in its
-subpackage :mod:`arrowmt.copies.stored` (layer 6, below the split that takes its row translator from it: row
-order, block order, the plan a copy is stored by, ``refuse_stored_order``).
+Making a copy is this package (the command's API, :func:`order_copy`, :func:`order_blocks`, the writer of the
+reordered files, the streaming of an LM copy's rows); reading one is :mod:`arrowmt.stored` (layer 6, below the split
+that takes its row translator from it: row order, block order, the plan a copy is stored by,
+``refuse_stored_order``).
 
-Imports every layer up to blocks and mixing (format, splits, converters, plans, blocks, copies.stored); never torch.
+Imports every layer up to blocks and mixing (format, splits, converters, plans, blocks, stored); never torch.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ shifted source and past target read) as the pieces of the original rows that ``[
 covers: cut at every row start strictly inside (empty rows there are not stored: they start
 no other place). So in the copy each block has the same tokens, the same tokens before it in
 its row and the same row starts inside it, and the copy's block table (indexed by the
-original block numbers, see :mod:`arrowmt.copies.stored._block_order`) gives the same batches, ids
+original block numbers, see :mod:`arrowmt.stored._block_order`) gives the same batches, ids
 and samples. :class:`BlockRows` streams the copy's rows a chunk of blocks at a time (memory in
 proportion to the blocks, not the rows); its arithmetic is pure numpy (:func:`cut_lengths`,
 :func:`stored_starts`). :func:`arrowmt.blocks._block_plan.load_blocks` opens a copy's table for

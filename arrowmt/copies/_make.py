@@ -5,9 +5,9 @@ Training reads each batch's rows from all over a split (fairseq's batches are ro
 similar length, drawn across the corpus). When the corpus does not fit in memory, or sits
 on object storage, every such row costs a page or a block. The copy stores the rows of each
 planned batch together, one batch after another (the batches are still shuffled per epoch),
-and keeps the original row numbers and the plan's batch offsets (:mod:`arrowmt.copies.stored._row_order`):
+and keeps the original row numbers and the plan's batch offsets (:mod:`arrowmt.stored._row_order`):
 a sampler with the same batching options reads that plan from the copy instead of building
-it (:mod:`arrowmt.copies.stored._stored_plan`), and each batch is one contiguous read.
+it (:mod:`arrowmt.stored._stored_plan`), and each batch is one contiguous read.
 Other options still give the original's batches, with less locality.
 """
 
@@ -33,12 +33,12 @@ from arrowmt.blocks import (
 from arrowmt.bucketing import plan_order
 from arrowmt.copies._block_rows import BlockRows
 from arrowmt.copies._write import write_copy, write_reordered
-from arrowmt.copies.stored import ROWS, block_order_name, ordered_by, refuse_stored_order
 from arrowmt.format import BLOCK_ORDER_KEY, TOKENS, Manifest
 from arrowmt.plans import BlockSpec, PlanParams, load_plan, plan_fields
 from arrowmt.reading import local_only
 from arrowmt.splits import Split
 from arrowmt.storage import local_output
+from arrowmt.stored import ROWS, block_order_name, ordered_by, refuse_stored_order
 
 ORDER_CACHE_SUFFIX = ".arrowmt-order"  # the plan's folder beside OUT while the copy is made
 CHUNK_TOKENS = 1 << 22  # tokens of blocks a block copy gathers at a time (16 MiB; ~170 MiB peak, temporaries too)

@@ -1,5 +1,5 @@
-"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.copies.stored._row_order``),
-or stored as pieces of its rows (LM blocks in plan order, see ``arrowmt.copies.stored._block_order``).
+"""A copy of an arrowmt folder with one split's rows stored in another order (see ``arrowmt.stored._row_order``),
+or stored as pieces of its rows (LM blocks in plan order, see ``arrowmt.stored._block_order``).
 
 The rows are gathered from the source in the new order block by block (never all in
 memory), written like any conversion (staging folder, manifest last), and the split's
@@ -18,7 +18,10 @@ import numpy as np
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.converters import OutputFolder, column
-from arrowmt.copies.stored import (
+from arrowmt.format import ROW_ORDER_KEY, Dictionary, Manifest
+from arrowmt.reading import PIECE_ROWS, STRETCH_PIECE_ROWS, Ragged
+from arrowmt.splits import Split
+from arrowmt.stored import (
     COPIED_FROM_KEY,
     ORDERED_BY_KEY,
     order_marker,
@@ -26,9 +29,6 @@ from arrowmt.copies.stored import (
     refuse_stored_order,
     write_row_order,
 )
-from arrowmt.format import ROW_ORDER_KEY, Dictionary, Manifest
-from arrowmt.reading import PIECE_ROWS, STRETCH_PIECE_ROWS, Ragged
-from arrowmt.splits import Split
 from arrowmt.writing import RowSource
 
 
@@ -70,8 +70,8 @@ def write_reordered(
     progress: bool = True,
 ) -> Manifest:
     """Copy the folder ``corpus`` to ``out`` with split ``split`` stored in ``order`` (a permutation of its rows),
-    whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.copies.stored.write_row_order`);
-    ``ordered``: the manifest's :data:`~arrowmt.copies.stored.ORDERED_BY_KEY` entry naming that plan."""
+    whose first rows are the batches of a plan at ``plan_offsets`` (see :func:`arrowmt.stored.write_row_order`);
+    ``ordered``: the manifest's :data:`~arrowmt.stored.ORDERED_BY_KEY` entry naming that plan."""
 
     def stored(data: Split) -> dict[str, RowSource]:
         rows = len(data)
@@ -101,7 +101,7 @@ def write_copy(
     """Copy the folder ``corpus`` to ``out`` with split ``split``'s columns stored as ``stored(split)`` gives
     them (checked before anything is written); ``side(folder)`` writes the split's side file in the staging folder
     and returns the provenance entries naming it (added to the source's); ``marker``: what the split's file records
-    of the order it is stored in (:func:`arrowmt.copies.stored.order_marker`)."""
+    of the order it is stored in (:func:`arrowmt.stored.order_marker`)."""
     source_manifest = Manifest.load(corpus)
     refuse_stored_order(source_manifest, Path(corpus), "order")
     splits = {name: Split(corpus, name, source_manifest) for name in source_manifest.splits()}

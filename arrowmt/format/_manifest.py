@@ -134,7 +134,7 @@ class Manifest:
 
     def side_file_names(self) -> set[str]:
         """The side files the folder lists: of splits stored in plan order, row orders
-        (:mod:`arrowmt.copies.stored._row_order`) and block tables (:mod:`arrowmt.copies.stored._block_order`); and
+        (:mod:`arrowmt.stored._row_order`) and block tables (:mod:`arrowmt.stored._block_order`); and
         ``provenance["side_files"]`` (a sampled segmentations' lattices)."""
         rows = self.provenance.get(ROW_ORDER_KEY)
         blocks = self.provenance.get(BLOCK_ORDER_KEY)

@@ -45,7 +45,7 @@ class SplitMetadata:
     format: str = FORMAT_NAME
     format_version: int = SPLIT_FORMAT_VERSION
     # a copy in plan order (``arrowmt order``): its row order file and a digest of the manifest entry naming the plan
-    # its rows are stored by (:func:`arrowmt.copies.stored._row_order.order_marker`); None, and not written, elsewhere
+    # its rows are stored by (:func:`arrowmt.stored._row_order.order_marker`); None, and not written, elsewhere
     stored_order: dict[str, str] | None = None
 
     @property

@@ -60,11 +60,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from arrowmt._errors import ArrowMTError, FormatError, InvalidParameterError, OutputWriteError
 from arrowmt._optional import require
-from arrowmt.copies.stored import refuse_stored_order
 from arrowmt.files import StagedOutput, atomic_path, remove_unlisted, temp_prefix, write_bytes_atomic
 from arrowmt.format import Manifest, split_path
 from arrowmt.reading import FileIdentity, ensure_offsets_checked
 from arrowmt.splits import Split, open_split
+from arrowmt.stored import refuse_stored_order
 
 if TYPE_CHECKING:
     import datasets

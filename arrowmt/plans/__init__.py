@@ -1,8 +1,8 @@
 """Layer 11, batch plans: the batching spec (checked once), the pair plan builder, the plans' memory-mapped
 cache, the plan providers samplers walk, the epoch orders of batches chosen by name. The plan a copy in plan order
-is stored by is ``arrowmt.copies.stored``'s (``load_plan`` takes it from there for a copy).
+is stored by is ``arrowmt.stored``'s (``load_plan`` takes it from there for a copy).
 
-Imports the bucketing arithmetic and the corpus layers below it (files to splits, copies.stored), never converters
+Imports the bucketing arithmetic and the corpus layers below it (files to splits, stored), never converters
 or torch (the training layer's sampler walks these plans).
 Other packages import from here, not from the private modules.
 """

@@ -33,7 +33,7 @@ from arrowmt.plans._spec import INTERNAL, SOURCE_LIMIT, TARGET_LIMIT, BatchSpec,
 from arrowmt.splits import Split
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored import StoredPlan
+    from arrowmt.stored import StoredPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ def key_fields(params: PlanParams) -> dict[str, object]:
 
 def plan_fields(params: PlanParams) -> dict[str, object]:
     """What a plan of any dataset is for: the plan format version and :func:`key_fields` (a copy in plan order
-    records them, :mod:`arrowmt.copies.stored._stored_plan`)."""
+    records them, :mod:`arrowmt.stored._stored_plan`)."""
     return {"plan_version": PLAN_VERSION, **key_fields(params)}
 
 
@@ -153,7 +153,7 @@ def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[s
     key = plan_key({"dataset": dataset.fingerprint(), "rows": len(dataset), **key_fields(params)})
     plan: BatchPlan | StoredPlan | None = None
     if getattr(dataset, "row_order", None) is not None:  # a copy in plan order (its code loaded only for one)
-        from arrowmt.copies.stored import stored_plan
+        from arrowmt.stored import stored_plan
 
         plan = stored_plan(dataset, plan_fields(params), key)
     if plan is None:

@@ -1,6 +1,6 @@
 """Layer 6, a split as readers use it: all its files (``Split``, one open split per process) and its dictionaries
 checked against it. How a split is stored (as converted, or a copy's rows or LM blocks in plan order) is
-``arrowmt.copies.stored``'s, which the split asks once when it opens (its row translator).
+``arrowmt.stored``'s, which the split asks once when it opens (its row translator).
 
 Imports the reading layer and below; never torch. Other packages import from here, not from the private modules.
 """

@@ -12,7 +12,6 @@ import numpy as np
 from arrowmt._arrays import sorted_unique
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
-from arrowmt.copies.stored import row_translator
 from arrowmt.files import reading
 from arrowmt.format import TOKENS, Manifest, SpecialIds, SplitMetadata, split_path
 from arrowmt.io import DEFAULT_ACCESS, WordRanges, check_access
@@ -27,6 +26,7 @@ from arrowmt.reading import (
     row_numbers,
 )
 from arrowmt.splits._dictionaries import check_split_dictionaries, load_column_dictionary
+from arrowmt.stored import row_translator
 
 if TYPE_CHECKING:
     from arrowmt.format import Dictionary

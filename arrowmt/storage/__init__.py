@@ -14,7 +14,7 @@ from arrowmt._lazy import attach
 if TYPE_CHECKING:
     from arrowmt.storage._ranges import block_bounds, block_runs, block_uses, covered_blocks
     from arrowmt.storage._remote import RemoteFolder, request_buffer
-    from arrowmt.storage._store import BlockFile, BlockStore, CachedFile, Snapshot
+    from arrowmt.storage._store import BlockFile, BlockStore, CachedFile
     from arrowmt.storage._urls import (
         DOWNLOAD_FIRST,
         MIRROR_SOURCE,
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
         local_only_path,
         local_output,
         local_path,
-        without_credentials,
     )
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

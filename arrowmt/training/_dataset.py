@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arrowmt._errors import InvalidParameterError
-from arrowmt.copies.stored import ROWS, refuse_stored_order
 from arrowmt.files import VIEW_FORMAT, stored_version
 from arrowmt.io import DEFAULT_ACCESS
 from arrowmt.segments import check_segmentation
 from arrowmt.splits import Split
 from arrowmt.storage import is_url
+from arrowmt.stored import ROWS, refuse_stored_order
 from arrowmt.training._rows_dataset import RowsDataset
 
 if TYPE_CHECKING:

@@ -37,7 +37,6 @@ from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
 from arrowmt.bucketing import check_seed, every_rank, own, resume_start, shard_batches, shard_length, window_end_steps
-from arrowmt.copies.stored import ROWS, refuse_stored_order, stored_copy, stretch_ranges
 from arrowmt.io import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -51,6 +50,7 @@ from arrowmt.io import (
 )
 from arrowmt.plans import BatchOrder, FixedPlan, Plan, PlanParams, PlanProvider, as_provider, batch_order, load_plan
 from arrowmt.splits import Split
+from arrowmt.stored import ROWS, refuse_stored_order, stored_copy, stretch_ranges
 from arrowmt.training._world import World, resolve_world
 
 logger = logging.getLogger(__name__)

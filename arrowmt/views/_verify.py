@@ -30,7 +30,6 @@ import pyarrow.ipc as ipc
 from tqdm import tqdm
 
 from arrowmt._errors import ArrowMTError, FormatError
-from arrowmt.copies.stored import block_orders, check_order_marker, check_row_order, order_files
 from arrowmt.files import (
     BLOCKS_FORMAT,
     COPY_BLOCKS_FORMAT,
@@ -65,6 +64,7 @@ from arrowmt.segments import (
     sampled_folder,
 )
 from arrowmt.splits import column_place, mismatch_error
+from arrowmt.stored import block_orders, check_order_marker, check_row_order, order_files
 from arrowmt.views._view import VIEW_SUFFIX, View
 
 VocabSizes = dict[str, tuple[int, str] | None]

@@ -59,13 +59,13 @@ import numpy as np
 
 from arrowmt._checks import check_optional_integer
 from arrowmt._errors import FormatError, InvalidParameterError
-from arrowmt.copies.stored import refuse_stored_order
 from arrowmt.files import VIEW_FORMAT, CheckedArray, SideFile, canonical_json, open_side_file, write_side_file
 from arrowmt.format import MANIFEST_NAME, plain_name_error
 from arrowmt.io import WordRanges
 from arrowmt.reading import FileIdentity, Spans, SplitFile, check_indices, local_only, take_flat
 from arrowmt.splits import OverSplit, Split
 from arrowmt.storage import DOWNLOAD_FIRST, local_only_path
+from arrowmt.stored import refuse_stored_order
 from arrowmt.views._ratio import length_ratio
 
 if TYPE_CHECKING:

@@ -154,7 +154,7 @@ def write_split(
     Columns held in memory are written as they are; if any column is a :class:`RowSource`, every
     column is read :data:`PIECE_ROWS` rows at a time (memory bounded whatever the split's size).
     ``piece_rows``: rows per offsets checksum piece (:mod:`arrowmt.reading._offsets_crc`). ``stored_order``: what a
-    copy in plan order records of it (:func:`arrowmt.copies.stored._row_order.order_marker`).
+    copy in plan order records of it (:func:`arrowmt.stored._row_order.order_marker`).
     """
     rows = check_same_rows(split, {name: len(col.ragged) for name, col in columns.items()}, _origins(columns))
     in_memory = {name: col.ragged for name, col in columns.items() if isinstance(col.ragged, Ragged)}

@@ -33,11 +33,11 @@ from fairseq.data import iterators
 
 from arrowmt._errors import InvalidParameterError
 from arrowmt.bucketing import every_rank, window_end_steps
-from arrowmt.copies.stored import stored_copy, stretch_ranges
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.integrations.workers import advise_workers
 from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, check_depth, prefetch_source
 from arrowmt.plans import BatchSpec, BlockSpec, PlanParams, WindowShuffle, batch_order, load_plan
+from arrowmt.stored import stored_copy, stretch_ranges
 
 logger = logging.getLogger(__name__)
 

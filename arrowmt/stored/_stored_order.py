@@ -1,9 +1,9 @@
 """How a corpus stores its splits, asked of its manifest once, and the one refusal of a reader that cannot read it.
 
 A split is stored as converted (its rows in their own order), or in a copy made by ``arrowmt order``: rows in the
-order a batch plan reads them (:data:`ROWS`, :mod:`arrowmt.copies.stored._row_order`; the split's readers translate row
+order a batch plan reads them (:data:`ROWS`, :mod:`arrowmt.stored._row_order`; the split's readers translate row
 numbers, so datasets and samplers read the original's rows), or LM blocks in plan order (:data:`BLOCKS`,
-:mod:`arrowmt.copies.stored._block_order`; its rows are pieces of blocks, read by the LM block readers only). A reader
+:mod:`arrowmt.stored._block_order`; its rows are pieces of blocks, read by the LM block readers only). A reader
 states which stored orders it reads; :func:`refuse_stored_order` refuses the others, naming the folder and what
 to read instead.
 """
@@ -18,8 +18,8 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt.format import BLOCK_ORDER_KEY, ROW_ORDER_KEY, Manifest
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored._block_order import BlockOrder
-    from arrowmt.copies.stored._row_order import RowOrder
+    from arrowmt.stored._block_order import BlockOrder
+    from arrowmt.stored._row_order import RowOrder
 
 ROWS = "rows"  # rows in plan order: `arrowmt order`
 BLOCKS = "blocks"  # LM blocks in plan order: `arrowmt order --tokens-per-sample`
@@ -36,8 +36,8 @@ def stored_orders(manifest: Manifest, split: str | None = None) -> tuple[str, ..
     (whose readers then never load the copies' modules: their code is private memory in every rank)."""
     if not is_copy(manifest):
         return ()
-    from arrowmt.copies.stored._block_order import block_orders
-    from arrowmt.copies.stored._row_order import order_files
+    from arrowmt.stored._block_order import block_orders
+    from arrowmt.stored._row_order import order_files
 
     blocks = block_orders(manifest)
     has_blocks = split in blocks if split is not None else bool(blocks)
@@ -53,7 +53,7 @@ def row_translator(
     copies' code (private memory in every rank)."""
     if marker is None and not is_copy(manifest):
         return None
-    from arrowmt.copies.stored._row_order import read_row_order
+    from arrowmt.stored._row_order import read_row_order
 
     return read_row_order(folder, manifest, split, rows, marker)
 
@@ -63,7 +63,7 @@ def block_order_of(folder: Path, manifest: Manifest, split: str) -> BlockOrder |
     (a corpus as converted loads none of the copies' code)."""
     if not is_copy(manifest):
         return None
-    from arrowmt.copies.stored._block_order import read_block_order
+    from arrowmt.stored._block_order import read_block_order
 
     return read_block_order(folder, manifest, split)
 

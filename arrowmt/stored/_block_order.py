@@ -15,7 +15,7 @@ was made for and the batching options of the plan it is stored by::
 The table key is the hash of ``source`` and ``blocks`` (as the original's block table is
 named), so block options edited in the manifest no longer match it.
 
-Readers of rows as sentences refuse such a copy (:func:`~arrowmt.copies.stored._stored_order.refuse_stored_order`);
+Readers of rows as sentences refuse such a copy (:func:`~arrowmt.stored._stored_order.refuse_stored_order`);
 the LM block readers read its table.
 """
 

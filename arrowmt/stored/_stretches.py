@@ -15,8 +15,8 @@ from arrowmt.format import Manifest
 from arrowmt.io import Dealt, PassRanges, WordRanges
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored._row_order import RowOrder
-    from arrowmt.copies.stored._stored_plan import StoredPlan
+    from arrowmt.stored._row_order import RowOrder
+    from arrowmt.stored._stored_plan import StoredPlan
 
 
 class Copy(Protocol):
@@ -38,7 +38,7 @@ def stored_copy(plan: object, source: object) -> tuple[Copy, StoredPlan] | None:
     order = getattr(source, "row_order", None)
     if order is None:  # not a copy (whose code is then never loaded)
         return None
-    from arrowmt.copies.stored._stored_plan import StoredPlan
+    from arrowmt.stored._stored_plan import StoredPlan
 
     if not isinstance(plan, StoredPlan) or order is not plan.order:
         return None

@@ -9,9 +9,9 @@ the row translator where each batch it hands out is stored (``RowOrder.note``), 
 lookup: the one channel between the two, both here. Making a copy is ``arrowmt.copies`` (layer 13).
 
 Imports the reading layer and below; never torch. A corpus as converted loads only
-:mod:`arrowmt.copies.stored._stored_order` and, with a sampler, :mod:`arrowmt.copies.stored._stretches` (each name
-loads its module on first use). Importing this package runs the face of ``arrowmt.copies`` first, which therefore
-loads nothing eagerly (``tests/test_layers.py`` keeps it so).
+:mod:`arrowmt.stored._stored_order` and, with a sampler, :mod:`arrowmt.stored._stretches` (each name
+loads its module on first use). Its own package beside the split's since 2026-12-07 (it was ``arrowmt.copies``'s
+subpackage, layer 6 inside a layer-13 folder): the folder tree is the layer order.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored._block_order import BlockOrder, block_order_name, block_orders
-    from arrowmt.copies.stored._row_order import (
+    from arrowmt.stored._block_order import BlockOrder, block_order_name, block_orders
+    from arrowmt.stored._row_order import (
         ORDERED_BY_KEY,
         RowOrder,
         check_order_marker,
@@ -32,16 +32,15 @@ if TYPE_CHECKING:
         order_name,
         write_row_order,
     )
-    from arrowmt.copies.stored._stored_order import BLOCKS, ROWS, block_order_of, refuse_stored_order, row_translator
-    from arrowmt.copies.stored._stored_plan import (
+    from arrowmt.stored._stored_order import BLOCKS, ROWS, block_order_of, refuse_stored_order, row_translator
+    from arrowmt.stored._stored_plan import (
         COPIED_FROM_KEY,
         StoredPlan,
         changed_fields,
-        order_command,
         ordered_by,
         other_block_plan,
         stored_plan,
     )
-    from arrowmt.copies.stored._stretches import stored_copy, stretch_ranges
+    from arrowmt.stored._stretches import stored_copy, stretch_ranges
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

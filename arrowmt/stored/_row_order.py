@@ -15,7 +15,7 @@ manifest's provenance under :data:`ROW_ORDER_KEY`. Layout (a side file,
 The first ``planned rows`` of ``order`` are the plan's batches back to back (batch ``b`` is
 ``order[offsets[b]:offsets[b + 1]]``), then the rows it leaves out: a sampler with the
 plan's options reads its batches from here instead of building the plan
-(:mod:`arrowmt.copies.stored._stored_plan`).
+(:mod:`arrowmt.stored._stored_plan`).
 
 Translating a planned batch costs one or two pages, not a page per row (:meth:`RowOrder.stored`):
 its first row's ``where`` gives the stretch it would fill (or the stored plan noted it when it

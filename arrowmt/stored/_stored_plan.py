@@ -1,7 +1,7 @@
 """The plan a copy in plan order was stored by (``arrowmt order``), read from the copy instead of built.
 
 A copy made by :func:`arrowmt.order_copy` stores a split's rows batch after batch in the
-order of one plan, and its row order file (:mod:`arrowmt.copies.stored._row_order`) keeps that
+order of one plan, and its row order file (:mod:`arrowmt.stored._row_order`) keeps that
 plan's batch offsets; the manifest's provenance names the plan's fields under
 :data:`ORDERED_BY_KEY`. A sampler that asks the copy for that plan gets a
 :class:`StoredPlan`: batch ``b`` is ``order[offsets[b]:offsets[b + 1]]``, the very bytes that
@@ -9,7 +9,7 @@ then place its rows in one stretch of the files. Nothing is built (no row length
 at setup), no plan file is written, and a batch reads no plan pages beside the row order's:
 the batch offsets (8 bytes a batch) are read whole when the plan is opened (read-ahead asks for the pages
 of the batches to come: :meth:`StoredPlan.word_ranges`), and a batch handed
-out is noted with its stretch (:meth:`~arrowmt.copies.stored.RowOrder.note`), so that reading it in
+out is noted with its stretch (:meth:`~arrowmt.stored.RowOrder.note`), so that reading it in
 the same process needs no ``where`` lookup.
 Its key is the key the built plan would have, so a sampler's state moves freely between the
 two.
@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from arrowmt._errors import FormatError
-from arrowmt.copies.stored._block_order import block_orders
-from arrowmt.copies.stored._row_order import ORDERED_BY_KEY, RowOrder, open_row_order
 from arrowmt.files import check_batch_offsets, check_contents, checked_batch
 from arrowmt.format import Manifest
 from arrowmt.io import WordRanges
 from arrowmt.reading import FileIdentity, indices_within
+from arrowmt.stored._block_order import block_orders
+from arrowmt.stored._row_order import ORDERED_BY_KEY, RowOrder, open_row_order
 
 if TYPE_CHECKING:
-    from arrowmt.copies.stored._stretches import Copy
+    from arrowmt.stored._stretches import Copy
 
 logger = logging.getLogger(__name__)
 

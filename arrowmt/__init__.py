@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     )
     from arrowmt.copies import order_blocks, order_copy
     from arrowmt.format import Dictionary, FileEntry, Manifest, SpecialIds
+    from arrowmt.mixing import MixtureRule
+    from arrowmt.plans import BlockSpec, PlanParams, SamplerOptions
     from arrowmt.segments import SampledSplit, Segmentation
     from arrowmt.splits import Split, open_split
     from arrowmt.training import (

@@ -153,7 +153,7 @@ if TYPE_CHECKING:
     from arrowmt.mixing._mixing import check_weights, resample, resample_counts, temperature_ratios
     from arrowmt.mixing._mixture_plan import plan_folder
     from arrowmt.plans._orders import BATCH_ORDERS, PlanOrder, Shuffle
-    from arrowmt.plans._plan import PlanParams, build_plan, key_fields, load_plan, sides
+    from arrowmt.plans._plan import build_plan, key_fields, load_plan, sides
     from arrowmt.plans._plan_cache import PlanArrays, load_or_build_plan, plan_key, plan_path, read_plan, write_plan
     from arrowmt.reading._block_index import INDEX_FORMAT, index_name, pinned_at, read_block_index
     from arrowmt.reading._mirror import attached_file, check_cache_limit
@@ -180,8 +180,9 @@ if TYPE_CHECKING:
     from arrowmt.stored._row_order import NOTED, ORDER_FORMAT, inverse_order, open_row_order, write_row_order
     from arrowmt.training._batch import GatheredBatch
     from arrowmt.training._gather import gather_padded, gather_padded_shifted, padded_width, valid_mask
+    from arrowmt.training._options import Walk, walk_of
     from arrowmt.training._resume import sampler_state, saved_workers
-    from arrowmt.training._sampler import PlanSampler, Walk, walk_of
+    from arrowmt.training._sampler import PlanSampler
     from arrowmt.training._world import World
     from arrowmt.writing._indexing import write_block_indexes
     from arrowmt.writing._writer import (

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from arrowmt import InvalidParameterError, open_dataset
-from arrowmt.testing import PlanParams, load_plan, plan_key, windowed_batch_order
+from arrowmt import InvalidParameterError, PlanParams, open_dataset
+from arrowmt.testing import load_plan, plan_key, windowed_batch_order
 from tests.conftest import import_fairseq, quiet
 
 MAX_TOKENS = 1024

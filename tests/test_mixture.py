@@ -20,6 +20,7 @@ from arrowmt import (
     InvalidParameterError,
     Mixture,
     MixtureBatchSampler,
+    MixtureRule,
     PlainCollater,
     Split,
     Tags,
@@ -144,6 +145,18 @@ def test_concatenation_plans_the_corpora_as_one_corpus(corpora: dict[str, Path],
     assert sampler.epoch_counts() == dict(zip("abc", SIZES, strict=True))
     sampler.set_epoch(2)
     assert sampler.plan.key == sampler_for(open_mixture(corpora), tmp_path).plan.key  # one plan for every epoch
+
+
+def test_the_sampling_rule_as_one_value_equals_its_keywords(corpora: dict[str, Path], tmp_path: Path) -> None:
+    mixture = open_mixture(corpora)
+    by_keywords = sampler_for(mixture, tmp_path, temperature=3.0, epoch_size=200, resample_seed=9)
+    by_rule = sampler_for(mixture, tmp_path, rule=MixtureRule(temperature=3.0, epoch_size=200, resample_seed=9))
+    for epoch in (1, 2):
+        by_keywords.set_epoch(epoch)
+        by_rule.set_epoch(epoch)
+        assert plan_batches(by_rule) == plan_batches(by_keywords) and list(by_rule) == list(by_keywords)
+    with pytest.raises(InvalidParameterError, match=r"rule: expected either rule= or the keywords it holds"):
+        sampler_for(mixture, tmp_path, rule=MixtureRule(temperature=3.0), epoch_size=200)
 
 
 def test_temperature_epoch_is_the_plan_of_the_drawn_rows(corpora: dict[str, Path], tmp_path: Path) -> None:

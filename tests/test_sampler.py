@@ -16,10 +16,16 @@ from builders import fixture_lengths, lengths_dataset, multi30k_dataset
 from state_helpers import check_resume
 from torch.utils.data import DataLoader
 
-from arrowmt import ArrowMTDataset, InputDataError, InvalidParameterError, TokenBatchSampler
+from arrowmt import (
+    ArrowMTDataset,
+    InputDataError,
+    InvalidParameterError,
+    PlanParams,
+    SamplerOptions,
+    TokenBatchSampler,
+)
 from arrowmt.testing import (
     CACHE_DIR_NAME,
-    PlanParams,
     PlanSampler,
     batch_by_size,
     build_plan,
@@ -342,6 +348,25 @@ def test_bad_parameters(valid_ds: ArrowMTDataset, cache: Path) -> None:
     last = TokenBatchSampler(valid_ds, 512, cache_dir=cache)
     last.set_epoch(2**32 - 1)
     TokenBatchSampler(valid_ds, 512, cache_dir=cache).load_state_dict(last.state_dict())
+
+
+def test_options_and_spec_as_values_equal_the_keywords(valid_ds: ArrowMTDataset, cache: Path) -> None:
+    """``spec=`` and ``options=`` give the sampler the fairseq-named keywords give; either, not both; an unknown
+    keyword is named with the names taken."""
+    keywords = {"max_sentences": 40, "max_source_positions": 60, "seed": 7, "num_replicas": 2, "rank": 1,
+                "cache_dir": cache, "skip_invalid_size_inputs": True, "shuffle_window": 16}  # fmt: skip
+    by_keywords = TokenBatchSampler(valid_ds, 512, **keywords)
+    spec = PlanParams(max_tokens=512, max_sentences=40, max_source_positions=60, skip_invalid_size_inputs=True)
+    options = SamplerOptions(seed=7, num_replicas=2, rank=1, cache_dir=cache, shuffle_window=16)
+    by_values = TokenBatchSampler(valid_ds, spec=spec, options=options)
+    assert by_values.plan_key == by_keywords.plan_key and list(by_values) == list(by_keywords)
+    assert by_values.state_dict() == by_keywords.state_dict()
+    with pytest.raises(InvalidParameterError, match=r"spec: expected either spec= or the keywords it holds, got both"):
+        TokenBatchSampler(valid_ds, spec=spec, max_sentences=40)
+    with pytest.raises(InvalidParameterError, match=r"options: expected either options= or .*\['seed'\]"):
+        TokenBatchSampler(valid_ds, options=options, seed=7)
+    with pytest.raises(InvalidParameterError, match=r"TokenBatchSampler: unexpected option 'max_positions' \(expected"):
+        TokenBatchSampler(valid_ds, max_positions=5)
 
 
 def test_works_with_dataloader_and_pickle(valid_ds: ArrowMTDataset, cache: Path) -> None:

@@ -21,5 +21,6 @@ if TYPE_CHECKING:
         temperature_ratios,
     )
     from arrowmt.mixing._mixture_plan import Sampling, load_mixture_plan
+    from arrowmt.mixing._rule import RULE_FIELDS, MixtureRule, TemperatureSchedule, Weights, WeightSchedule
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

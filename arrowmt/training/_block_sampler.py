@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
 from arrowmt.blocks import cache_folder, load_block_plan
-from arrowmt.io import DEFAULT_DEPTH
 from arrowmt.plans import BlockSpec, check_source
 from arrowmt.training._block_dataset import BlockDataset
-from arrowmt.training._sampler import PlanSampler, walk_of
+from arrowmt.training._options import DEFAULT_MAX_TOKENS, SamplerOptions, sampler_arguments
+from arrowmt.training._sampler import PlanSampler
 
 BLOCK_SOURCE = "a BlockDataset (arrowmt.open_blocks(folder, split, tokens_per_sample, break_mode))"
 
@@ -25,33 +25,24 @@ class BlockBatchSampler(PlanSampler):
     :class:`~arrowmt.training._sampler.PlanSampler`'s, as for ``TokenBatchSampler``.
     """
 
-    def __init__(  # noqa: PLR0913  # fairseq's batching options (issue 50: one options value)
+    def __init__(
         self,
         dataset: BlockDataset,
-        max_tokens: int | None = 4096,
-        max_sentences: int | None = None,
-        required_batch_size_multiple: int = 1,
-        max_positions: int | None = None,
-        seed: int = 1,
-        shuffle: bool = True,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        skip_invalid_size_inputs: bool = False,
-        prefetch: int = DEFAULT_DEPTH,
-        shuffle_window: int | None = None,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        *,
+        spec: BlockSpec | None = None,
+        options: SamplerOptions | None = None,
+        **keywords: Any,
     ) -> None:
+        """``keywords``: fairseq's batching options by arrowmt's names (``max_sentences``,
+        ``required_batch_size_multiple``, ``max_positions``, ``skip_invalid_size_inputs``) and the options every
+        sampler shares (:class:`~arrowmt.training._options.SamplerOptions`); or ``spec=BlockSpec(...)`` and
+        ``options=SamplerOptions(...)``. ``cache_dir`` defaults to the dataset's."""
         check_source("dataset", dataset, BLOCK_SOURCE, ("split", "table", "cache_dir"))
-        walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
-        params = BlockSpec(
-            max_tokens=max_tokens,
-            max_sentences=max_sentences,
-            required_batch_size_multiple=required_batch_size_multiple,
-            max_positions=max_positions,
-            seed=walk.plan_seed,
-            skip_invalid_size_inputs=skip_invalid_size_inputs,
-        )
+        args = sampler_arguments(BlockSpec, "BlockBatchSampler", max_tokens, keywords, spec, options)
         split = dataset.split
+        cache_dir = args.options.cache_dir
         folder = cache_folder(split, cache_dir if cache_dir is not None else dataset.cache_dir)
-        plan = load_block_plan(dataset.table, params, folder, f"{split.path} split {split.split!r}", dataset.params)
-        self._begin(plan, walk, dataset)
+        where = f"{split.path} split {split.split!r}"
+        plan = load_block_plan(dataset.table, args.spec, folder, where, dataset.params)
+        self._begin(plan, args.walk, dataset)

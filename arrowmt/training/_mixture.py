@@ -32,9 +32,14 @@ from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError, VocabularyError
 from arrowmt.bucketing import check_seed
 from arrowmt.format import Manifest, SpecialIds
-from arrowmt.io import DEFAULT_DEPTH, WordRanges
+from arrowmt.io import WordRanges
 from arrowmt.mixing import (
+    RULE_FIELDS,
+    MixtureRule,
     Sampling,
+    TemperatureSchedule,
+    Weights,
+    WeightSchedule,
     as_sizes,
     check_temperature,
     check_weights,
@@ -50,15 +55,12 @@ from arrowmt.storage import is_url
 from arrowmt.training._batch import GatheredBatch
 from arrowmt.training._dataset import ArrowMTDataset
 from arrowmt.training._mixture_gather import MixtureGather
-from arrowmt.training._sampler import PlanSampler, walk_of
+from arrowmt.training._options import DEFAULT_MAX_TOKENS, SamplerOptions, refuse_both, sampler_arguments
+from arrowmt.training._sampler import PlanSampler
 from arrowmt.training._tags import TagCollater, Tags
 from arrowmt.training._view_dataset import open_view_dataset
 
 logger = logging.getLogger(__name__)
-
-Weights = Sequence[float] | Mapping[str, float] | np.ndarray
-WeightSchedule = Weights | Callable[[int], Weights]
-TemperatureSchedule = float | Callable[[int], float]
 
 
 class Corpus(Protocol):
@@ -316,46 +318,34 @@ class MixtureBatchSampler(PlanSampler):
     corpus contributes to the current epoch.
     """
 
-    def __init__(  # noqa: PLR0913  # fairseq's batching and sampling options (issue 50: one options value)
+    def __init__(
         self,
         mixture: Mixture,
-        max_tokens: int | None = 4096,
-        max_sentences: int | None = None,
-        required_batch_size_multiple: int = 1,
-        max_source_positions: int | None = None,
-        max_target_positions: int | None = None,
-        seed: int = 1,
-        shuffle: bool = True,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        skip_invalid_size_inputs: bool = False,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
         *,
-        weights: WeightSchedule | None = None,
-        temperature: TemperatureSchedule | None = None,
-        epoch_size: int | None = None,
-        resample_seed: int | None = None,
+        spec: PlanParams | None = None,
+        options: SamplerOptions | None = None,
+        rule: MixtureRule | None = None,
         keep_plans: int = 2,
-        prefetch: int = DEFAULT_DEPTH,
-        shuffle_window: int | None = None,
+        **keywords: Any,
     ) -> None:
-        walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
-        if weights is not None and temperature is not None:
-            raise InvalidParameterError(f"temperature: expected None when weights are given, got {temperature!r}")
+        """``keywords``: fairseq's batching options by arrowmt's names, as :class:`TokenBatchSampler` takes them,
+        the options every sampler shares (:class:`~arrowmt.training._options.SamplerOptions`) and the sampling rule's
+        fields (:class:`MixtureRule`: ``weights``, ``temperature``, ``epoch_size``, ``resample_seed``); or the three
+        as values, ``spec=``, ``options=``, ``rule=``."""
+        args = sampler_arguments(PlanParams, "MixtureBatchSampler", max_tokens, keywords, spec, options, RULE_FIELDS)
+        refuse_both("rule", rule, args.own)
+        rule = rule if rule is not None else MixtureRule(**args.own)
+        walk = args.walk
+        if rule.weights is not None and rule.temperature is not None:
+            raise InvalidParameterError(f"temperature: expected None when weights are given, got {rule.temperature!r}")
+        weights, temperature = rule.weights, rule.temperature
         self.mixture = mixture
-        self.params = PlanParams(
-            max_tokens=max_tokens,
-            max_sentences=max_sentences,
-            required_batch_size_multiple=required_batch_size_multiple,
-            max_source_positions=max_source_positions,
-            max_target_positions=max_target_positions,
-            seed=walk.plan_seed,
-            skip_invalid_size_inputs=skip_invalid_size_inputs,
-        )
-        self.epoch_size = None if epoch_size is None else check_integer("epoch_size", epoch_size, 1)
-        self.resample_seed = seed if resample_seed is None else int(resample_seed)
+        self.params = args.spec
+        self.epoch_size = None if rule.epoch_size is None else check_integer("epoch_size", rule.epoch_size, 1)
+        self.resample_seed = args.options.seed if rule.resample_seed is None else int(rule.resample_seed)
         check_seed("resample_seed", self.resample_seed)
-        self.cache_dir = cache_dir
+        self.cache_dir = args.options.cache_dir
         self.keep_plans = check_integer("keep_plans", keep_plans, 1)
         self._weights: WeightSchedule | None = None
         self.temperature: TemperatureSchedule | None = None

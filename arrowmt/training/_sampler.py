@@ -25,9 +25,7 @@ over the epoch every planned batch is trained once, apart from each deal's wrapp
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +34,7 @@ from torch.utils.data import Sampler
 from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt._heap import release_free_heap
-from arrowmt.bucketing import check_seed, every_rank, own, resume_start, shard_batches, shard_length, window_end_steps
+from arrowmt.bucketing import every_rank, own, resume_start, shard_batches, shard_length, window_end_steps
 from arrowmt.io import (
     DEFAULT_DEPTH,
     BatchAt,
@@ -45,13 +43,12 @@ from arrowmt.io import (
     Prefetcher,
     RowSource,
     WordRanges,
-    check_depth,
     prefetch_source,
 )
-from arrowmt.plans import BatchOrder, FixedPlan, Plan, PlanParams, PlanProvider, as_provider, batch_order, load_plan
+from arrowmt.plans import FixedPlan, Plan, PlanParams, PlanProvider, as_provider, load_plan
 from arrowmt.splits import Split
 from arrowmt.stored import ROWS, refuse_stored_order, stored_copy, stretch_ranges
-from arrowmt.training._world import World, resolve_world
+from arrowmt.training._options import DEFAULT_MAX_TOKENS, SamplerOptions, Walk, sampler_arguments, walk_of
 
 logger = logging.getLogger(__name__)
 
@@ -91,36 +88,6 @@ def _positions(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
             return None
 
     return batch_at
-
-
-@dataclass(frozen=True)
-class Walk:
-    """How a sampler walks its plans, checked once (before any plan is built): the epoch order of the batches
-    (a strategy, :mod:`arrowmt.plans._orders`), this process's world, the seed and the read-ahead depth."""
-
-    order: BatchOrder
-    world: World
-    seed: int
-    prefetch: int
-
-    @property
-    def plan_seed(self) -> int | None:
-        """The seed of a plan's own order (fairseq's ``numpy_seed``): None when the batches are not shuffled."""
-        return self.seed if self.order.shuffled else None
-
-
-def walk_of(
-    seed: int,
-    shuffle: bool = True,
-    shuffle_window: int | None = None,
-    num_replicas: int | None = None,
-    rank: int | None = None,
-    prefetch: int = DEFAULT_DEPTH,
-) -> Walk:
-    """The :class:`Walk` the sampler options name, each checked (InvalidParameterError naming the first bad one)."""
-    check_seed("seed", seed)
-    world = resolve_world(num_replicas, rank)
-    return Walk(batch_order(shuffle, shuffle_window), world, int(seed), check_depth(prefetch))
 
 
 class PlanSampler(Sampler[list[int]]):
@@ -384,39 +351,27 @@ class TokenBatchSampler(PlanSampler):
     ``prefetch`` batches are read ahead (:mod:`arrowmt.io._prefetch`; 0 turns it off).
     """
 
-    def __init__(  # noqa: PLR0913  # fairseq's batching options (issue 50: one options value)
+    def __init__(
         self,
         dataset: Split,
-        max_tokens: int | None = 4096,
-        max_sentences: int | None = None,
-        required_batch_size_multiple: int = 1,
-        max_source_positions: int | None = None,
-        max_target_positions: int | None = None,
-        seed: int = 1,
-        shuffle: bool = True,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        skip_invalid_size_inputs: bool = False,
-        prefetch: int = DEFAULT_DEPTH,
-        shuffle_window: int | None = None,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        *,
+        spec: PlanParams | None = None,
+        options: SamplerOptions | None = None,
+        **keywords: Any,
     ) -> None:
-        walk = walk_of(seed, shuffle, shuffle_window, num_replicas, rank, prefetch)
-        params = PlanParams(
-            max_tokens=max_tokens,
-            max_sentences=max_sentences,
-            required_batch_size_multiple=required_batch_size_multiple,
-            max_source_positions=max_source_positions,
-            max_target_positions=max_target_positions,
-            seed=walk.plan_seed,
-            skip_invalid_size_inputs=skip_invalid_size_inputs,
-        )
+        """``keywords``: fairseq's batching options by arrowmt's names (``max_sentences``,
+        ``required_batch_size_multiple``, ``max_source_positions``, ``max_target_positions``,
+        ``skip_invalid_size_inputs``) and the options every sampler shares (:class:`SamplerOptions`: ``seed``,
+        ``shuffle``, ``shuffle_window``, ``num_replicas``, ``rank``, ``prefetch``, ``cache_dir``); or the same as
+        two values, ``spec=PlanParams(...)`` and ``options=SamplerOptions(...)``."""
+        args = sampler_arguments(PlanParams, "TokenBatchSampler", max_tokens, keywords, spec, options)
         manifest = getattr(dataset, "manifest", None)  # a split or a view (a mixture checks each of its sources)
         if manifest is not None:
             refuse_stored_order(manifest, dataset.path, "batch", dataset.split, reads=(ROWS,))
         epoch_plans = getattr(dataset, "epoch_plans", None)  # sampled segmentations: a plan per epoch, in its copy
-        plan = epoch_plans(params) if epoch_plans else load_plan(dataset, params, cache_dir)
-        self._begin(plan, walk, dataset)
+        plan = epoch_plans(args.spec) if epoch_plans else load_plan(dataset, args.spec, args.options.cache_dir)
+        self._begin(plan, args.walk, dataset)
 
 
 def _state_epoch(state: dict[str, Any], default: int) -> int:

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed, read_document_index, read_indexed
     from arrowmt.converters._fairseq_folder import discover
     from arrowmt.converters._from_table import read_table_file
-    from arrowmt.converters._lattices import Edges, too_many_nodes
+    from arrowmt.converters._lattices import Edges, too_many_nodes, unigram_edges
     from arrowmt.converters._output import OutputFolder, column, special_ids_of
     from arrowmt.converters._pairs import arrow_split_names, fairseq_split_name
     from arrowmt.converters._parallel_text import (

@@ -50,7 +50,7 @@ from arrowmt.testing import (
     row_sums,
     sampled_folder,
 )
-from tests.conftest import MULTI30K, val_sentencepiece
+from tests.conftest import MULTI30K, gz_lines, val_sentencepiece
 from tests.state_helpers import SamplerLoader, check_resume
 
 spm = pytest.importorskip("sentencepiece")
@@ -392,6 +392,34 @@ def test_lattices_over_sixteen_bit_nodes_are_found_exact_values() -> None:
     edges = Edges(np.array([0, 2, 2, 3]), pa.array(["a", "b", "c"]), np.array([0, 1, 0]), np.array([1, 70_000, 5]),
                   np.zeros(3, dtype=np.float32))  # fmt: skip
     assert too_many_nodes(edges).tolist() == [True, False, False]
+
+
+def test_unigram_lattices_hold_exactly_every_piece_found_in_each_word(tmp_path: Path) -> None:
+    """Every substring of every word of Multi30k val that is an ordinary piece of the model is an edge of that word's
+    lattice, and nothing else is (a brute-force enumeration of the substrings, against the vectorized search that
+    looks only at positions still beginning some piece)."""
+    spm = pytest.importorskip("sentencepiece")
+    from arrowmt.testing import unigram_edges
+
+    processor = spm.SentencePieceProcessor(model_file=str(val_sentencepiece(tmp_path, 600)))
+    text = " ".join(line for name in ("val.de", "val.en") for line in gz_lines(MULTI30K / f"{name}.gz"))
+    words = sorted({"\u2581" + word for word in text.split()})[:3000]
+    edges, kept = unigram_edges(pa.array(words, pa.large_string()), processor)
+    pieces = edges.pieces.to_pylist()
+    ordinary = {processor.id_to_piece(i) for i in range(processor.get_piece_size())
+                if not (processor.is_control(i) or processor.is_unknown(i) or processor.is_unused(i)
+                        or processor.is_byte(i) or processor.get_score(i) == 0)}  # fmt: skip
+    checked = 0
+    for k, word in enumerate(words):
+        if kept[k]:
+            continue
+        span = range(int(edges.first[k]), int(edges.first[k + 1]))
+        found = {(int(edges.begin[e]), int(edges.end[e]), pieces[e]) for e in span}
+        expected = {(i, j, word[i:j]) for i in range(len(word)) for j in range(i + 1, len(word) + 1)
+                    if word[i:j] in ordinary}  # fmt: skip
+        assert found == expected, word
+        checked += 1
+    assert checked > 2500
 
 
 def test_row_sums_exact_values() -> None:

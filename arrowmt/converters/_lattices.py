@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowmt._arrays import sorted_unique
 from arrowmt.reading import Ragged, exclusive_cumsum, flat_positions, take_flat
 from arrowmt.segments import row_sums
 
@@ -100,23 +101,31 @@ def unigram_edges(words: pa.Array, processor: Any) -> tuple[Edges, np.ndarray]:
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (position, length, piece id)
     covered = np.zeros(n, dtype=bool)
     kept = np.zeros(len(words), dtype=bool)
-    longest = int(piece_chars.lengths()[vocab.normal | vocab.special].max(initial=1))
-    hashed: np.ndarray | None = None
+    usable = vocab.normal | vocab.special
+    piece_lengths, piece_starts = piece_chars.lengths(), piece_chars.offsets[:-1]
+    longest = int(piece_lengths[usable].max(initial=1))
     piece_hashed: np.ndarray | None = None
+    # the positions whose next ``length`` code points begin some piece, with their hash: few stay past a few
+    # characters, so each length looks at those only (a hash shared by chance keeps a position: checked below)
+    alive, alive_hash = positions, np.zeros(n, dtype=np.uint64)
+    values = chars.values.astype(np.uint64)
     for length in range(1, longest + 1):
-        hashed = _hashes(chars, length, hashed)
         piece_hashed = _hashes(piece_chars, length, piece_hashed)
-        own = piece_chars.lengths() == length
-        ids = np.flatnonzero(own & (vocab.normal | vocab.special))
-        if ids.size == 0:
+        fits = alive + length <= word_end[alive]
+        alive, alive_hash = alive[fits], alive_hash[fits]
+        with np.errstate(over="ignore"):
+            alive_hash = alive_hash * _R + values[alive + length - 1]
+        prefixes = sorted_unique(piece_hashed[piece_starts[(piece_lengths >= length) & usable]])
+        alive, alive_hash = _among(alive, alive_hash, prefixes)
+        ids = np.flatnonzero((piece_lengths == length) & usable)
+        if ids.size == 0 or alive.size == 0:
             continue
-        keys = piece_hashed[piece_chars.offsets[:-1][ids]]
+        keys = piece_hashed[piece_starts[ids]]
         order = np.argsort(keys, kind="stable")
         keys, ids = keys[order], ids[order]
-        inside = np.flatnonzero(positions + length <= word_end)
-        at = np.minimum(np.searchsorted(keys, hashed[inside]), keys.shape[0] - 1)
-        hit = keys[at] == hashed[inside]
-        where, piece = inside[hit], ids[at[hit]]
+        at = np.minimum(np.searchsorted(keys, alive_hash), keys.shape[0] - 1)
+        hit = keys[at] == alive_hash
+        where, piece = alive[hit], ids[at[hit]]
         same = _same_chars(chars.values, where, piece_chars, piece, length)
         where, piece = where[same], piece[same]
         kept[word_of[where[vocab.special[piece]]]] = True
@@ -139,6 +148,15 @@ def unigram_edges(words: pa.Array, processor: Any) -> tuple[Edges, np.ndarray]:
     edges = Edges(np.append(first, word.shape[0]), vocab.symbols.take(pa.array(piece)), begin, end,
                   vocab.scores[piece].astype(np.float32))  # fmt: skip
     return edges, kept
+
+
+def _among(positions: np.ndarray, hashes: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``positions`` (and their ``hashes``) whose hash is one of the sorted ``keys``."""
+    if keys.size == 0:
+        return positions[:0], hashes[:0]
+    at = np.minimum(np.searchsorted(keys, hashes), keys.shape[0] - 1)
+    keep = keys[at] == hashes
+    return positions[keep], hashes[keep]
 
 
 def _same_chars(chars: np.ndarray, where: np.ndarray, piece_chars: Ragged, piece: np.ndarray,

@@ -317,6 +317,24 @@ def _cuts(
 
 def _cut(block: Spans, first: int, vocabulary: _Vocabulary, split: Split, col: str) -> _Cut:
     """The words of the rows ``first`` on (each row's ``</s>`` left out; a row without one is refused)."""
+    values, begins, content = _word_begins(block, first, vocabulary, split, col)
+    word_offsets = np.append(np.flatnonzero(begins), values.shape[0])
+    listed = pa.LargeListArray.from_arrays(pa.array(word_offsets), vocabulary.symbols.take(pa.array(values)))
+    strings = pc.binary_join(listed, pa.scalar("", pa.large_string()))
+    return _Cut(strings, Ragged(word_offsets.astype(np.int64), values), row_sums(begins, content))
+
+
+def _word_counts(block: Spans, first: int, vocabulary: _Vocabulary, split: Split, col: str) -> np.ndarray:
+    """The words of each row ``first`` on, without making them (a writer's row lengths)."""
+    _, begins, content = _word_begins(block, first, vocabulary, split, col)
+    return row_sums(begins, content)
+
+
+def _word_begins(
+    block: Spans, first: int, vocabulary: _Vocabulary, split: Split, col: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the rows' pieces without ``</s>``, where a word begins among them, the pieces of each row); a row without its
+    ``</s>`` is refused."""
     ends = block.starts + block.lengths - 1
     bad = np.flatnonzero((block.lengths == 0) | (block.words[np.maximum(ends, 0)] != vocabulary.dictionary.eos))
     if bad.size:
@@ -326,11 +344,7 @@ def _cut(block: Spans, first: int, vocabulary: _Vocabulary, split: Split, col: s
     values = take_flat(block.words, block.starts, content)
     row_first = np.zeros(values.shape[0], dtype=bool)
     row_first[exclusive_cumsum(content)[content > 0]] = True
-    begins = row_first | vocabulary.starts_word[values]
-    word_offsets = np.append(np.flatnonzero(begins), values.shape[0])
-    listed = pa.LargeListArray.from_arrays(pa.array(word_offsets), vocabulary.symbols.take(pa.array(values)))
-    strings = pc.binary_join(listed, pa.scalar("", pa.large_string()))
-    return _Cut(strings, Ragged(word_offsets.astype(np.int64), values), row_sums(begins, content))
+    return values, row_first | vocabulary.starts_word[values], content
 
 
 def _lattice_table(
@@ -524,8 +538,10 @@ class _WordRows:
         return len(self.split)
 
     def lengths(self, block_rows: int) -> Iterator[np.ndarray]:
-        for cut in _cuts(self.split, self.col, self.table.vocabulary, block_rows, "", False):
-            yield cut.words_per_row + 1
+        vocabulary = self.table.vocabulary
+        for rows in row_blocks(len(self.split), block_rows):
+            block = self.split.column_spans(self.col, rows).compact()
+            yield _word_counts(block, int(rows[0]), vocabulary, self.split, self.col) + 1
 
     def pieces(self, block_rows: int) -> Iterator[Ragged]:
         eos = self.table.words.eos

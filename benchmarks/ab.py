@@ -56,6 +56,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from bench_cold import budgeted  # noqa: E402
+from memory_budget import evict  # noqa: E402
 
 MEASURES = ("epoch", "plan-evicted", "workers", "workers0", "loader", "mixture", "lm", "cold", "cold-ordered")
 HIGHER_IS_BETTER = {
@@ -219,8 +220,8 @@ def run_one(code: Path, label: str, measure_name: str, args: argparse.Namespace)
         command = budgeted(command, budget, args.data)
     else:
         read_into_cache([args.data / "arrowmt", cache, *([args.data / "lm"] if measure_name == "lm" else [])])
-        if measure_name == "plan-evicted":
-            evict(sorted(cache.glob("plan-*.bin")))
+        if measure_name == "plan-evicted":  # a plan built by an earlier run: a rank of a later one rarely finds
+            evict(sorted(cache.glob("plan-*.bin")))  # all of it resident (it reads batches from all over it)
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(code)})
     if done.returncode != 0:
         lines = done.stderr.replace(f"{ROOT}/", "").strip().splitlines()  # results keep no machine's own paths
@@ -236,18 +237,6 @@ def read_into_cache(folders: list[Path]) -> None:
             with open(path, "rb") as handle:
                 while handle.read(1 << 24):
                     pass
-
-
-def evict(paths: list[Path]) -> None:
-    """Drop ``paths`` from the page cache (``posix_fadvise`` DONTNEED): a plan built in an earlier run, as a rank of
-    a later one finds it (the ranks read their batches from all over it, so rarely all of it is resident)."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def warm(args: argparse.Namespace, sides: list[tuple[str, Path]]) -> None:

@@ -97,7 +97,6 @@ def unigram_edges(words: pa.Array, processor: Any) -> tuple[Edges, np.ndarray]:
     n = chars.values.shape[0]
     word_of = np.repeat(np.arange(len(words)), chars.lengths())
     word_end = chars.offsets[1:][word_of]
-    positions = np.arange(n, dtype=np.int64)
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (position, length, piece id)
     covered = np.zeros(n, dtype=bool)
     kept = np.zeros(len(words), dtype=bool)
@@ -107,7 +106,7 @@ def unigram_edges(words: pa.Array, processor: Any) -> tuple[Edges, np.ndarray]:
     piece_hashed: np.ndarray | None = None
     # the positions whose next ``length`` code points begin some piece, with their hash: few stay past a few
     # characters, so each length looks at those only (a hash shared by chance keeps a position: checked below)
-    alive, alive_hash = positions, np.zeros(n, dtype=np.uint64)
+    alive, alive_hash = np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.uint64)
     values = chars.values.astype(np.uint64)
     for length in range(1, longest + 1):
         piece_hashed = _hashes(piece_chars, length, piece_hashed)
@@ -115,16 +114,17 @@ def unigram_edges(words: pa.Array, processor: Any) -> tuple[Edges, np.ndarray]:
         alive, alive_hash = alive[fits], alive_hash[fits]
         with np.errstate(over="ignore"):
             alive_hash = alive_hash * _R + values[alive + length - 1]
-        prefixes = sorted_unique(piece_hashed[piece_starts[(piece_lengths >= length) & usable]])
-        alive, alive_hash = _among(alive, alive_hash, prefixes)
+        _, begins_some = _lookup(
+            sorted_unique(piece_hashed[piece_starts[(piece_lengths >= length) & usable]]), alive_hash
+        )
+        alive, alive_hash = alive[begins_some], alive_hash[begins_some]
         ids = np.flatnonzero((piece_lengths == length) & usable)
         if ids.size == 0 or alive.size == 0:
             continue
         keys = piece_hashed[piece_starts[ids]]
         order = np.argsort(keys, kind="stable")
         keys, ids = keys[order], ids[order]
-        at = np.minimum(np.searchsorted(keys, alive_hash), keys.shape[0] - 1)
-        hit = keys[at] == alive_hash
+        at, hit = _lookup(keys, alive_hash)
         where, piece = alive[hit], ids[at[hit]]
         same = _same_chars(chars.values, where, piece_chars, piece, length)
         where, piece = where[same], piece[same]
@@ -150,13 +150,12 @@ def unigram_edges(words: pa.Array, processor: Any) -> tuple[Edges, np.ndarray]:
     return edges, kept
 
 
-def _among(positions: np.ndarray, hashes: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The ``positions`` (and their ``hashes``) whose hash is one of the sorted ``keys``."""
+def _lookup(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each of ``values`` is or would go in the sorted ``keys``, clipped to them; whether it is there)."""
     if keys.size == 0:
-        return positions[:0], hashes[:0]
-    at = np.minimum(np.searchsorted(keys, hashes), keys.shape[0] - 1)
-    keep = keys[at] == hashes
-    return positions[keep], hashes[keep]
+        return np.zeros(values.shape[0], dtype=np.int64), np.zeros(values.shape[0], dtype=bool)
+    at = np.minimum(np.searchsorted(keys, values), keys.shape[0] - 1)
+    return at, keys[at] == values
 
 
 def _same_chars(chars: np.ndarray, where: np.ndarray, piece_chars: Ragged, piece: np.ndarray,

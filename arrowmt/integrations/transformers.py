@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
@@ -325,7 +325,7 @@ class _ArrowMTBatches:
         given = inspect.signature(super().__init__).bind_partial(*args, **kwargs).arguments  # type: ignore[misc]
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         if given.get("data_collator") is None:
-            self.data_collator = default_collater(self.train_dataset, self.model)  # type: ignore[attr-defined]
+            self.data_collator = TransformersCollater.for_model(self.train_dataset, self.model)  # type: ignore[attr-defined]
         self._check_world()
         self._check_dataset()
         check_shared_embeddings(self.model, self.train_dataset)  # type: ignore[attr-defined]
@@ -407,11 +407,6 @@ class _ArrowMTBatches:
         accumulation = args.gradient_accumulation_steps
         per_epoch = max(len(self._batches) // accumulation + int(len(self._batches) % accumulation > 0), 1)
         return int(state.global_step % per_epoch) * accumulation
-
-
-def default_collater(dataset: Dataset | None, model: Any) -> TransformersCollater:
-    """The trainers' default ``data_collator``: :meth:`TransformersCollater.for_model`."""
-    return TransformersCollater.for_model(dataset, model)
 
 
 class ArrowMTTrainer(_ArrowMTBatches, _transformers.Trainer):  # type: ignore[misc]

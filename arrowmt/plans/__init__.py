@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, keep_recent, load_or_build_plan, plan_key
     from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, ShiftedPlan, as_provider
     from arrowmt.plans._sources import check_row_ids, check_source
-    from arrowmt.plans._spec import BLOCK_LIMIT, BatchSpec, BlockSpec
+    from arrowmt.plans._spec import BLOCK_LIMIT, DEFAULT_MAX_TOKENS, BatchSpec, BlockSpec
     from arrowmt.plans._walk_options import SHARED_OPTIONS, SamplerOptions
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -24,6 +24,9 @@ Spec = TypeVar("Spec", bound="BatchSpec")
 INTERNAL = {"option": False}  # a field's metadata: set by arrowmt itself, not a batching option of the public API
 
 
+DEFAULT_MAX_TOKENS = 4096  # fairseq's usual token budget: a spec's default, so the samplers'
+
+
 @dataclass(frozen=True, kw_only=True)
 class BatchSpec:
     """Everything a plan depends on besides its rows: the batching, the named length limits, the order's seed.
@@ -35,7 +38,7 @@ class BatchSpec:
     (None, or an integer in [0, 2**32)). Fields are passed by name; their defaults are the samplers'.
     """
 
-    max_tokens: int | None = 4096
+    max_tokens: int | None = DEFAULT_MAX_TOKENS
     max_sentences: int | None = None
     required_batch_size_multiple: int = 1
     seed: int | None = 1

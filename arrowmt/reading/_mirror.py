@@ -131,14 +131,14 @@ def _mend(remote: RemoteFolder, folder: Path, manifest: Manifest) -> None:
     """Fetch again, once, the whole files of a cache folder found missing, or (block indexes) damaged, and say so:
     the cache holds copies, so it never fails for good on one of them (:func:`~arrowmt.files.load_or_build`, the
     rule of every cache of derived data)."""
-    sizes = {index_name(entry.file): entry for entry in manifest.files.values()}
+    indexed = {index_name(entry.file): entry for entry in manifest.files.values()}  # block index -> its split file
 
     def sound(name: str) -> None:
         path = folder / name
         if not path.is_file():
             raise FormatError(f"{path}: missing")
-        if name in sizes:  # a block index: its own checks
-            read_block_index(path, sizes[name].size, sizes[name].sha256)
+        if name in indexed:  # a block index: its own checks
+            read_block_index(path, indexed[name].size, indexed[name].sha256)
 
     for name in _small_files(manifest):
         load_or_build(folder / name, "cached file", lambda n=name: sound(n),

@@ -17,12 +17,10 @@ from typing import Any, TypeVar
 from arrowmt._errors import InvalidParameterError
 from arrowmt.bucketing import check_seed
 from arrowmt.io import DEFAULT_DEPTH, check_depth
-from arrowmt.plans import SHARED_OPTIONS, BatchOrder, BatchSpec, SamplerOptions, batch_order
+from arrowmt.plans import DEFAULT_MAX_TOKENS, SHARED_OPTIONS, BatchOrder, BatchSpec, SamplerOptions, batch_order
 from arrowmt.training._world import World, resolve_world
 
 Spec = TypeVar("Spec", bound=BatchSpec)
-
-DEFAULT_MAX_TOKENS = 4096  # fairseq's usual budget; the samplers' default
 
 
 @dataclass(frozen=True)

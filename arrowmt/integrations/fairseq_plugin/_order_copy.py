@@ -79,7 +79,8 @@ def refuse(out: str, why: str | None) -> None:
 
 def finish_with_copy(out: str, split: str, fields: dict[str, object], make: Callable[[], object]) -> NoReturn:
     """``make()`` the copy on rank 0 (the other ranks wait for it), say how to train on it, end the run (exit 0)."""
-    if _rank() == 0:
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not distributed or torch.distributed.get_rank() == 0:
         make()
         logger.info(
             "%s: wrote %s, split %r stored in the order this run plans (%s); train on it: the same command with "
@@ -91,11 +92,6 @@ def finish_with_copy(out: str, split: str, fields: dict[str, object], make: Call
             out,
             FLAG,
         )
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if distributed:
         torch.distributed.barrier()
     raise SystemExit(0)
-
-
-def _rank() -> int:
-    initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
-    return torch.distributed.get_rank() if initialized else 0

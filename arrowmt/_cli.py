@@ -280,7 +280,9 @@ def _add_order(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("corpus", help="arrowmt dataset folder")
     cmd.add_argument("out", help="output folder")
     cmd.add_argument("--split", default="train", help="split to store in plan order (default: train)")
-    cmd.add_argument("--max-tokens", type=int, default=4096, help="the training's token budget (default 4096)")
+    cmd.add_argument(
+        "--max-tokens", type=int, default=None, help="the training's token budget (default: the samplers' default)"
+    )
     cmd.add_argument("--max-sentences", type=int, default=None, help="the training's sentence limit per batch")
     cmd.add_argument("--required-batch-size-multiple", type=int, default=1, help="as in fairseq (default 1)")
     cmd.add_argument("--max-source-positions", type=int, default=None, help="rows longer than this are left out")
@@ -313,7 +315,7 @@ def _cmd_order(args: argparse.Namespace) -> int:
     if wrong:
         kind = "LM blocks (--tokens-per-sample)" if blocks else "sentence pairs (no --tokens-per-sample)"
         raise InvalidParameterError(f"--{wrong[0].replace('_', '-')}: not an option of a copy of {kind}")
-    options = {k: getattr(args, k) for k in common}
+    options = {k: getattr(args, k) for k in common if k != "max_tokens" or args.max_tokens is not None}
     if blocks:
         block_options = {"tokens_per_sample": args.tokens_per_sample, "break_mode": args.sample_break_mode or "none",
                          "document_sep_len": 1 if args.document_sep_len is None else args.document_sep_len,

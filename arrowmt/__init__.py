@@ -9,6 +9,7 @@ The package has seven layers, each importing only those below it (docs/layers.md
 4. :mod:`arrowmt.converters`: conversion from fairseq data-bins and raw text, export;
 5. :mod:`arrowmt.plans`: the batching spec, fairseq's bucketing arithmetic, batch plans (never imports torch);
 6. :mod:`arrowmt.training`: the sampler over any plan, the torch dataset, collaters, the read-ahead loader;
+   :mod:`arrowmt.packing`: packed batches as tensors of one shape;
 7. :mod:`arrowmt.integrations`: Hugging Face ``datasets`` and ``transformers``, the fairseq plugin.
 
 Exports load their module on first use, so ``import arrowmt`` (and the CLI) never
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from arrowmt.copies import order_blocks, order_copy
     from arrowmt.format import Dictionary, FileEntry, Manifest, SpecialIds
     from arrowmt.mixing import MixtureRule
+    from arrowmt.packing import PackedCollater
     from arrowmt.plans import BlockSpec, PlanParams, SamplerOptions
     from arrowmt.segments import SampledSplit, Segmentation
     from arrowmt.splits import Split, open_split

@@ -43,9 +43,10 @@ LAYERS = {
     "arrowmt.copies": 13,
     "arrowmt.stored": 6,  # reading a copy: below the split that takes its row translator from it
     "arrowmt.training": 14,
-    "arrowmt.integrations": 15,
+    "arrowmt.packing": 15,
+    "arrowmt.integrations": 16,
 }
-TOP = 16
+TOP = 17
 
 
 def discovered_faces() -> list[str]:

@@ -1,5 +1,6 @@
 """Layer 10, fairseq's bucketing arithmetic as pure numpy functions over lengths, each with exact-value tests:
-``ordered_indices``' order, the size filter, ``batch_by_size``, epoch orders of batches (fairseq's shuffle, windows),
+``ordered_indices``' order, the size filter, ``batch_by_size``, packed batches (``pack_by_size``), epoch orders of
+batches (fairseq's shuffle, windows),
 dealing batches to ranks (which batches a deal gives at some steps, the steps that end windows) and resuming a deal,
 and the stored order of a plan's rows.
 
@@ -38,5 +39,6 @@ if TYPE_CHECKING:
     )
     from arrowmt.bucketing._deal import every_rank, own, window_end_steps
     from arrowmt.bucketing._order import plan_order
+    from arrowmt.bucketing._packing import pack_by_size
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

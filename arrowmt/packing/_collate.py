@@ -1,0 +1,115 @@
+"""Packed batches as tensors of one shape: a plan's packed batch (``packed=True`` on a sampler) laid end to end in
+fixed-capacity token buffers, for ``torch.compile`` and CUDA graphs.
+
+:class:`PackedCollater` returns, for a parallel batch (every tensor 1-D, its length fixed by ``capacity`` or
+``max_sentences``, the same for every batch of every epoch):
+
+* ``net_input.src_tokens``: the sources one after another, then the pad id up to ``capacity``;
+* ``net_input.src_segment``: each source token's sentence (0, 1, ... in batch order; -1 on padding);
+* ``net_input.src_positions``: each token's position in its sentence (0 on padding);
+* ``net_input.src_cu_seqlens``: int32, ``max_sentences + 1`` entries: where each sentence starts, then the end of
+  the last, repeated (``flash_attn_varlen``'s layout; the padding after the last sentence belongs to none);
+* ``net_input.prev_output_tokens``, ``tgt_segment``, ``tgt_positions``, ``tgt_cu_seqlens``: the same for the decoder
+  input, each sentence's target as fairseq feeds it (``[eos] + target[:-1]``);
+* ``target``: the targets laid out like the decoder input, the pad id after them;
+* ``id``: the rows, in batch order, then -1 up to ``max_sentences``; ``nsentences``; ``ntokens`` (target tokens).
+
+A model keeps attention inside a sentence with the segments (encoder: same source segment; decoder: same target
+segment, causal; cross-attention: a target token to the source tokens of its own sentence) and ignores the
+positions whose target is the pad id in its loss. ``examples/packed_model.py`` is such a model, and a test checks
+its loss and gradients on a packed batch against the same sentences padded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+
+import numpy as np
+import torch
+
+from arrowmt._checks import check_integer
+from arrowmt._errors import InvalidParameterError
+from arrowmt.format import SOURCE, TARGET, SpecialIds
+from arrowmt.plans import DEFAULT_MAX_TOKENS
+from arrowmt.reading import Spans, exclusive_cumsum, take_flat
+from arrowmt.training import GatheredBatch, as_tensor, check_padding
+
+
+@dataclass(frozen=True)
+class PackedCollater:
+    """``collate_fn`` laying a packed batch into buffers of ``capacity`` tokens (the sampler's ``max_tokens``) and
+    ``max_sentences`` sentences (default: ``capacity``, a sentence holds a token at least); picklable."""
+
+    special_ids: SpecialIds = field(default_factory=SpecialIds)
+    _: KW_ONLY
+    capacity: int = DEFAULT_MAX_TOKENS
+    max_sentences: int | None = None
+
+    def __post_init__(self) -> None:
+        check_padding(self.special_ids, 1)
+        check_integer("capacity", self.capacity, 1)
+        if self.max_sentences is not None:
+            check_integer("max_sentences", self.max_sentences, 1)
+
+    @property
+    def sentences(self) -> int:
+        """The sentence slots of every batch (``id`` and ``cu_seqlens`` sizes)."""
+        return self.capacity if self.max_sentences is None else self.max_sentences
+
+    def __call__(self, batch: GatheredBatch | Sequence[Mapping[str, object]]) -> dict[str, object]:
+        gathered = GatheredBatch.from_samples(batch)
+        missing = [name for name in (SOURCE, TARGET) if name not in gathered.columns]
+        if missing and len(gathered):
+            raise InvalidParameterError(f"batch: expected columns {[SOURCE, TARGET]}, got {list(gathered.columns)}")
+        if len(gathered) > self.sentences:
+            raise InvalidParameterError(
+                f"batch: expected at most max_sentences={self.sentences} sentences (the sampler's max_sentences), "
+                f"got {len(gathered)}"
+            )
+        empty = Spans.empty()
+        src = self._laid(gathered.columns.get(SOURCE, empty), "source", shifted=False)
+        tgt = self._laid(gathered.columns.get(TARGET, empty), "target", shifted=True)
+        ids = np.full(self.sentences, -1, dtype=np.int64)
+        ids[: len(gathered)] = gathered.ids
+        net_input = {"src_tokens": src["tokens"], "src_segment": src["segment"], "src_positions": src["positions"],
+                     "src_cu_seqlens": src["cu_seqlens"], "prev_output_tokens": tgt["shifted"],
+                     "tgt_segment": tgt["segment"], "tgt_positions": tgt["positions"],
+                     "tgt_cu_seqlens": tgt["cu_seqlens"]}  # fmt: skip
+        return {
+            "id": as_tensor(ids),
+            "nsentences": len(gathered),
+            "ntokens": int(tgt["count"]),
+            "net_input": net_input,
+            "target": tgt["tokens"],
+        }
+
+    def _laid(self, spans: Spans, side: str, shifted: bool) -> dict[str, torch.Tensor | int]:
+        """One side's rows laid end to end in a buffer of :attr:`capacity` tokens (and, ``shifted``, the decoder
+        input: each row as ``[eos] + row[:-1]``)."""
+        lengths = np.asarray(spans.lengths, dtype=np.int64)
+        used = int(lengths.sum())
+        if used > self.capacity:
+            raise InvalidParameterError(
+                f"batch: its {side} holds {used} tokens, expected at most capacity={self.capacity} (the sampler's "
+                "max_tokens, with packed=True)"
+            )
+        pad, cap = self.special_ids.pad, self.capacity
+        tokens = np.full(cap, pad, dtype=np.int64)
+        tokens[:used] = take_flat(spans.words, spans.starts, lengths)
+        starts = exclusive_cumsum(lengths)
+        segment = np.full(cap, -1, dtype=np.int64)
+        segment[:used] = np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
+        positions = np.zeros(cap, dtype=np.int64)
+        positions[:used] = np.arange(used, dtype=np.int64) - np.repeat(starts, lengths)
+        cu = np.full(self.sentences + 1, used, dtype=np.int32)
+        cu[: lengths.shape[0]] = starts
+        out: dict[str, torch.Tensor | int] = {"tokens": as_tensor(tokens), "segment": as_tensor(segment),
+                                              "positions": as_tensor(positions), "cu_seqlens": torch.from_numpy(cu),
+                                              "count": used}  # fmt: skip
+        if shifted:
+            decoder = np.full(cap, pad, dtype=np.int64)
+            decoder[1:used] = tokens[: used - 1] if used else tokens[:0]
+            decoder[starts[lengths > 0]] = self.special_ids.eos
+            out["shifted"] = as_tensor(decoder)
+        return out

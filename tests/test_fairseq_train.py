@@ -190,11 +190,12 @@ def test_plans_are_shared_files_per_order_seed(plugin: ModuleType, native_corpus
 
 
 def test_forward_plan_keys_are_unchanged(native_corpus: Path, tmp_path: Path) -> None:
-    """``PlanParams.reverse`` names only reversed plans: the sampler's plan files and state dicts keep their keys."""
+    """``PlanParams.reverse`` names only reversed plans, ``packed`` only packed ones: the sampler's plan files and
+    state dicts keep their keys."""
     ds = open_dataset(native_corpus, "valid")
     params = PlanParams(max_tokens=MAX_TOKENS, seed=1)
     fields = asdict(params)
-    del fields["reverse"]
+    del fields["reverse"], fields["packed"]
     assert load_plan(ds, params, tmp_path).key == plan_key({"dataset": ds.fingerprint(), "rows": len(ds), **fields})
     reverse = load_plan(ds, PlanParams(max_tokens=MAX_TOKENS, seed=1, reverse=True), tmp_path)
     assert reverse.key != load_plan(ds, params, tmp_path).key

@@ -15,33 +15,64 @@ of the same sentences padded (float64), so no attention crosses sentences and no
 
     model = PackedTranslator(src_vocab, tgt_vocab, pad=ds.special_ids.pad)
     loss = model.packed_loss(batch)        # a PackedCollater batch
+    loss = model.packed_loss(batch, window=128)  # each token attends to a window of keys gathered for it
     loss = model.padded_loss(src, prev, target)   # [B, L] tensors, right-padded
+
+The dense masks cost the buffer's length squared. With ``window=W`` (at least the longest sentence) each token
+instead attends to ``W`` keys gathered for it: the tokens of its own sentence (decoder: the earlier ones; cross:
+its own source sentence, found through ``src_cu_seqlens``), the rest of the window masked. The cost is then
+``length * W``, every shape still fixed, on any device and under ``torch.compile``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 
+@dataclass(frozen=True)
+class Window:
+    """The keys each query attends to: ``index`` ``[L, W]`` positions in the keys' sequence, ``valid`` which count."""
+
+    index: torch.Tensor
+    valid: torch.Tensor
+
+
+Mask = torch.Tensor | Window
+
+
 class Attention(nn.Module):
-    """Multi-head attention under a boolean mask (``[B, Lq, Lk]``, True: may attend), via SDPA."""
+    """Multi-head attention under a boolean mask (``[B, Lq, Lk]``, True: may attend; via SDPA) or over a
+    :class:`Window` of keys gathered for each query (one sequence)."""
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
         self.query, self.key, self.value, self.out = (nn.Linear(dim, dim) for _ in range(4))
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: Mask) -> torch.Tensor:
         def split(t: torch.Tensor) -> torch.Tensor:
             return t.view(t.shape[0], t.shape[1], self.heads, -1).transpose(1, 2)
 
+        if isinstance(mask, Window):
+            return self.out(self._windowed(x[0], memory[0], mask))[None]
         q, k, v = split(self.query(x)), split(self.key(memory)), split(self.value(memory))
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1))
         return self.out(y.transpose(1, 2).reshape(x.shape))
+
+    def _windowed(self, x: torch.Tensor, memory: torch.Tensor, window: Window) -> torch.Tensor:
+        """Attention of ``x`` ``[L, D]`` over the keys of ``memory`` that ``window`` gathers for each query."""
+        length, width = window.index.shape
+        q = self.query(x).view(length, self.heads, -1)
+        k = self.key(memory)[window.index].view(length, width, self.heads, -1)
+        v = self.value(memory)[window.index].view(length, width, self.heads, -1)
+        scores = torch.einsum("lhd,lwhd->lhw", q, k) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~window.valid[:, None, :], float("-inf"))
+        return torch.einsum("lhw,lwhd->lhd", scores.softmax(-1), v).reshape(length, -1)
 
 
 class Block(nn.Module):
@@ -54,8 +85,8 @@ class Block(nn.Module):
         self.feed_forward = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
         self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(3 if cross else 2))
 
-    def forward(self, x: torch.Tensor, own: torch.Tensor, memory: torch.Tensor | None = None,
-                cross: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(self, x: torch.Tensor, own: Mask, memory: torch.Tensor | None = None,
+                cross: Mask | None = None) -> torch.Tensor:  # fmt: skip
         x = self.norms[0](x + self.self_attention(x, x, own))
         if self.cross_attention is not None and memory is not None and cross is not None:
             x = self.norms[1](x + self.cross_attention(x, memory, cross))
@@ -76,17 +107,18 @@ class PackedTranslator(nn.Module):
         self.project = nn.Linear(dim, tgt_vocab)
 
     def logits(self, src: torch.Tensor, src_pos: torch.Tensor, prev: torch.Tensor, tgt_pos: torch.Tensor,
-               masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:  # fmt: skip
+               masks: tuple[Mask, Mask, Mask]) -> torch.Tensor:  # fmt: skip
         """Logits ``[B, Lt, V]`` of ``[B, L]`` inputs under (encoder, decoder, cross) masks."""
         encoder_mask, decoder_mask, cross_mask = masks
         memory = self.encoder(self.src_embed(src) * self.scale + self.positions(src_pos), encoder_mask)
         x = self.tgt_embed(prev) * self.scale + self.positions(tgt_pos)
         return self.project(self.decoder(x, decoder_mask, memory, cross_mask))
 
-    def packed_loss(self, batch: dict) -> torch.Tensor:
-        """Summed cross-entropy of a :class:`arrowmt.PackedCollater` batch over its target tokens."""
+    def packed_loss(self, batch: dict, window: int | None = None) -> torch.Tensor:
+        """Summed cross-entropy of a :class:`arrowmt.PackedCollater` batch over its target tokens (``window``: keys
+        gathered for each query, :func:`windows`; default the dense masks, :func:`packed_masks`)."""
         net = batch["net_input"]
-        masks = packed_masks(net["src_segment"], net["tgt_segment"])
+        masks = windows(net, window) if window else packed_masks(net["src_segment"], net["tgt_segment"])
         logits = self.logits(net["src_tokens"][None], net["src_positions"][None], net["prev_output_tokens"][None],
                              net["tgt_positions"][None], masks)  # fmt: skip
         return token_loss(logits[0], batch["target"], self.pad)
@@ -119,7 +151,39 @@ def packed_masks(src_segment: torch.Tensor, tgt_segment: torch.Tensor) -> tuple[
     return encoder[None], decoder[None], cross[None]
 
 
+def windows(net: dict, width: int) -> tuple[Window, Window, Window]:
+    """(encoder, decoder, cross) :class:`Window` of a packed batch's ``net_input``: each token's own sentence (the
+    decoder's up to itself; cross: its source sentence), ``width`` keys at most (the longest sentence or more). A
+    padding position sees its first key only (its output is unused)."""
+
+    def own(segment: torch.Tensor, positions: torch.Tensor, cu: torch.Tensor, causal: bool) -> Window:
+        span = torch.arange(width)
+        start = torch.arange(segment.shape[0]) - positions
+        lengths = (cu[1:] - cu[:-1]).long()[segment.clamp(min=0)]
+        limit = positions + 1 if causal else lengths
+        valid = (span[None, :] < limit[:, None]) & (segment[:, None] >= 0) | (span[None, :] == 0)
+        return Window((start[:, None] + span[None, :]).clamp(max=segment.shape[0] - 1), valid)
+
+    src, tgt = net["src_segment"], net["tgt_segment"]
+    if not torch.compiler.is_compiling():  # a compiled step is checked by its caller (no data-dependent branch)
+        check_window(net, width)
+    encoder = own(src, net["src_positions"], net["src_cu_seqlens"], causal=False)
+    decoder = own(tgt, net["tgt_positions"], net["tgt_cu_seqlens"], causal=True)
+    cu = net["src_cu_seqlens"].long()
+    sentence = tgt.clamp(min=0)
+    span = torch.arange(width)
+    valid = (span[None, :] < (cu[1:] - cu[:-1])[sentence][:, None]) & (tgt[:, None] >= 0) | (span[None, :] == 0)
+    cross = Window((cu[:-1][sentence][:, None] + span[None, :]).clamp(max=src.shape[0] - 1), valid)
+    return encoder, decoder, cross
+
+
+def check_window(net: dict, width: int) -> None:
+    """ValueError unless ``width`` covers the longest sentence of a packed batch's ``net_input``."""
+    longest = max(int((cu[1:] - cu[:-1]).max()) for cu in (net["src_cu_seqlens"], net["tgt_cu_seqlens"]))
+    if longest > width:
+        raise ValueError(f"window: expected at least the longest sentence of the batch, {longest} tokens; got {width}")
+
+
 def token_loss(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torch.Tensor:
     """Summed cross-entropy over the positions whose target is not ``pad``."""
-    real = target != pad
-    return F.cross_entropy(logits[real], target[real], reduction="sum")
+    return F.cross_entropy(logits, target, ignore_index=pad, reduction="sum")

@@ -199,14 +199,18 @@ def test_packed_loss_and_gradients_equal_padded(train_ds: ArrowMTDataset, tmp_pa
         loss.backward()
         return [p.grad.clone() for p in model.parameters()]
 
-    loss_packed = model.packed_loss(packed)
-    grads_packed = gradients(loss_packed)
     net = padded["net_input"]
     loss_padded = model.padded_loss(net["src_tokens"], net["prev_output_tokens"], padded["target"])
     grads_padded = gradients(loss_padded)
-    assert torch.allclose(loss_packed, loss_padded, rtol=1e-12, atol=0)
-    for a, b in zip(grads_packed, grads_padded, strict=True):
-        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
+    longest = max(net["src_tokens"].shape[1], padded["target"].shape[1])
+    for window in (None, longest, longest + 7):  # dense masks; keys gathered for each query
+        loss_packed = model.packed_loss(packed, window=window)
+        grads_packed = gradients(loss_packed)
+        assert torch.allclose(loss_packed, loss_padded, rtol=1e-12, atol=0)
+        for a, b in zip(grads_packed, grads_padded, strict=True):
+            assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="window: expected at least the longest sentence"):
+        model.packed_loss(packed, window=longest - 1)
     shifted = {"net_input": {**packed["net_input"], "src_segment": packed["net_input"]["src_segment"].roll(1)},
                "target": packed["target"]}  # fmt: skip
     assert not torch.allclose(model.packed_loss(shifted), loss_packed)  # a wrong mask would show

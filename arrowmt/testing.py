@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     )
     from arrowmt.bucketing._order import plan_order
     from arrowmt.bucketing._packing import pack_by_size, pack_ends
+    from arrowmt.bucketing._shapes import choose_shapes, shape_batches
     from arrowmt.converters._fairseq_binary import detect_index_format, open_indexed, read_document_index, read_indexed
     from arrowmt.converters._fairseq_folder import discover
     from arrowmt.converters._from_table import read_table_file

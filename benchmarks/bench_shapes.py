@@ -5,6 +5,12 @@ for each kind of batch: batches, distinct tensor shapes (fairseq's: batch size, 
 packed: one), how much of the tensors is not a token (fairseq's padding; packed: the buffers' room left empty),
 and the plan's build time (a fresh cache).
 
+Then, over a whole epoch (every rank's batches), for each ``--buckets`` N: fairseq's ``--num-batch-buckets N``
+(fairseq's own ``LanguagePairDataset(num_buckets=N)`` over these lengths: its bucketed sizes, its order and its
+``batch_by_size``; a batch's shape is its rows and its longest bucketed source and target, as its collater pads
+them) against arrowmt's ``batch_shapes=N`` (``FairseqCollater(shapes=sampler.batch_shapes())``: every batch padded
+to one of at most N shapes, its last rows included).
+
     python benchmarks/make_corpus.py --rows 12600000 --out bench-data/synth-12600000   # once
     python benchmarks/bench_shapes.py --data bench-data/synth-12600000/arrowmt
 """
@@ -17,6 +23,7 @@ import os
 import platform
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -58,12 +65,64 @@ def measure(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, packed: bool) 
     }
 
 
+class _Sizes:
+    """A stand-in for a fairseq dataset that only has sizes (fairseq reads no item to plan its batches)."""
+
+    def __init__(self, sizes: np.ndarray) -> None:
+        self.sizes = sizes
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+
+def fairseq_buckets(src: np.ndarray, tgt: np.ndarray, n: int, max_tokens: int) -> dict[str, object]:
+    """fairseq's ``--num-batch-buckets n``: its LanguagePairDataset's bucketed sizes, order and batches."""
+    from fairseq.data import Dictionary, LanguagePairDataset, data_utils
+
+    dictionary = Dictionary()
+    # fairseq 0.12's bucketing calls two numpy < 2 names that numpy 2 removed: percentile's `interpolation=` (now
+    # `method=`) and np.compat.long (int64); both lent for the call, fairseq's own code runs unchanged.
+    percentile = np.percentile
+    np.percentile = lambda *a, interpolation="linear", **kw: percentile(*a, method=interpolation, **kw)  # type: ignore[assignment]
+    np.compat = types.SimpleNamespace(long=np.int64)  # type: ignore[attr-defined]
+    try:
+        ds = LanguagePairDataset(_Sizes(src), src, dictionary, _Sizes(tgt), tgt, dictionary, num_buckets=n)
+    finally:
+        np.percentile = percentile
+        del np.compat
+    with data_utils.numpy_seed(1):
+        indices = ds.ordered_indices()
+    batches = ds.batch_by_size(indices, max_tokens=max_tokens)
+    bsrc, btgt = ds.src.sizes, ds.tgt.sizes  # padded to their buckets
+    shapes = {(len(b), int(bsrc[b].max()), int(btgt[b].max())) for b in batches}
+    cells = sum(len(b) * (int(bsrc[b].max()) + int(btgt[b].max())) for b in batches)
+    return {"batches": len(batches), "shapes": len(shapes), "not_tokens": 1 - float(src.sum() + tgt.sum()) / cells}
+
+
+def arrowmt_buckets(ds: arrowmt.ArrowMTDataset, n: int, max_tokens: int) -> dict[str, object]:
+    """``batch_shapes=n``: the sampler's batches, each padded to the first of its shapes that holds it."""
+    src, tgt = ds.lengths("source"), ds.lengths("target")
+    with tempfile.TemporaryDirectory() as cache:
+        sampler = arrowmt.TokenBatchSampler(ds, max_tokens, batch_shapes=n, seed=1, cache_dir=cache)
+        sampler.set_epoch(1)
+        shapes = sampler.batch_shapes()
+        used, cells = set(), 0
+        for rows in sampler:
+            need = (len(rows), int(src[rows].max()), int(tgt[rows].max()))
+            shape = next(s for s in shapes if all(a <= b for a, b in zip(need, s, strict=True)))
+            used.add(shape)
+            cells += shape[0] * (shape[1] + shape[2])
+        count = len(sampler)
+    return {"batches": count, "shapes": len(used), "not_tokens": 1 - float(src.sum() + tgt.sum()) / cells}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="an arrowmt folder with a train split")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--world", type=int, default=8)
     parser.add_argument("--rank", type=int, default=0)
+    parser.add_argument("--buckets", type=int, nargs="*", default=[4, 8, 16], help="N of the bucketed comparisons")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     ds = arrowmt.open_dataset(args.data, "train")
@@ -77,8 +136,18 @@ def main() -> int:
     for name, r in results.items():
         print(f"| {name} | {r['batches']} | {r['shapes']} | {r['not_tokens']:.2%} | {r['tokens_per_batch']:.0f} | "
               f"{r['plan_s']:.1f} s |")  # fmt: skip
+    src, tgt = ds.lengths("source"), ds.lengths("target")
+    buckets = {n: {"fairseq": fairseq_buckets(src, tgt, n, args.max_tokens),
+                   "arrowmt": arrowmt_buckets(ds, n, args.max_tokens)} for n in args.buckets}  # fmt: skip
+    print("\n| whole epoch, N | fairseq --num-batch-buckets N: shapes | padding | arrowmt batch_shapes=N: shapes | "
+          "padding |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|")
+    for n, r in buckets.items():
+        f, a = r["fairseq"], r["arrowmt"]
+        print(f"| {n} | {f['shapes']} | {f['not_tokens']:.1%} | {a['shapes']} | {a['not_tokens']:.1%} |")
     if args.json:
-        args.json.write_text(json.dumps({"header": header, "results": results}, indent=1) + "\n")
+        out = {"header": header, "results": results, "buckets": buckets}
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 

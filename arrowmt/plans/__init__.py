@@ -15,7 +15,15 @@ from arrowmt._lazy import attach
 
 if TYPE_CHECKING:
     from arrowmt.plans._orders import BatchOrder, WindowShuffle, batch_order
-    from arrowmt.plans._plan import PlanParams, key_fields, load_plan, plan_fields, plan_lengths
+    from arrowmt.plans._plan import (
+        PlanParams,
+        column_lengths,
+        key_fields,
+        load_plan,
+        plan_fields,
+        plan_lengths,
+        plan_shapes,
+    )
     from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, keep_recent, load_or_build_plan, plan_key
     from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, ShiftedPlan, as_provider
     from arrowmt.plans._sources import check_row_ids, check_source

@@ -19,12 +19,15 @@ from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._heap import release_free_heap
 from arrowmt.bucketing import (
     batch_by_size,
+    check_limit,
+    choose_shapes,
     compact_counts,
     drop_too_long,
     filter_by_size,
     ordered_indices,
     pack_by_size,
     report_skipped,
+    shape_batches,
     shuffled_range,
     too_long_error,
 )
@@ -45,18 +48,34 @@ class PlanParams(BatchSpec):
     ``seed`` seeds the order (fairseq's ``numpy_seed``; None: no shuffle). ``reverse``
     plans the reverse direction of a parallel split: its ``target`` column is the
     source side (the order's secondary key, ``max_source_positions``) and its
-    ``source`` column the target side.
+    ``source`` column the target side. ``packed``: whole sentences packed into buffers of ``max_tokens`` tokens a
+    side (:func:`~arrowmt.bucketing.pack_by_size`). ``batch_shapes``: padded batches of at most that many shapes
+    (:func:`~arrowmt.bucketing.choose_shapes`).
     """
 
     max_source_positions: int | None = None
     max_target_positions: int | None = None
     packed: bool = False
+    batch_shapes: int | None = None
     reverse: bool = field(default=False, metadata=INTERNAL)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.packed:
             check_packing(self.max_tokens, self.required_batch_size_multiple)
+        if self.batch_shapes is not None:
+            check_limit("batch_shapes", self.batch_shapes)
+            if self.packed or self.max_tokens is None:
+                raise InvalidParameterError(
+                    f"batch_shapes: expected with a max_tokens budget and without packed=True (packed batches have one "
+                    f"shape already), got max_tokens={self.max_tokens}, packed={self.packed}"
+                )
+
+    @property
+    def shaped(self) -> bool:
+        """Whether the plan fixes its batches' shapes (packed or bucketed): its rows are taken in their shuffled
+        order, not sorted by length."""
+        return self.packed or self.batch_shapes is not None
 
     def limits(self) -> Limits:
         return ((SOURCE_LIMIT, self.max_source_positions), (TARGET_LIMIT, self.max_target_positions))
@@ -82,9 +101,9 @@ def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
 def key_fields(params: PlanParams) -> dict[str, object]:
     """The fields that name a plan: all of ``params``, ``reverse`` only when set (keys of earlier plans stay)."""
     fields = params.key_fields()
-    for name in ("packed", "reverse"):
+    for name in ("packed", "batch_shapes", "reverse"):
         if getattr(params, name):
-            fields[name] = True
+            fields[name] = getattr(params, name)
     return fields
 
 
@@ -157,23 +176,45 @@ def plan_lengths(lengths: dict[str, np.ndarray], params: PlanParams, where: str)
     int32 below 2**31 rows. ``lengths`` is emptied as it is used, so each intermediate is released when done.
     """
     src, tgt = planned_sides(lengths, params.reverse, where)
-    order = shuffled_range(src.shape[0], params.seed) if params.packed else ordered_indices(src, tgt, params.seed)
+    order = shuffled_range(src.shape[0], params.seed) if params.shaped else ordered_indices(src, tgt, params.seed)
     kept, dropped = _filter_positions(order, src, tgt, params)
-    sides = (src[kept], None if tgt is None else tgt[kept]) if params.packed else None
+    sides = (src[kept], None if tgt is None else tgt[kept]) if params.shaped else None
     del order, src, tgt
     sizes = row_sizes(lengths, kept)
     lengths.clear()
     fits, fit_sizes, over = drop_too_long(kept, sizes, "max_tokens", params.max_tokens,
                                           params.skip_invalid_size_inputs)  # fmt: skip
-    if sides is not None:
-        keep = sizes <= (params.max_tokens or 0) if over else slice(None)
-        flat, offsets = pack_by_size(fits, sides[0][keep], None if sides[1] is None else sides[1][keep],
-                                     params.max_tokens or 0, params.max_sentences)  # fmt: skip
-    else:
+    if sides is None:
         flat, offsets = batch_by_size(
             fits, fit_sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple
         )
+        return PlanArrays(flat, offsets, dropped + over)
+    keep = sizes <= (params.max_tokens or 0) if over else slice(None)
+    src_fits, tgt_fits = sides[0][keep], None if sides[1] is None else sides[1][keep]
+    if params.packed:
+        flat, offsets = pack_by_size(fits, src_fits, tgt_fits, params.max_tokens or 0, params.max_sentences)
+    else:
+        uppers, shapes = _shapes(src_fits, tgt_fits, params, where)
+        flat, offsets = shape_batches(fits, src_fits, tgt_fits, uppers, shapes)
     return PlanArrays(flat, offsets, dropped + over)
+
+
+def _shapes(src: np.ndarray, tgt: np.ndarray | None, params: PlanParams, where: str) -> tuple[np.ndarray, list]:
+    """The buckets' upper sizes and shapes of a ``batch_shapes`` plan over rows of lengths ``src`` and ``tgt``."""
+    if tgt is None:
+        raise InvalidParameterError(f"batch_shapes: expected a parallel split (source and target), got {where}")
+    return choose_shapes(src, tgt, params.batch_shapes or 1, params.max_tokens or 0, params.max_sentences,
+                         params.required_batch_size_multiple)  # fmt: skip
+
+
+def plan_shapes(lengths: dict[str, np.ndarray], params: PlanParams, where: str) -> list[tuple[int, int, int]]:
+    """The (rows, source length, target length) shapes of the batches a ``batch_shapes`` plan of rows of ``lengths``
+    makes (what a collater pads each batch to): the rows the plan keeps, bucketed as :func:`plan_lengths` does."""
+    src, tgt = planned_sides(lengths, params.reverse, where)
+    kept, _ = _filter_positions(np.arange(src.shape[0]), src, tgt, params)
+    sizes = row_sizes(lengths, kept)
+    fits = kept[sizes <= (params.max_tokens or 0)] if params.skip_invalid_size_inputs else kept
+    return _shapes(src[fits], None if tgt is None else tgt[fits], params, where)[1]
 
 
 def load_plan(dataset: Split, params: PlanParams, cache_dir: str | os.PathLike[str] | None) -> BatchPlan | StoredPlan:

@@ -70,9 +70,16 @@ class FairseqCollater:
     left_pad_target: bool = False
     input_feeding: bool = True
     pad_to_multiple: int = 1
+    shapes: Sequence[tuple[int, int, int]] | None = None
 
     def __post_init__(self) -> None:
         check_padding(self.special_ids, self.pad_to_multiple)
+        if self.shapes is not None and (self.pad_to_multiple != 1 or not self.input_feeding or not self.shapes):
+            raise InvalidParameterError(
+                f"shapes: expected a sampler's batch_shapes() (at least one) with pad_to_multiple=1 and "
+                f"input_feeding=True, got {len(self.shapes)} shapes, pad_to_multiple={self.pad_to_multiple}, "
+                f"input_feeding={self.input_feeding}"
+            )
 
     def __call__(self, batch: Rows) -> FairseqBatch | dict[str, object]:
         gathered = GatheredBatch.from_samples(batch)
@@ -88,38 +95,72 @@ class FairseqCollater:
         return self._translation(gathered)
 
     def _translation(self, batch: GatheredBatch) -> FairseqBatch:
-        src, src_lengths, order = self._sorted_source(batch.columns[SOURCE])
+        shape = self._shape(batch) if self.shapes is not None else None
+        src, src_lengths, order = self._sorted_source(batch.columns[SOURCE], shape and shape[1])
         target_spans = batch.columns[TARGET].select(order)
         net_input = {"src_tokens": as_tensor(src), "src_lengths": as_tensor(src_lengths)}
+        ids = batch.ids[order]
         if self.input_feeding:
-            target, prev = pad_shifted(target_spans, self.special_ids, self.pad_to_multiple, self.left_pad_target)
+            target, prev = pad_shifted(target_spans, self.special_ids, self.pad_to_multiple, self.left_pad_target,
+                                       shape and shape[2])  # fmt: skip
+            if shape is not None:
+                src, src_lengths, target, prev, ids = self._filled(shape, src, src_lengths, target, prev, ids)
+                net_input = {"src_tokens": as_tensor(src), "src_lengths": as_tensor(src_lengths)}
             net_input["prev_output_tokens"] = as_tensor(prev)
         else:
             target = pad_rows(target_spans, self.special_ids.pad, self.pad_to_multiple, self.left_pad_target)
         return {
-            "id": as_tensor(batch.ids[order]),
+            "id": as_tensor(ids),
             "nsentences": len(batch),
             "ntokens": int(np.count_nonzero(target != self.special_ids.pad)),
             "net_input": net_input,
             "target": as_tensor(target),
         }
 
-    def _sorted_source(self, spans: Spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Padded sources in fairseq's order, their non-pad lengths, and that order.
+    def _sorted_source(self, spans: Spans, width: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Padded sources in fairseq's order (to ``width``, default the longest), their non-pad lengths, and that
+        order.
 
         fairseq sorts on non-pad token counts. They equal the row lengths unless
         a row holds pad tokens; only then is the order redone from the counts.
         """
         pad, multiple = self.special_ids.pad, self.pad_to_multiple
         order = fairseq_order(spans.lengths)
-        src = pad_rows(spans.select(order), pad, multiple, self.left_pad_source)
+        src = pad_rows(spans.select(order), pad, multiple, self.left_pad_source, width)
         nonpad = src != pad
         if np.count_nonzero(nonpad) == np.add.reduce(spans.lengths):
             return src, spans.lengths[order], order
         counts = np.empty_like(order)
         counts[order] = nonpad.sum(axis=1)
         order = fairseq_order(counts)
-        return pad_rows(spans.select(order), pad, multiple, self.left_pad_source), counts[order], order
+        return pad_rows(spans.select(order), pad, multiple, self.left_pad_source, width), counts[order], order
+
+    def _shape(self, batch: GatheredBatch) -> tuple[int, int, int]:
+        """The first of :attr:`shapes` that holds ``batch`` (rows, longest source, longest target)."""
+        need = (len(batch), *(int(batch.columns[c].lengths.max(initial=0)) for c in (SOURCE, TARGET)))
+        for shape in self.shapes or ():
+            if all(n <= have for n, have in zip(need, shape, strict=True)):
+                return shape
+        raise InvalidParameterError(
+            f"batch: {need[0]} rows of up to {need[1]} source and {need[2]} target tokens fit none of the collater's "
+            f"shapes {list(self.shapes or ())} (the sampler's batch_shapes() of another plan?)"
+        )
+
+    def _filled(self, shape: tuple[int, int, int], *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The batch's arrays (sources, their lengths, targets, decoder inputs, ids) with rows added up to the
+        shape's: each a source of one ``eos``, a decoder input of one ``eos`` and a target of pads only (no loss,
+        no fully masked attention row), id -1."""
+        src, lengths, target, prev, ids = arrays
+        extra = shape[0] - src.shape[0]
+        pad, eos = self.special_ids.pad, self.special_ids.eos
+        more_src = np.full((extra, shape[1]), pad, dtype=src.dtype)
+        more_src[:, -1 if self.left_pad_source else 0] = eos
+        more_prev = np.full((extra, shape[2]), pad, dtype=prev.dtype)
+        more_prev[:, -1 if self.left_pad_target else 0] = eos
+        more_target = np.full((extra, shape[2]), pad, dtype=target.dtype)
+        return (np.concatenate([src, more_src]), np.concatenate([lengths, np.ones(extra, dtype=lengths.dtype)]),
+                np.concatenate([target, more_target]), np.concatenate([prev, more_prev]),
+                np.concatenate([ids, np.full(extra, -1, dtype=ids.dtype)]))  # fmt: skip
 
     def _language_model(self, batch: GatheredBatch) -> FairseqBatch:
         spans = batch.columns[TOKENS]
@@ -159,15 +200,17 @@ class PlainCollater:
         return out
 
 
-def pad_rows(spans: Spans, pad: int, multiple: int, left_pad: bool) -> np.ndarray:
-    """The rows as a ``(B, W)`` int64 matrix filled with ``pad``, W the longest row rounded up to ``multiple``."""
-    width = padded_width(spans.lengths, multiple)
+def pad_rows(spans: Spans, pad: int, multiple: int, left_pad: bool, width: int | None = None) -> np.ndarray:
+    """The rows as a ``(B, W)`` int64 matrix filled with ``pad``, W the longest row rounded up to ``multiple``
+    (or ``width``, at least the longest row)."""
+    width = padded_width(spans.lengths, multiple) if width is None else width
     return gather_padded(spans.words, spans.starts, spans.lengths, width, pad, left_pad)
 
 
-def pad_shifted(spans: Spans, ids: SpecialIds, multiple: int, left_pad: bool) -> tuple[np.ndarray, np.ndarray]:
+def pad_shifted(spans: Spans, ids: SpecialIds, multiple: int, left_pad: bool,
+                width: int | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """:func:`pad_rows` and the same rows as ``[eos] + row[:-1]`` (fairseq's decoder input), from one gather."""
-    width = padded_width(spans.lengths, multiple)
+    width = padded_width(spans.lengths, multiple) if width is None else width
     return gather_padded_shifted(spans.words, spans.starts, spans.lengths, width, ids.pad, ids.eos, left_pad)
 
 

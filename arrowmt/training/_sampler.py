@@ -45,7 +45,16 @@ from arrowmt.io import (
     WordRanges,
     prefetch_source,
 )
-from arrowmt.plans import FixedPlan, Plan, PlanParams, PlanProvider, as_provider, load_plan
+from arrowmt.plans import (
+    FixedPlan,
+    Plan,
+    PlanParams,
+    PlanProvider,
+    as_provider,
+    column_lengths,
+    load_plan,
+    plan_shapes,
+)
 from arrowmt.splits import Split
 from arrowmt.stored import ROWS, refuse_stored_order, stored_copy, stretch_ranges
 from arrowmt.training._options import DEFAULT_MAX_TOKENS, SamplerOptions, Walk, sampler_arguments, walk_of
@@ -370,8 +379,23 @@ class TokenBatchSampler(PlanSampler):
         if manifest is not None:
             refuse_stored_order(manifest, dataset.path, "batch", dataset.split, reads=(ROWS,))
         epoch_plans = getattr(dataset, "epoch_plans", None)  # sampled segmentations: a plan per epoch, in its copy
+        if epoch_plans and args.spec.batch_shapes is not None:
+            raise InvalidParameterError(
+                f"batch_shapes: expected a corpus whose lengths stay (its shapes fixed for every epoch), got "
+                f"{dataset!r} (sampled segmentations: each epoch's lengths differ; packed=True has one shape in every "
+                "epoch)"
+            )
         plan = epoch_plans(args.spec) if epoch_plans else load_plan(dataset, args.spec, args.options.cache_dir)
+        self.spec = args.spec
         self._begin(plan, args.walk, dataset)
+
+    def batch_shapes(self) -> list[tuple[int, int, int]]:
+        """The (rows, source length, target length) of every shape this sampler's batches take with
+        ``batch_shapes=N`` (at most N; give them to ``FairseqCollater(shapes=...)``, which pads each batch to one)."""
+        if self.spec.batch_shapes is None:
+            raise InvalidParameterError("batch_shapes: this sampler's batches have no fixed shapes (batch_shapes=None)")
+        where = f"{self.dataset!r}"
+        return plan_shapes(column_lengths(self.dataset), self.spec, where)  # type: ignore[arg-type]
 
 
 def _state_epoch(state: dict[str, Any], default: int) -> int:

@@ -218,3 +218,16 @@ def test_two_processes_as_native_fairseq(sides: list[Side]) -> None:
     for run in runs.values():
         assert "training on 2 devices" in run.log
         assert int(run.records("train")[0]["train_num_updates"]) == -(-EPOCH_UPDATES // 2)
+
+
+def test_batch_shapes_train_with_fairseq(sides: list[Side]) -> None:
+    """``--arrow-batch-shapes 3`` (what replaces ``--num-batch-buckets``, which the plugin refuses): real
+    fairseq-train over a whole epoch and into the next, every batch padded to one of at most 3 shapes, the loss
+    finite; native fairseq's own bucketing is the benchmark's comparison (benchmarks/bench_shapes.py)."""
+    run = train(sides[1], "shapes", "--arrow-batch-shapes", "3", "--max-update", str(EPOCH_UPDATES + 2), "--no-save")
+    assert "batches padded to" in run.log
+    shapes = int(run.log.split("batches padded to ", 1)[1].split(" shapes", 1)[0])
+    assert 1 <= shapes <= 3
+    losses = [float(r["loss"]) for r in run.records("train_inner")]
+    assert len(losses) >= EPOCH_UPDATES and all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0]

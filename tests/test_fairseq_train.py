@@ -332,3 +332,20 @@ def test_workers_are_advised_against_once(
     assert (
         "fairseq-train --num-workers: 1 DataLoader worker(s)" in caplog.text and "--num-workers 0 reads" in caplog.text
     )
+
+
+def test_batch_shapes_through_fairseqs_iterator(plugin: ModuleType, native_corpus: Path, tmp_path: Path) -> None:
+    """fairseq's own EpochBatchIterator over ``--arrow-batch-shapes 3``: every row once, at most 3 tensor shapes,
+    the rows added to a shape's last batch without loss (target all pad, id -1); ``--num-batch-buckets`` is refused
+    naming it."""
+    task = make_task(plugin, native_corpus, arrow_batch_shapes=3, arrow_plan_cache_dir=str(tmp_path))
+    [batches] = epochs_of(task, "valid", 1, max_tokens=MAX_TOKENS, seed=1)
+    shapes = {(len(ids), len(src[0]), len(target[0])) for ids, src, _, target in batches}
+    assert len(shapes) <= 3
+    ids = [i for ids, *_ in batches for i in ids]
+    assert sorted(i for i in ids if i >= 0) == list(range(len(task.dataset("valid"))))
+    pad = task.src_dict.pad()
+    for row_ids, _, _, target in batches:
+        assert all(set(row) == {pad} for i, row in zip(row_ids, target, strict=True) if i < 0)
+    with pytest.raises(InvalidParameterError, match=r"num_batch_buckets: not supported.*--arrow-batch-shapes"):
+        make_task(plugin, native_corpus, num_batch_buckets=4)

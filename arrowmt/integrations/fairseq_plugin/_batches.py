@@ -25,7 +25,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,16 @@ from arrowmt.bucketing import every_rank, window_end_steps
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.integrations.workers import advise_workers
 from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, check_depth, prefetch_source
-from arrowmt.plans import BatchSpec, BlockSpec, PlanParams, WindowShuffle, batch_order, load_plan
+from arrowmt.plans import (
+    BatchSpec,
+    BlockSpec,
+    PlanParams,
+    WindowShuffle,
+    batch_order,
+    column_lengths,
+    load_plan,
+    plan_shapes,
+)
 from arrowmt.stored import stored_copy, stretch_ranges
 
 logger = logging.getLogger(__name__)
@@ -119,12 +128,13 @@ def position_limits(max_positions: Any) -> tuple[int | None, int | None]:
     return _limit(max_positions[0]), _limit(max_positions[1])
 
 
-def pair_spec(opts: IteratorOptions, seed: int | None, reverse: bool = False) -> PlanParams:
+def pair_spec(opts: IteratorOptions, seed: int | None, reverse: bool = False,
+              batch_shapes: int | None = None) -> PlanParams:  # fmt: skip
     """fairseq's batching arguments as the spec of a pair plan whose order is seeded with ``seed`` (None: no
     shuffle); the one place the translation tasks turn fairseq's options into arrowmt's."""
     max_source, max_target = position_limits(opts.max_positions)
     limits = {"max_source_positions": max_source, "max_target_positions": max_target}
-    return PlanParams(**_budget(opts), **limits, seed=seed, reverse=reverse)
+    return PlanParams(**_budget(opts), **limits, seed=seed, reverse=reverse, batch_shapes=batch_shapes)
 
 
 def block_batch_spec(opts: IteratorOptions, seed: int) -> BatchSpec:
@@ -144,7 +154,7 @@ def _budget(opts: IteratorOptions) -> dict[str, Any]:
 
 def plan_params(dataset: ArrowPairDataset, opts: IteratorOptions, epoch: int) -> PlanParams:
     """The plan fairseq's ``make_batches(dataset, epoch)`` computes, as arrowmt plan parameters."""
-    return pair_spec(opts, opts.seed + epoch if dataset.shuffle else None, dataset.reverse)
+    return pair_spec(opts, opts.seed + epoch if dataset.shuffle else None, dataset.reverse, dataset.batch_shapes)
 
 
 class PlannedBatches:
@@ -158,6 +168,11 @@ class PlannedBatches:
     def __call__(self, dataset: ArrowPairDataset, epoch: int) -> list[np.ndarray]:
         params = plan_params(dataset, self.opts, epoch)
         plan = self.plan = load_plan(dataset.arrow, params, self.cache_dir)
+        if params.batch_shapes is not None:  # the collater pads each batch to one of the plan's shapes
+            shapes = plan_shapes(column_lengths(dataset.arrow), params, f"{dataset.arrow.path} {dataset.split}")
+            dataset.collate = replace(dataset.collate, shapes=tuple(shapes))
+            logger.info("translation_arrow: split %s: batches padded to %d shapes %s", dataset.split, len(shapes),
+                        shapes)  # fmt: skip
         logger.info(
             "translation_arrow: split %s: %d batches planned by arrowmt for epoch %d (order seed %s), plan %s",
             dataset.split,

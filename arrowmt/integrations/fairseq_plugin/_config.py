@@ -74,6 +74,13 @@ class TranslationArrowConfig(TranslationConfig):
             "copy made by 'arrowmt order' is then read in long requests); default: fairseq's shuffle"
         },
     )
+    arrow_batch_shapes: Optional[int] = field(  # noqa: UP045  # fairseq reads Optional[...], not int | None
+        default=None,
+        metadata={
+            "help": "pad the batches to at most N shapes chosen to pad the fewest tokens (for torch.compile or CUDA "
+            "graphs; arrowmt's batch_shapes); fairseq's --num-batch-buckets is not supported, this replaces it"
+        },
+    )
     rebuild_batches: bool = field(
         default=False,
         metadata={

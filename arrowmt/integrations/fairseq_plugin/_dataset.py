@@ -40,6 +40,7 @@ class ArrowPairDataset(FairseqDataset):
         collater: FairseqCollater,
         reverse: bool = False,
         shuffle: bool | None = None,
+        batch_shapes: int | None = None,
     ) -> None:
         super().__init__()
         if tuple(arrow.columns) != (SOURCE, TARGET):
@@ -53,6 +54,7 @@ class ArrowPairDataset(FairseqDataset):
         self.collate = collater
         self.reverse = bool(reverse)
         self.shuffle = arrow.split != UNSHUFFLED_SPLIT if shuffle is None else bool(shuffle)
+        self.batch_shapes = batch_shapes  # at most this many batch shapes (the collater pads to them)
 
     @property
     def split(self) -> str:

@@ -111,6 +111,12 @@ class TranslationArrowTask(TranslationTask):
         segmentation = self.cfg.arrow_segmentation if split == self.cfg.train_subset else "fixed"
         if view and segmentation != "fixed":
             raise InvalidParameterError(f"arrow_segmentation: {segmentation!r} reads a split, not a view ({view})")
+        if self.cfg.arrow_batch_shapes is not None and (segmentation != "fixed" or self.cfg.arrow_order_copy):
+            raise InvalidParameterError(
+                f"arrow_batch_shapes: expected with the fixed segmentation and without --arrow-order-copy, got "
+                f"--arrow-segmentation {segmentation}{' --arrow-order-copy' if self.cfg.arrow_order_copy else ''} "
+                "(sampled lengths change each epoch, so do their shapes)"
+            )
         if view:
             arrow = open_view_dataset(view, folder)
         elif segmentation == "sampled":  # each epoch's copy in its samples goes with the batch plans
@@ -121,7 +127,8 @@ class TranslationArrowTask(TranslationTask):
         reverse = _is_reverse(arrow, self.cfg)
         _check_dictionaries(arrow, reverse, self.src_dict, self.tgt_dict)
         collater = self._collater(arrow)
-        self.datasets[split] = ArrowPairDataset(arrow, self.src_dict, self.tgt_dict, collater, reverse=reverse)
+        self.datasets[split] = ArrowPairDataset(arrow, self.src_dict, self.tgt_dict, collater, reverse=reverse,
+                                                batch_shapes=self.cfg.arrow_batch_shapes)  # fmt: skip
         logger.info(
             "%s: split %s: %d pairs memory-mapped from %s (%s-%s%s)",
             TASK_NAME,
@@ -208,7 +215,8 @@ def _check_supported(cfg: TranslationArrowConfig) -> None:
     }
     for name, used in unsupported.items():
         if used:
-            raise InvalidParameterError(f"{name}: not supported by {TASK_NAME}, got {getattr(cfg, name)!r}")
+            instead = " (--arrow-batch-shapes N: at most N shapes, less padding)" if name == "num_batch_buckets" else ""
+            raise InvalidParameterError(f"{name}: not supported by {TASK_NAME}, got {getattr(cfg, name)!r}{instead}")
 
 
 def _language_pair(manifest: Manifest, cfg: TranslationArrowConfig, folder: Path) -> tuple[str, str]:

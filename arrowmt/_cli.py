@@ -289,6 +289,8 @@ def _add_order(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--max-target-positions", type=int, default=None, help="rows longer than this are left out")
     cmd.add_argument("--seed", type=int, default=1, help="the training's seed (default 1)")
     cmd.add_argument("--skip-invalid-size-inputs", action="store_true", help="skip rows over the limits")
+    cmd.add_argument("--packed", action="store_true", help="the training's packed batches (packed=True)")
+    cmd.add_argument("--batch-shapes", type=int, default=None, help="the training's batch_shapes=N")
     cmd.add_argument(
         "--cache-dir", default=None, help="where the plan is read or built (default: beside OUT, removed after)"
     )
@@ -301,7 +303,7 @@ def _add_order(commands: argparse._SubParsersAction) -> None:
     cmd.set_defaults(func=_cmd_order)
 
 
-PAIR_ORDER_OPTIONS = ("max_source_positions", "max_target_positions")
+PAIR_ORDER_OPTIONS = ("max_source_positions", "max_target_positions", "packed", "batch_shapes")
 BLOCK_ORDER_OPTIONS = ("max_positions", "sample_break_mode", "document_sep_len")
 
 
@@ -311,7 +313,8 @@ def _cmd_order(args: argparse.Namespace) -> int:
     common = ("split", "max_tokens", "max_sentences", "required_batch_size_multiple", "seed",
               "skip_invalid_size_inputs", "cache_dir", "overwrite")  # fmt: skip
     blocks = args.tokens_per_sample is not None
-    wrong = [k for k in (PAIR_ORDER_OPTIONS if blocks else BLOCK_ORDER_OPTIONS) if getattr(args, k) is not None]
+    other = PAIR_ORDER_OPTIONS if blocks else BLOCK_ORDER_OPTIONS
+    wrong = [k for k in other if getattr(args, k) not in (None, False)]
     if wrong:
         kind = "LM blocks (--tokens-per-sample)" if blocks else "sentence pairs (no --tokens-per-sample)"
         raise InvalidParameterError(f"--{wrong[0].replace('_', '-')}: not an option of a copy of {kind}")

@@ -3,6 +3,7 @@
     python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt
     python examples/train_plain.py --data corpora/multi30k --epochs 10 --save ckpt.pt --resume
     python examples/train_plain.py --data corpora/multi30k-sp --epochs 10 --segmentation sampled
+    python examples/train_plain.py --data corpora/multi30k --epochs 2 --batch-shapes 8 --compile
 
 The data side is three arrowmt pieces meeting at ``arrowmt.ReadAheadLoader`` (or, with ``--num-workers``,
 torchdata's ``StatefulDataLoader``: ``pip install 'arrowmt[resume]'``): the memory-mapped ``open_dataset``, a
@@ -128,8 +129,8 @@ def loss_of(model: Seq2Seq, batch: dict[str, Any], eos: int, reduction: str = "m
     )
 
 
-def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: dict[str, Any], eos: int) -> float:
-    loss = loss_of(model, batch, eos)
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Any], eos: int) -> float:
+    loss = loss_of(model, batch, eos)  # type: ignore[arg-type]  # a Seq2Seq, or torch.compile's wrapper of one
     optimizer.zero_grad()
     loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -264,9 +265,12 @@ def train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     ds = open_dataset(args.data, "train", segmentation=args.segmentation)
     valid = open_dataset(args.data, "valid")
-    sampler = TokenBatchSampler(ds, max_tokens=args.max_tokens, seed=args.seed)
-    loader = stateful_loader(ds, sampler, PlainCollater(ds.special_ids), args.num_workers)
+    shaped = {"batch_shapes": args.batch_shapes} if args.batch_shapes else {}
+    sampler = TokenBatchSampler(ds, max_tokens=args.max_tokens, seed=args.seed, **shaped)
+    collate = PlainCollater(ds.special_ids, shapes=sampler.batch_shapes() if args.batch_shapes else None)
+    loader = stateful_loader(ds, sampler, collate, args.num_workers)
     model = build_model(args.data, ds, args.dim)
+    step_model = torch.compile(model, dynamic=False) if args.compile else model  # training steps only
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     at = Progress()
     if args.resume and args.save and Path(args.save).exists():
@@ -276,11 +280,13 @@ def train(args: argparse.Namespace) -> None:
     print(f"{pairs} pairs, {len(sampler)} batches per epoch, {params} params, {positions} positions")
     while at.epoch <= args.epochs:
         sampler.set_epoch(at.epoch)  # reshuffles the batch order; keeps a resumed mid-epoch position
+        shapes = set()
         for batch in loader:
-            loss = train_step(model, optimizer, batch, ds.special_ids.eos)
+            loss = train_step(step_model, optimizer, batch, ds.special_ids.eos)
             at.step += 1
-            tokens = int(batch["target_lengths"].sum())
-            print(f"step {at.step} epoch {at.epoch} loss {loss:.6f} sentences {len(batch['id'])} tokens {tokens}")
+            tokens, sentences = int(batch["target_lengths"].sum()), int((batch["id"] >= 0).sum())
+            shapes.add((tuple(batch["source"].shape), tuple(batch["target"].shape)))
+            print(f"step {at.step} epoch {at.epoch} loss {loss:.6f} sentences {sentences} tokens {tokens}")
             if args.save and args.save_every and at.step % args.save_every == 0:
                 save_checkpoint(args.save, model, optimizer, loader, at)
             if at.step == args.stop_after:
@@ -288,6 +294,8 @@ def train(args: argparse.Namespace) -> None:
                     save_checkpoint(args.save, model, optimizer, loader, at)
                 print(f"stopped after step {at.step}; continue with --resume")
                 return
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] if args.compile else 0
+        print(f"epoch {at.epoch} batch shapes {len(shapes)}" + (f", compiled graphs {graphs}" if args.compile else ""))
         loss, tokens = validate(model, valid, args.max_tokens)
         print(f"epoch {at.epoch} valid loss {loss:.6f} ({tokens} target tokens)", flush=True)
         at.epoch += 1
@@ -308,6 +316,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--num-workers", type=int, default=0, help="DataLoader worker processes (0: ReadAheadLoader, a thread)"
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the model initialization and batch order")
+    parser.add_argument(
+        "--batch-shapes", type=int, default=0, help="pad every batch to one of at most N shapes (0: off)"
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="train with torch.compile(dynamic=False), graphs counted per epoch"
+    )
     parser.add_argument(
         "--segmentation", choices=("fixed", "sampled"), default="fixed",
         help="sampled: train on sampled segmentations, drawn afresh each epoch (convert text --spm-sampling)",

@@ -116,3 +116,43 @@ def test_resume_exact_and_ranks(train_ds: ArrowMTDataset, tmp_path: Path) -> Non
     ranks = [list(shaped_sampler(train_ds, tmp_path, num_replicas=2, rank=r)) for r in range(2)]
     assert len(ranks[0]) == len(ranks[1])
     assert {tuple(b) for r in ranks for b in r} == {tuple(b) for b in shaped_sampler(train_ds, tmp_path)}
+
+
+def test_refusals_and_edges(train_ds: ArrowMTDataset, tmp_path: Path) -> None:
+    """A mixture's draws change its lengths each epoch (refused); N above the distinct sizes is capped; a plan
+    with no row has no shape, and a collater of no shape is valid (it has no batch to pad)."""
+    from arrowmt import MixtureBatchSampler, open_mixture
+
+    mixture = open_mixture({"a": train_ds.path}, cache_dir=tmp_path)
+    with pytest.raises(InvalidParameterError, match="batch_shapes: expected rows whose lengths stay"):
+        MixtureBatchSampler(mixture, MAX_TOKENS, batch_shapes=4, cache_dir=tmp_path)
+    src, tgt = np.array([3, 5, 5, 9]), np.array([2, 5, 6, 1])
+    uppers, shapes = choose_shapes(src, tgt, 10**6, 64)
+    assert len(shapes) <= 3 and uppers.tolist()[-1] == 9
+    assert choose_shapes(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 4, 64)[1] == []
+    with pytest.raises(InvalidParameterError, match="expected every row within max_tokens=8, got a row of 9"):
+        choose_shapes(src, tgt, 2, 8)
+    FairseqCollater(SpecialIds(), shapes=())
+
+
+def test_order_copy_of_a_shaped_plan(native_corpus: Path, tmp_path: Path) -> None:
+    """``arrowmt order --batch-shapes N`` (and ``--packed``): the copy in plan order gives the batches of the
+    original's plan, row for row."""
+    import subprocess
+    import sys
+
+    train_ds = ArrowMTDataset(native_corpus, "train")
+    for flags, kw in ((["--batch-shapes", "4"], {"batch_shapes": 4}), (["--packed"], {"packed": True})):
+        out = tmp_path / "-".join(flags)
+        command = [sys.executable, "-m", "arrowmt", "order", str(train_ds.path), str(out), "--max-tokens",
+                   str(MAX_TOKENS), "--seed", "2", *flags, "--quiet"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        copy = ArrowMTDataset(out, "train")
+        kw = {"seed": 2, "cache_dir": tmp_path / "plans", **kw}
+        original = TokenBatchSampler(train_ds, MAX_TOKENS, **kw)  # type: ignore[arg-type]
+        ordered = TokenBatchSampler(copy, MAX_TOKENS, **kw)  # type: ignore[arg-type]
+        for sampler in (original, ordered):
+            sampler.set_epoch(1)
+        rows = [[train_ds.row("source", int(r)).tolist() for r in b] for b in original]
+        assert rows == [[copy.row("source", int(r)).tolist() for r in b] for b in ordered]

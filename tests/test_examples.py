@@ -129,3 +129,14 @@ def test_resume_continues_exactly(straight: Run, corpus: Path, tmp_path: Path) -
     assert f"resumed from ckpt.pt (epoch 2, step {middle})" in third.out
     assert training_lines(first.out + second.out + third.out) == training_lines(straight.out)
     assert parameters_sha256(third.out) == parameters_sha256(straight.out)
+
+
+def test_batch_shapes_pad_every_batch_to_few_shapes(corpus: Path, tmp_path: Path) -> None:
+    """``--batch-shapes 3``: every batch of the epoch padded to one of at most 3 shapes; the rows added to fill a
+    shape's last batch count neither as sentences nor as tokens (the epoch's sentences are the corpus's)."""
+    run = run_example("--data", str(corpus), *COMMON, "--epochs", "1", "--batch-shapes", "3", cwd=tmp_path)
+    shapes = re.search(r"^epoch 1 batch shapes (\d+)$", run.out, re.MULTILINE)
+    assert shapes is not None and 1 <= int(shapes.group(1)) <= 3
+    steps = STEP.findall(run.out)
+    assert sum(int(n) for _, _, _, n, _ in steps) == TRAIN_ROWS
+    assert all(math.isfinite(float(loss)) for _, _, loss, _, _ in steps)

@@ -190,12 +190,12 @@ def test_plans_are_shared_files_per_order_seed(plugin: ModuleType, native_corpus
 
 
 def test_forward_plan_keys_are_unchanged(native_corpus: Path, tmp_path: Path) -> None:
-    """``PlanParams.reverse`` names only reversed plans, ``packed`` only packed ones: the sampler's plan files and
-    state dicts keep their keys."""
+    """``PlanParams.reverse`` names only reversed plans, ``packed`` and ``batch_shapes`` only their own plans: the
+    sampler's plan files and state dicts keep their keys."""
     ds = open_dataset(native_corpus, "valid")
     params = PlanParams(max_tokens=MAX_TOKENS, seed=1)
     fields = asdict(params)
-    del fields["reverse"], fields["packed"]
+    del fields["reverse"], fields["packed"], fields["batch_shapes"]
     assert load_plan(ds, params, tmp_path).key == plan_key({"dataset": ds.fingerprint(), "rows": len(ds), **fields})
     reverse = load_plan(ds, PlanParams(max_tokens=MAX_TOKENS, seed=1, reverse=True), tmp_path)
     assert reverse.key != load_plan(ds, params, tmp_path).key
@@ -335,17 +335,19 @@ def test_workers_are_advised_against_once(
 
 
 def test_batch_shapes_through_fairseqs_iterator(plugin: ModuleType, native_corpus: Path, tmp_path: Path) -> None:
-    """fairseq's own EpochBatchIterator over ``--arrow-batch-shapes 3``: every row once, at most 3 tensor shapes,
-    the rows added to a shape's last batch without loss (target all pad, id -1); ``--num-batch-buckets`` is refused
-    naming it."""
+    """fairseq's own EpochBatchIterator over ``--arrow-batch-shapes 3``: the training subset's every row once, at
+    most 3 tensor shapes, the rows added to a shape's last batch without loss (target all pad, id -1); validation
+    keeps fairseq's batches; ``--num-batch-buckets`` is refused naming the flag."""
     task = make_task(plugin, native_corpus, arrow_batch_shapes=3, arrow_plan_cache_dir=str(tmp_path))
-    [batches] = epochs_of(task, "valid", 1, max_tokens=MAX_TOKENS, seed=1)
+    [batches] = epochs_of(task, "train", 1, max_tokens=MAX_TOKENS, seed=1)
     shapes = {(len(ids), len(src[0]), len(target[0])) for ids, src, _, target in batches}
     assert len(shapes) <= 3
     ids = [i for ids, *_ in batches for i in ids]
-    assert sorted(i for i in ids if i >= 0) == list(range(len(task.dataset("valid"))))
+    assert sorted(i for i in ids if i >= 0) == list(range(len(task.dataset("train"))))
     pad = task.src_dict.pad()
     for row_ids, _, _, target in batches:
         assert all(set(row) == {pad} for i, row in zip(row_ids, target, strict=True) if i < 0)
+    [valid] = epochs_of(task, "valid", 1, max_tokens=MAX_TOKENS, seed=1)
+    assert all(i >= 0 for ids, *_ in valid for i in ids) and len({len(b[1][0]) for b in valid}) > 3
     with pytest.raises(InvalidParameterError, match=r"num_batch_buckets: not supported.*--arrow-batch-shapes"):
         make_task(plugin, native_corpus, num_batch_buckets=4)

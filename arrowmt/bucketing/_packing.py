@@ -4,8 +4,8 @@ A packed batch holds, in the plan's order, the next samples while their source t
 source buffer's capacity, their target tokens within the target buffer's, and their count within the batch's
 sentence limit (the planner gives the samples in their shuffled order: sentences of every length side by side
 leave the least room empty). The capacity is ``max_tokens`` for each side: a fairseq batch of padded size
-``max_tokens`` holds at most that many tokens on either side, so a packed batch holds at least as many real tokens
-as the fullest fairseq batch, with no padding inside it (only after its last sentence). One Python step per batch,
+``max_tokens`` holds at most that many tokens on either side, so a packed batch's buffers hold the tokens of the
+fullest fairseq batch, with no padding inside them (only after the last sentence). One Python step per batch,
 each a binary search of the running token totals.
 """
 

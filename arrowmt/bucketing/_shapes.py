@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from arrowmt._arrays import sorted_unique
 from arrowmt._errors import InvalidParameterError
-from arrowmt.bucketing._bucketing import _as_lengths, check_limit
+from arrowmt.bucketing._bucketing import CHUNK, _as_lengths, check_limit
 
 Shape = tuple[int, int, int]  # (rows, source length, target length)
 
@@ -22,45 +21,54 @@ Shape = tuple[int, int, int]  # (rows, source length, target length)
 def choose_shapes(src: np.ndarray, tgt: np.ndarray, n: int, max_tokens: int, max_sentences: int | None = None,
                   multiple: int = 1) -> tuple[np.ndarray, list[Shape]]:  # fmt: skip
     """(upper size of each bucket, each bucket's shape): at most ``n`` buckets over the rows of lengths ``src`` and
-    ``tgt`` whose padded tokens (rows padded to the bucket's lengths, last batches to its rows) are fewest."""
+    ``tgt`` whose padded tokens (rows padded to the bucket's lengths, last batches to its rows) are fewest. The rows
+    are read :data:`CHUNK` at a time into tables by size (memory bounded by ``max_tokens``, not the corpus)."""
     check_limit("batch_shapes", n)
     check_limit("max_tokens", max_tokens)
-    src, tgt = _as_lengths("src", src).astype(np.int64), _as_lengths("tgt", tgt).astype(np.int64)
-    size = np.maximum(src, tgt)
-    if size.size and int(size.max()) > max_tokens:
-        raise InvalidParameterError(f"max_tokens: expected every row within it, got a row of {int(size.max())}")
-    values = sorted_unique(size)
-    group = np.searchsorted(values, size)
+    count, top_src, top_tgt = _size_tables(_as_lengths("src", src), _as_lengths("tgt", tgt), max_tokens)
+    values = np.flatnonzero(count)
     if not values.size:
         return values, []
-    count = np.bincount(group).astype(np.int64)
-    top_src = np.zeros(values.shape[0], dtype=np.int64)
-    top_tgt = np.zeros(values.shape[0], dtype=np.int64)
-    np.maximum.at(top_src, group, src)
-    np.maximum.at(top_tgt, group, tgt)
-    cuts = _best_cuts(values, count, top_src, top_tgt, n, max_tokens, max_sentences, multiple)
+    count, top_src, top_tgt = count[values], top_src[values], top_tgt[values]
+    cuts = _best_cuts(count, top_src, top_tgt, min(n, values.shape[0]), max_tokens, max_sentences, multiple)
     shapes, first = [], 0
     for last in cuts:
         ls, lt = int(top_src[first : last + 1].max()), int(top_tgt[first : last + 1].max())
-        shapes.append((rows_at(max(ls, lt), max_tokens, max_sentences, multiple), ls, lt))
+        shapes.append((int(rows_at(np.array([max(ls, lt)]), max_tokens, max_sentences, multiple)[0]), ls, lt))
         first = last + 1
     return values[cuts], shapes
 
 
-def rows_at(width: int, max_tokens: int, max_sentences: int | None, multiple: int) -> int:
-    """Rows of a batch of ``width`` (fairseq's padded size ``rows * width <= max_tokens``), within ``max_sentences``
-    and rounded down to ``multiple`` (one row at least)."""
-    rows = max_tokens // max(width, 1)
+def _size_tables(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> tuple[np.ndarray, ...]:
+    """Per size ``0..max_tokens`` (the larger of a row's lengths): its rows, their longest source and target."""
+    count = np.zeros(max_tokens + 1, dtype=np.int64)
+    top_src, top_tgt = np.zeros_like(count), np.zeros_like(count)
+    for first in range(0, src.shape[0], CHUNK):
+        s, t = src[first : first + CHUNK], tgt[first : first + CHUNK]
+        size = np.maximum(s, t)
+        if int(size.max()) > max_tokens:
+            raise InvalidParameterError(f"max_tokens: expected every row within max_tokens={max_tokens}, got a row "
+                                        f"of {int(size.max())}")  # fmt: skip
+        count += np.bincount(size, minlength=max_tokens + 1)
+        np.maximum.at(top_src, size, s)
+        np.maximum.at(top_tgt, size, t)
+    return count, top_src, top_tgt
+
+
+def rows_at(width: np.ndarray, max_tokens: int, max_sentences: int | None, multiple: int) -> np.ndarray:
+    """Rows of a batch of each ``width`` (fairseq's padded size ``rows * width <= max_tokens``), within
+    ``max_sentences`` and rounded down to ``multiple`` when that leaves one at least."""
+    rows = np.maximum(max_tokens // np.maximum(width, 1), 1)
     if max_sentences is not None:
-        rows = min(rows, max_sentences)
-    return max(rows - rows % multiple, 1) if rows >= multiple else max(rows, 1)
+        rows = np.minimum(rows, max_sentences)
+    return np.where(rows >= multiple, rows - rows % multiple, rows)
 
 
-def _best_cuts(values: np.ndarray, count: np.ndarray, top_src: np.ndarray, top_tgt: np.ndarray, n: int,
-               max_tokens: int, max_sentences: int | None, multiple: int) -> list[int]:  # fmt: skip
-    """The last distinct size of each bucket, minimising the buckets' padded tokens (rows of the distinct sizes
-    ``values``: ``count`` each, longest source and target ``top_src``, ``top_tgt``)."""
-    m = values.shape[0]
+def _best_cuts(count: np.ndarray, top_src: np.ndarray, top_tgt: np.ndarray, n: int, max_tokens: int,
+               max_sentences: int | None, multiple: int) -> list[int]:  # fmt: skip
+    """The last distinct size of each bucket, minimising the buckets' padded tokens (the rows of each distinct
+    size: ``count``, longest source and target ``top_src``, ``top_tgt``)."""
+    m = count.shape[0]
     cumulative = np.r_[0, np.cumsum(count)]
     best = np.full((n + 1, m + 1), np.inf)
     best[0, 0] = 0.0
@@ -68,11 +76,7 @@ def _best_cuts(values: np.ndarray, count: np.ndarray, top_src: np.ndarray, top_t
     for j in range(1, m + 1):  # a bucket (i, j]: distinct sizes i .. j-1
         ls = np.maximum.accumulate(top_src[:j][::-1])[::-1]  # longest source of sizes i .. j-1, for each i
         lt = np.maximum.accumulate(top_tgt[:j][::-1])[::-1]
-        width = np.maximum(ls, lt)
-        rows = np.maximum(max_tokens // np.maximum(width, 1), 1)
-        if max_sentences is not None:
-            rows = np.minimum(rows, max_sentences)
-        rows = np.where(rows >= multiple, rows - rows % multiple, rows)
+        rows = rows_at(np.maximum(ls, lt), max_tokens, max_sentences, multiple)
         cells = cumulative[j] - cumulative[:j]
         cost = -(-cells // rows) * rows * (ls + lt)  # padded tokens, real ones included (the same for any cut)
         for k in range(1, n + 1):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         plan_fields,
         plan_lengths,
         plan_shapes,
+        refuse_changing_lengths,
     )
     from arrowmt.plans._plan_cache import BatchPlan, PlanArrays, keep_recent, load_or_build_plan, plan_key
     from arrowmt.plans._provider import EpochPlans, FixedPlan, Plan, PlanProvider, ShiftedPlan, as_provider

@@ -74,12 +74,7 @@ class FairseqCollater:
 
     def __post_init__(self) -> None:
         check_padding(self.special_ids, self.pad_to_multiple)
-        if self.shapes is not None and (self.pad_to_multiple != 1 or not self.input_feeding or not self.shapes):
-            raise InvalidParameterError(
-                f"shapes: expected a sampler's batch_shapes() (at least one) with pad_to_multiple=1 and "
-                f"input_feeding=True, got {len(self.shapes)} shapes, pad_to_multiple={self.pad_to_multiple}, "
-                f"input_feeding={self.input_feeding}"
-            )
+        check_shapes(self.shapes, self.pad_to_multiple, self.input_feeding)
 
     def __call__(self, batch: Rows) -> FairseqBatch | dict[str, object]:
         gathered = GatheredBatch.from_samples(batch)
@@ -95,7 +90,7 @@ class FairseqCollater:
         return self._translation(gathered)
 
     def _translation(self, batch: GatheredBatch) -> FairseqBatch:
-        shape = self._shape(batch) if self.shapes is not None else None
+        shape = shape_holding(self.shapes, batch) if self.shapes is not None else None
         src, src_lengths, order = self._sorted_source(batch.columns[SOURCE], shape and shape[1])
         target_spans = batch.columns[TARGET].select(order)
         net_input = {"src_tokens": as_tensor(src), "src_lengths": as_tensor(src_lengths)}
@@ -134,17 +129,6 @@ class FairseqCollater:
         counts[order] = nonpad.sum(axis=1)
         order = fairseq_order(counts)
         return pad_rows(spans.select(order), pad, multiple, self.left_pad_source, width), counts[order], order
-
-    def _shape(self, batch: GatheredBatch) -> tuple[int, int, int]:
-        """The first of :attr:`shapes` that holds ``batch`` (rows, longest source, longest target)."""
-        need = (len(batch), *(int(batch.columns[c].lengths.max(initial=0)) for c in (SOURCE, TARGET)))
-        for shape in self.shapes or ():
-            if all(n <= have for n, have in zip(need, shape, strict=True)):
-                return shape
-        raise InvalidParameterError(
-            f"batch: {need[0]} rows of up to {need[1]} source and {need[2]} target tokens fit none of the collater's "
-            f"shapes {list(self.shapes or ())} (the sampler's batch_shapes() of another plan?)"
-        )
 
     def _filled(self, shape: tuple[int, int, int], *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         """The batch's arrays (sources, their lengths, targets, decoder inputs, ids) with rows added up to the
@@ -186,18 +170,56 @@ class PlainCollater:
     left_pad_source: bool = False
     left_pad_target: bool = False
     pad_to_multiple: int = 1
+    shapes: Sequence[tuple[int, int, int]] | None = None
 
     def __post_init__(self) -> None:
         check_padding(self.special_ids, self.pad_to_multiple)
+        check_shapes(self.shapes, self.pad_to_multiple)
 
     def __call__(self, batch: Rows) -> dict[str, torch.Tensor]:
         gathered = GatheredBatch.from_samples(batch)
-        out = {"id": as_tensor(gathered.ids)}
+        shape = shape_holding(self.shapes, gathered) if self.shapes is not None else None
+        extra = shape[0] - len(gathered) if shape else 0
+        out = {"id": as_tensor(np.concatenate([gathered.ids, np.full(extra, -1, dtype=np.int64)]))}
         for name, spans in gathered.columns.items():
             left = self.left_pad_source if name == SOURCE else self.left_pad_target
-            out[name] = as_tensor(pad_rows(spans, self.special_ids.pad, self.pad_to_multiple, left))
-            out["lengths" if name == TOKENS else f"{name}_lengths"] = as_tensor(spans.lengths)
+            width = None if shape is None else shape[1 if name == SOURCE else 2]
+            rows = pad_rows(spans, self.special_ids.pad, self.pad_to_multiple, left, width)
+            lengths = spans.lengths
+            if extra:  # rows up to the shape's: a source of one eos, a target of pads (no loss)
+                more = np.full((extra, rows.shape[1]), self.special_ids.pad, dtype=rows.dtype)
+                if name == SOURCE:
+                    more[:, -1 if left else 0] = self.special_ids.eos
+                rows = np.concatenate([rows, more])
+                lengths = np.concatenate([lengths, np.full(extra, int(name == SOURCE), dtype=lengths.dtype)])
+            out[name] = as_tensor(rows)
+            out["lengths" if name == TOKENS else f"{name}_lengths"] = as_tensor(lengths)
         return out
+
+
+def check_shapes(
+    shapes: Sequence[tuple[int, int, int]] | None, pad_to_multiple: int, input_feeding: bool = True
+) -> None:
+    """InvalidParameterError unless a collater's ``shapes`` (None: none) come with ``pad_to_multiple`` 1 and
+    ``input_feeding`` (a sampler's ``batch_shapes()``: none when its plan has no row)."""
+    if shapes is not None and (pad_to_multiple != 1 or not input_feeding):
+        raise InvalidParameterError(
+            f"shapes: expected with pad_to_multiple=1 (fairseq's --required-seq-len-multiple 1) and "
+            f"input_feeding=True, got pad_to_multiple={pad_to_multiple}, input_feeding={input_feeding}"
+        )
+
+
+def shape_holding(shapes: Sequence[tuple[int, int, int]] | None, batch: GatheredBatch) -> tuple[int, int, int]:
+    """The first of ``shapes`` (rows, source length, target length) that holds ``batch``; InvalidParameterError
+    when none does."""
+    need = (len(batch), *(int(batch.columns[c].lengths.max(initial=0)) for c in (SOURCE, TARGET)))
+    for shape in shapes or ():
+        if all(n <= have for n, have in zip(need, shape, strict=True)):
+            return shape
+    raise InvalidParameterError(
+        f"batch: {need[0]} rows of up to {need[1]} source and {need[2]} target tokens fit none of the collater's "
+        f"shapes {list(shapes or ())} (the sampler's batch_shapes() of another plan?)"
+    )
 
 
 def pad_rows(spans: Spans, pad: int, multiple: int, left_pad: bool, width: int | None = None) -> np.ndarray:

@@ -49,7 +49,7 @@ from arrowmt.mixing import (
     resample_counts,
     temperature_ratios,
 )
-from arrowmt.plans import BatchPlan, EpochPlans, PlanParams
+from arrowmt.plans import BatchPlan, EpochPlans, PlanParams, refuse_changing_lengths
 from arrowmt.reading import CacheOptions, Spans, check_indices, local_folder
 from arrowmt.storage import is_url
 from arrowmt.training._batch import GatheredBatch
@@ -334,6 +334,7 @@ class MixtureBatchSampler(PlanSampler):
         fields (:class:`MixtureRule`: ``weights``, ``temperature``, ``epoch_size``, ``resample_seed``); or the three
         as values, ``spec=``, ``options=``, ``rule=``."""
         args = sampler_arguments(PlanParams, "MixtureBatchSampler", max_tokens, keywords, spec, options, RULE_FIELDS)
+        refuse_changing_lengths(args.spec.batch_shapes, mixture)
         refuse_both("rule", rule, args.own)
         rule = rule if rule is not None else MixtureRule(**args.own)
         walk = args.walk

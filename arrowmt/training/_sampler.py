@@ -54,6 +54,7 @@ from arrowmt.plans import (
     column_lengths,
     load_plan,
     plan_shapes,
+    refuse_changing_lengths,
 )
 from arrowmt.splits import Split
 from arrowmt.stored import ROWS, refuse_stored_order, stored_copy, stretch_ranges
@@ -379,12 +380,8 @@ class TokenBatchSampler(PlanSampler):
         if manifest is not None:
             refuse_stored_order(manifest, dataset.path, "batch", dataset.split, reads=(ROWS,))
         epoch_plans = getattr(dataset, "epoch_plans", None)  # sampled segmentations: a plan per epoch, in its copy
-        if epoch_plans and args.spec.batch_shapes is not None:
-            raise InvalidParameterError(
-                f"batch_shapes: expected a corpus whose lengths stay (its shapes fixed for every epoch), got "
-                f"{dataset!r} (sampled segmentations: each epoch's lengths differ; packed=True has one shape in every "
-                "epoch)"
-            )
+        if epoch_plans:
+            refuse_changing_lengths(args.spec.batch_shapes, dataset)
         plan = epoch_plans(args.spec) if epoch_plans else load_plan(dataset, args.spec, args.options.cache_dir)
         self.spec = args.spec
         self._begin(plan, args.walk, dataset)

@@ -168,7 +168,7 @@ class PlannedBatches:
     def __call__(self, dataset: ArrowPairDataset, epoch: int) -> list[np.ndarray]:
         params = plan_params(dataset, self.opts, epoch)
         plan = self.plan = load_plan(dataset.arrow, params, self.cache_dir)
-        if params.batch_shapes is not None:  # the collater pads each batch to one of the plan's shapes
+        if params.batch_shapes is not None and dataset.collate.shapes is None:  # the same in every epoch
             shapes = plan_shapes(column_lengths(dataset.arrow), params, f"{dataset.arrow.path} {dataset.split}")
             dataset.collate = replace(dataset.collate, shapes=tuple(shapes))
             logger.info("translation_arrow: split %s: batches padded to %d shapes %s", dataset.split, len(shapes),

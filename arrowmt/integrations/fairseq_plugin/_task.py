@@ -34,6 +34,7 @@ from arrowmt.integrations.fairseq_plugin._batches import (
 from arrowmt.integrations.fairseq_plugin._config import TranslationArrowConfig
 from arrowmt.integrations.fairseq_plugin._dataset import ArrowPairDataset
 from arrowmt.integrations.fairseq_plugin._order_copy import write_order_copy
+from arrowmt.plans import refuse_changing_lengths
 from arrowmt.reading import local_folder
 from arrowmt.segments import BUILD_HINT, FORMS_DIR, check_segmentation, sampled_folder
 from arrowmt.splits import mismatch_error
@@ -111,11 +112,12 @@ class TranslationArrowTask(TranslationTask):
         segmentation = self.cfg.arrow_segmentation if split == self.cfg.train_subset else "fixed"
         if view and segmentation != "fixed":
             raise InvalidParameterError(f"arrow_segmentation: {segmentation!r} reads a split, not a view ({view})")
-        if self.cfg.arrow_batch_shapes is not None and (segmentation != "fixed" or self.cfg.arrow_order_copy):
+        shapes = self.cfg.arrow_batch_shapes if split == self.cfg.train_subset else None  # valid: fairseq's own
+        if shapes is not None and (self.cfg.arrow_order_copy or int(self.cfg.required_seq_len_multiple) != 1):
             raise InvalidParameterError(
-                f"arrow_batch_shapes: expected with the fixed segmentation and without --arrow-order-copy, got "
-                f"--arrow-segmentation {segmentation}{' --arrow-order-copy' if self.cfg.arrow_order_copy else ''} "
-                "(sampled lengths change each epoch, so do their shapes)"
+                f"arrow_batch_shapes: expected without --arrow-order-copy and with --required-seq-len-multiple 1 (the "
+                f"shapes fix the widths), got --arrow-order-copy {self.cfg.arrow_order_copy or '(none)'}, "
+                f"--required-seq-len-multiple {self.cfg.required_seq_len_multiple}"
             )
         if view:
             arrow = open_view_dataset(view, folder)
@@ -124,11 +126,13 @@ class TranslationArrowTask(TranslationTask):
                                           alpha=self.cfg.arrow_spm_alpha)  # fmt: skip
         else:
             arrow = open_dataset(folder, split)
+        if segmentation != "fixed":
+            refuse_changing_lengths(shapes, arrow)
         reverse = _is_reverse(arrow, self.cfg)
         _check_dictionaries(arrow, reverse, self.src_dict, self.tgt_dict)
         collater = self._collater(arrow)
         self.datasets[split] = ArrowPairDataset(arrow, self.src_dict, self.tgt_dict, collater, reverse=reverse,
-                                                batch_shapes=self.cfg.arrow_batch_shapes)  # fmt: skip
+                                                batch_shapes=shapes)  # fmt: skip
         logger.info(
             "%s: split %s: %d pairs memory-mapped from %s (%s-%s%s)",
             TASK_NAME,

@@ -435,3 +435,34 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch: pytest.Monk
     monkeypatch.delitem(sys.modules, "arrowmt.integrations.transformers")
     with pytest.raises(MissingDependencyError, match=r"pip install 'arrowmt\[transformers\]'"):
         importlib.import_module("arrowmt.integrations.transformers")
+
+
+def test_batch_shapes_pad_to_few_shapes_without_changing_the_loss(parallel: Path, tmp_path: Path) -> None:
+    """A sampler made with ``batch_shapes=3`` gives the trainer's default collater its shapes: every batch of an
+    epoch in at most 3 shapes, the added rows without a label; Marian's loss on each batch equals its loss on the same
+    rows padded only to their longest (the added rows and padding change nothing)."""
+    ds = open_dataset(parallel, "train")
+    sampler = TokenBatchSampler(ds, max_tokens=MAX_TOKENS, seed=5, prefetch=0, batch_shapes=3)
+    model = _tiny_marian(parallel).eval()
+    args = _arguments(tmp_path / "out", max_steps=2, save_strategy="no")
+    trainer = hf.ArrowMTSeq2SeqTrainer(model=model, args=args, train_dataset=ds, batch_sampler=sampler)
+    shaped = trainer.data_collator
+    assert list(shaped.shapes) == sampler.batch_shapes() and 1 <= len(shaped.shapes) <= 3
+    plain = hf.TransformersCollater.for_model(ds, model)
+    sampler.set_epoch(1)
+    shapes, compared = set(), 0
+    for rows in sampler:
+        batch = shaped(ds.__getitems__(list(rows)))
+        shapes.add((tuple(batch["input_ids"].shape), tuple(batch["labels"].shape)))
+        assert (batch["labels"][len(rows) :] == hf.LABEL_PAD).all()
+        if compared < 4 and len(rows) < batch["input_ids"].shape[0]:  # batches with added rows
+            with torch.no_grad():
+                loss = model(**batch).loss
+                expected = model(**plain(ds.__getitems__(list(rows)))).loss
+            assert torch.allclose(loss, expected, rtol=1e-5)
+            compared += 1
+    assert len(shapes) <= 3 and compared >= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        output = trainer.train()
+    assert np.isfinite(output.training_loss)

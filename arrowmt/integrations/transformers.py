@@ -83,7 +83,9 @@ class TransformersCollater:
       tokens, ``attention_mask``, ``labels`` = the tokens with -100 for padding (a causal
       language model shifts them itself: position i predicts token i + 1).
 
-    Rows keep the batch order. ``pad_to_multiple_of`` rounds the width up.
+    Rows keep the batch order. ``pad_to_multiple_of`` rounds the width up. ``shapes`` (a ``TokenBatchSampler``'s
+    ``batch_shapes()``; the trainers pass them for a sampler made with ``batch_shapes=N``) pads each parallel batch
+    to the first shape that holds it, adding rows of one ``eos`` source token and no label (id -1 in no output).
     """
 
     special_ids: SpecialIds = field(default_factory=SpecialIds)
@@ -91,6 +93,7 @@ class TransformersCollater:
     decoder_start_token_id: int | None = None
     label_pad_token_id: int = LABEL_PAD
     pad_to_multiple_of: int = 1
+    shapes: Sequence[tuple[int, int, int]] | None = None
 
     @classmethod
     def for_model(cls, dataset: Any, model: Any, **options: Any) -> TransformersCollater:
@@ -111,7 +114,7 @@ class TransformersCollater:
         return cls(special_ids, decoder_start_token_id=start if encoder_decoder else None, **options)
 
     def __post_init__(self) -> None:
-        check_padding(self.special_ids, self.pad_to_multiple_of)
+        check_padding(self.special_ids, self.pad_to_multiple_of, self.shapes)
         check_optional_integer("decoder_start_token_id", self.decoder_start_token_id, 0)
         check_integer("label_pad_token_id", self.label_pad_token_id, -(2**63), 2**63, high_name="2**63")
 
@@ -127,7 +130,8 @@ class TransformersCollater:
                 f"batch: expected columns {[SOURCE, TARGET]} (or {TOKENS!r}, or token blocks), "
                 f"got {list(gathered.columns)}"
             )
-        return self._seq2seq(gathered.columns[SOURCE], gathered.columns[TARGET])
+        shape = gathered.holding_shape(self.shapes) if self.shapes is not None else None
+        return self._seq2seq(gathered.columns[SOURCE], gathered.columns[TARGET], shape)
 
     def _causal(self, spans: Spans) -> dict[str, torch.Tensor]:
         tokens = pad_rows(spans, self.special_ids.pad, self.pad_to_multiple_of, False)
@@ -138,15 +142,29 @@ class TransformersCollater:
             "labels": as_tensor(np.where(mask, tokens, self.label_pad_token_id)),
         }
 
-    def _seq2seq(self, source: Spans, target: Spans) -> dict[str, torch.Tensor]:
-        inputs = pad_rows(source, self.special_ids.pad, self.pad_to_multiple_of, False)
-        labels, decoder_inputs = pad_shifted(target, self.special_ids, self.pad_to_multiple_of, False)
+    def _seq2seq(
+        self, source: Spans, target: Spans, shape: tuple[int, int, int] | None = None
+    ) -> dict[str, torch.Tensor]:
+        pad, width = self.special_ids.pad, (None, None) if shape is None else shape[1:]
+        inputs = pad_rows(source, pad, self.pad_to_multiple_of, False, width[0])
+        labels, decoder_inputs = pad_shifted(target, self.special_ids, self.pad_to_multiple_of, False, width[1])
+        source_lengths, target_lengths = source.lengths, target.lengths
+        if shape is not None and shape[0] > len(source):  # rows up to the shape's: one eos source token, no label
+            extra = shape[0] - len(source)
+            inputs = np.concatenate([inputs, np.full((extra, inputs.shape[1]), pad, dtype=inputs.dtype)])
+            inputs[-extra:, 0] = self.special_ids.eos
+            labels = np.concatenate([labels, np.full((extra, labels.shape[1]), pad, dtype=labels.dtype)])
+            more = np.full((extra, decoder_inputs.shape[1]), pad, dtype=decoder_inputs.dtype)
+            decoder_inputs = np.concatenate([decoder_inputs, more])
+            decoder_inputs[-extra:, 0] = self.special_ids.eos
+            source_lengths = np.concatenate([source_lengths, np.ones(extra, dtype=source_lengths.dtype)])
+            target_lengths = np.concatenate([target_lengths, np.zeros(extra, dtype=target_lengths.dtype)])
         if self.decoder_start_token_id is not None and decoder_inputs.shape[1]:
             decoder_inputs[:, 0] = self.decoder_start_token_id
         return {
             "input_ids": as_tensor(inputs),
-            "attention_mask": as_tensor(_mask(inputs.shape, source.lengths)),
-            "labels": as_tensor(np.where(_mask(labels.shape, target.lengths), labels, self.label_pad_token_id)),
+            "attention_mask": as_tensor(_mask(inputs.shape, source_lengths)),
+            "labels": as_tensor(np.where(_mask(labels.shape, target_lengths), labels, self.label_pad_token_id)),
             "decoder_input_ids": as_tensor(decoder_inputs),
         }
 
@@ -325,7 +343,9 @@ class _ArrowMTBatches:
         given = inspect.signature(super().__init__).bind_partial(*args, **kwargs).arguments  # type: ignore[misc]
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         if given.get("data_collator") is None:
-            self.data_collator = TransformersCollater.for_model(self.train_dataset, self.model)  # type: ignore[attr-defined]
+            spec = getattr(batch_sampler, "spec", None)
+            shaped = {"shapes": batch_sampler.batch_shapes()} if getattr(spec, "batch_shapes", None) else {}
+            self.data_collator = TransformersCollater.for_model(self.train_dataset, self.model, **shaped)  # type: ignore[attr-defined]
         self._check_world()
         self._check_dataset()
         check_shared_embeddings(self.model, self.train_dataset)  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from arrowmt._errors import InvalidParameterError
+from arrowmt.format import SOURCE, TARGET
 from arrowmt.plans import check_row_ids
 from arrowmt.reading import Spans, exclusive_cumsum
 
@@ -45,6 +46,18 @@ class GatheredBatch(Sequence[Sample]):
 
     def __iter__(self) -> Iterator[Sample]:
         return (self[k] for k in range(len(self)))
+
+    def holding_shape(self, shapes: Sequence[tuple[int, int, int]]) -> tuple[int, int, int]:
+        """The first of ``shapes`` (rows, source length, target length: a sampler's ``batch_shapes()``) that holds
+        these rows; InvalidParameterError when none does."""
+        need = (len(self), *(int(self.columns[c].lengths.max(initial=0)) for c in (SOURCE, TARGET)))
+        for shape in shapes:
+            if all(n <= have for n, have in zip(need, shape, strict=True)):
+                return shape
+        raise InvalidParameterError(
+            f"batch: {need[0]} rows of up to {need[1]} source and {need[2]} target tokens fit none of the collater's "
+            f"shapes {list(shapes)} (the sampler's batch_shapes() of another plan?)"
+        )
 
     @classmethod
     def from_samples(cls, samples: Sequence[Mapping[str, object]]) -> GatheredBatch:

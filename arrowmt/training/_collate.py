@@ -73,8 +73,7 @@ class FairseqCollater:
     shapes: Sequence[tuple[int, int, int]] | None = None
 
     def __post_init__(self) -> None:
-        check_padding(self.special_ids, self.pad_to_multiple)
-        check_shapes(self.shapes, self.pad_to_multiple, self.input_feeding)
+        check_padding(self.special_ids, self.pad_to_multiple, self.shapes, self.input_feeding)
 
     def __call__(self, batch: Rows) -> FairseqBatch | dict[str, object]:
         gathered = GatheredBatch.from_samples(batch)
@@ -90,7 +89,7 @@ class FairseqCollater:
         return self._translation(gathered)
 
     def _translation(self, batch: GatheredBatch) -> FairseqBatch:
-        shape = shape_holding(self.shapes, batch) if self.shapes is not None else None
+        shape = batch.holding_shape(self.shapes) if self.shapes is not None else None
         src, src_lengths, order = self._sorted_source(batch.columns[SOURCE], shape and shape[1])
         target_spans = batch.columns[TARGET].select(order)
         net_input = {"src_tokens": as_tensor(src), "src_lengths": as_tensor(src_lengths)}
@@ -173,12 +172,11 @@ class PlainCollater:
     shapes: Sequence[tuple[int, int, int]] | None = None
 
     def __post_init__(self) -> None:
-        check_padding(self.special_ids, self.pad_to_multiple)
-        check_shapes(self.shapes, self.pad_to_multiple)
+        check_padding(self.special_ids, self.pad_to_multiple, self.shapes)
 
     def __call__(self, batch: Rows) -> dict[str, torch.Tensor]:
         gathered = GatheredBatch.from_samples(batch)
-        shape = shape_holding(self.shapes, gathered) if self.shapes is not None else None
+        shape = gathered.holding_shape(self.shapes) if self.shapes is not None else None
         extra = shape[0] - len(gathered) if shape else 0
         out = {"id": as_tensor(np.concatenate([gathered.ids, np.full(extra, -1, dtype=np.int64)]))}
         for name, spans in gathered.columns.items():
@@ -197,31 +195,6 @@ class PlainCollater:
         return out
 
 
-def check_shapes(
-    shapes: Sequence[tuple[int, int, int]] | None, pad_to_multiple: int, input_feeding: bool = True
-) -> None:
-    """InvalidParameterError unless a collater's ``shapes`` (None: none) come with ``pad_to_multiple`` 1 and
-    ``input_feeding`` (a sampler's ``batch_shapes()``: none when its plan has no row)."""
-    if shapes is not None and (pad_to_multiple != 1 or not input_feeding):
-        raise InvalidParameterError(
-            f"shapes: expected with pad_to_multiple=1 (fairseq's --required-seq-len-multiple 1) and "
-            f"input_feeding=True, got pad_to_multiple={pad_to_multiple}, input_feeding={input_feeding}"
-        )
-
-
-def shape_holding(shapes: Sequence[tuple[int, int, int]] | None, batch: GatheredBatch) -> tuple[int, int, int]:
-    """The first of ``shapes`` (rows, source length, target length) that holds ``batch``; InvalidParameterError
-    when none does."""
-    need = (len(batch), *(int(batch.columns[c].lengths.max(initial=0)) for c in (SOURCE, TARGET)))
-    for shape in shapes or ():
-        if all(n <= have for n, have in zip(need, shape, strict=True)):
-            return shape
-    raise InvalidParameterError(
-        f"batch: {need[0]} rows of up to {need[1]} source and {need[2]} target tokens fit none of the collater's "
-        f"shapes {list(shapes or ())} (the sampler's batch_shapes() of another plan?)"
-    )
-
-
 def pad_rows(spans: Spans, pad: int, multiple: int, left_pad: bool, width: int | None = None) -> np.ndarray:
     """The rows as a ``(B, W)`` int64 matrix filled with ``pad``, W the longest row rounded up to ``multiple``
     (or ``width``, at least the longest row)."""
@@ -236,8 +209,10 @@ def pad_shifted(spans: Spans, ids: SpecialIds, multiple: int, left_pad: bool,
     return gather_padded_shifted(spans.words, spans.starts, spans.lengths, width, ids.pad, ids.eos, left_pad)
 
 
-def check_padding(special_ids: SpecialIds, pad_to_multiple: int) -> None:
-    """The ids a collater writes are token ids (>= 0) and the width multiple is >= 1."""
+def check_padding(special_ids: SpecialIds, pad_to_multiple: int, shapes: Sequence[tuple[int, int, int]] | None = None,
+                  input_feeding: bool = True) -> None:  # fmt: skip
+    """The ids a collater writes are token ids (>= 0) and the width multiple is >= 1; a collater with ``shapes`` (a
+    sampler's ``batch_shapes()``, none when its plan has no row) has ``pad_to_multiple`` 1 and ``input_feeding``."""
     if not isinstance(special_ids, SpecialIds):
         raise InvalidParameterError(
             f"special_ids: expected a SpecialIds (a dataset's special_ids), got {special_ids!r}"
@@ -245,6 +220,11 @@ def check_padding(special_ids: SpecialIds, pad_to_multiple: int) -> None:
     check_integer("special_ids.pad", special_ids.pad, 0)
     check_integer("special_ids.eos", special_ids.eos, 0)
     check_integer("pad_to_multiple", pad_to_multiple, 1)
+    if shapes is not None and (pad_to_multiple != 1 or not input_feeding):
+        raise InvalidParameterError(
+            f"shapes: expected with pad_to_multiple=1 (fairseq's --required-seq-len-multiple 1) and "
+            f"input_feeding=True, got pad_to_multiple={pad_to_multiple}, input_feeding={input_feeding}"
+        )
 
 
 def fairseq_order(src_lengths: np.ndarray) -> np.ndarray:

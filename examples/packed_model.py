@@ -142,13 +142,17 @@ def packed_masks(src_segment: torch.Tensor, tgt_segment: torch.Tensor) -> tuple[
     """(encoder, decoder, cross) masks ``[1, L, L]`` of a packed batch from its segments: attention within a
     sentence only (the decoder's causal too); a padding position sees itself only (its output is unused)."""
     src_eye = torch.eye(src_segment.shape[0], dtype=torch.bool)
-    tgt_eye = torch.eye(tgt_segment.shape[0], dtype=torch.bool)
     encoder = (src_segment[:, None] == src_segment[None, :]) & (src_segment[:, None] >= 0) | src_eye
-    decoder = (tgt_segment[:, None] == tgt_segment[None, :]) & (tgt_segment[:, None] >= 0)
-    decoder = decoder & torch.ones_like(decoder).tril() | tgt_eye
+    decoder = causal_mask(tgt_segment)
     cross = (tgt_segment[:, None] == src_segment[None, :]) & (tgt_segment[:, None] >= 0)
     cross = cross | ~cross.any(-1, keepdim=True)
     return encoder[None], decoder[None], cross[None]
+
+
+def causal_mask(segment: torch.Tensor) -> torch.Tensor:
+    """``[L, L]``: a token sees the earlier tokens of its own segment and itself (a padding position: itself)."""
+    same = (segment[:, None] == segment[None, :]) & (segment[:, None] >= 0)
+    return same & torch.ones_like(same).tril() | torch.eye(segment.shape[0], dtype=torch.bool)
 
 
 def windows(net: dict, width: int) -> tuple[Window, Window, Window]:
@@ -182,6 +186,37 @@ def check_window(net: dict, width: int) -> None:
     longest = max(int((cu[1:] - cu[:-1]).max()) for cu in (net["src_cu_seqlens"], net["tgt_cu_seqlens"]))
     if longest > width:
         raise ValueError(f"window: expected at least the longest sentence of the batch, {longest} tokens; got {width}")
+
+
+class PackedLanguageModel(nn.Module):
+    """A decoder-only language model (one causal layer) for packed LM blocks (``PackedCollater`` over
+    ``BlockBatchSampler(packed=True)``) and fairseq's padded blocks (``FairseqBlockCollater``) alike."""
+
+    def __init__(self, vocab: int, pad: int, dim: int = 32, heads: int = 2, positions: int = 1024) -> None:
+        super().__init__()
+        self.pad, self.scale = pad, math.sqrt(dim)
+        self.embed, self.positions = nn.Embedding(vocab, dim), nn.Embedding(positions, dim)
+        self.layer = Block(dim, heads, cross=False)
+        self.project = nn.Linear(dim, vocab)
+
+    def logits(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.project(self.layer(self.embed(tokens) * self.scale + self.positions(positions), mask))
+
+    def packed_loss(self, batch: dict) -> torch.Tensor:
+        """Summed cross-entropy of a packed batch of blocks over its target tokens."""
+        net = batch["net_input"]
+        mask = causal_mask(net["src_segment"])[None]
+        return token_loss(self.logits(net["src_tokens"][None], net["src_positions"][None], mask)[0], batch["target"],
+                          self.pad)  # fmt: skip
+
+    def padded_loss(self, src: torch.Tensor, lengths: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Summed cross-entropy of fairseq's right-padded ``[B, L]`` blocks (``lengths``: their tokens)."""
+        width = src.shape[1]
+        real = torch.arange(width)[None, :] < lengths[:, None]
+        mask = real[:, None, :] & torch.ones(width, width, dtype=torch.bool).tril() | torch.eye(width, dtype=torch.bool)
+        positions = torch.arange(width).expand(src.shape[0], -1)
+        logits = self.logits(src, positions, mask)
+        return token_loss(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), self.pad)
 
 
 def token_loss(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torch.Tensor:

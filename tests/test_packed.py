@@ -214,3 +214,68 @@ def test_packed_loss_and_gradients_equal_padded(train_ds: ArrowMTDataset, tmp_pa
     shifted = {"net_input": {**packed["net_input"], "src_segment": packed["net_input"]["src_segment"].roll(1)},
                "target": packed["target"]}  # fmt: skip
     assert not torch.allclose(model.packed_loss(shifted), loss_packed)  # a wrong mask would show
+
+
+# ---------------------------------------------------------------- language-model blocks
+
+LM_CAPACITY = 4096  # blocks of up to 64 tokens: a buffer's last block leaves about 30 tokens empty
+
+
+@pytest.fixture(scope="module")
+def lm_blocks(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """Multi30k's English training text as LM blocks of whole sentences (up to 64 tokens: lengths vary)."""
+    from arrowmt import convert_text, open_blocks
+    from tests.conftest import MULTI30K
+
+    folder = tmp_path_factory.mktemp("lm") / "lm"
+    convert_text(str(MULTI30K / "train"), folder, lang="en", progress=False)
+    return open_blocks(folder, "train", tokens_per_sample=64, break_mode="complete")
+
+
+def test_lm_blocks_packed_every_block_once_one_shape(lm_blocks: object, tmp_path: Path) -> None:
+    from arrowmt import BlockBatchSampler
+
+    sizes = np.array([len(lm_blocks[i]["target"]) for i in range(len(lm_blocks))])  # type: ignore[index, arg-type]
+    collate = PackedCollater(lm_blocks.special_ids, capacity=LM_CAPACITY)  # type: ignore[attr-defined]
+    sampler = BlockBatchSampler(lm_blocks, LM_CAPACITY, packed=True, seed=4, cache_dir=tmp_path)  # type: ignore[arg-type]
+    sampler.set_epoch(1)
+    batches = list(sampler)
+    assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(len(sizes)))
+    assert max(int(sizes[b].sum()) for b in batches) <= LM_CAPACITY
+    assert 1 - sizes.sum() / (LM_CAPACITY * len(batches)) <= 0.03
+    laid = [collate(lm_blocks.__getitems__(list(b)))["net_input"] for b in batches[:20]]  # type: ignore[attr-defined]
+    shapes = {tuple((k, tuple(v.shape)) for k, v in sorted(net.items())) for net in laid}
+    assert len(shapes) == 1
+    check_resume(lambda: BlockBatchSampler(lm_blocks, LM_CAPACITY, packed=True, seed=4, cache_dir=tmp_path), 7)
+
+
+def test_lm_packed_loss_and_gradients_equal_padded(lm_blocks: object, tmp_path: Path) -> None:
+    """A small causal language model (float64): loss and gradients on packed blocks equal those on fairseq's padded
+    blocks of the same rows; each block's first input is the token before it, as fairseq feeds it."""
+    from packed_model import PackedLanguageModel
+
+    from arrowmt import BlockBatchSampler, FairseqBlockCollater
+
+    torch.manual_seed(0)
+    vocab = lm_blocks.split.metadata.columns["tokens"].vocab_size  # type: ignore[attr-defined]
+    model = PackedLanguageModel(vocab, pad=lm_blocks.special_ids.pad).double()  # type: ignore[attr-defined]
+    sampler = BlockBatchSampler(lm_blocks, LM_CAPACITY, packed=True, seed=4, cache_dir=tmp_path)  # type: ignore[arg-type]
+    sampler.set_epoch(1)
+    gathered = lm_blocks.__getitems__(list(next(iter(sampler))))  # type: ignore[attr-defined]
+    packed = PackedCollater(lm_blocks.special_ids, capacity=LM_CAPACITY)(gathered)  # type: ignore[attr-defined]
+    padded = FairseqBlockCollater(lm_blocks.special_ids)(gathered)  # type: ignore[attr-defined]
+    assert packed["ntokens"] == padded["ntokens"] and len(gathered) > 10
+
+    def gradients(loss: torch.Tensor) -> list[torch.Tensor]:
+        model.zero_grad()
+        loss.backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    loss_packed = model.packed_loss(packed)
+    grads_packed = gradients(loss_packed)
+    net = padded["net_input"]
+    loss_padded = model.padded_loss(net["src_tokens"], net["src_lengths"], padded["target"])
+    grads_padded = gradients(loss_padded)
+    assert torch.allclose(loss_packed, loss_padded, rtol=1e-12, atol=0)
+    for a, b in zip(grads_packed, grads_padded, strict=True):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -59,7 +59,14 @@ from arrowmt.blocks._blocks import (
     row_starts,
 )
 from arrowmt.blocks._token_stream import TokenStream
-from arrowmt.bucketing import batch_by_size, compact_counts, drop_too_long, report_skipped
+from arrowmt.bucketing import (
+    batch_by_size,
+    compact_counts,
+    drop_too_long,
+    pack_by_size,
+    report_skipped,
+    shuffled_range,
+)
 from arrowmt.files import (
     BLOCKS_FORMAT,
     COPY_BLOCKS_FORMAT,
@@ -412,16 +419,20 @@ def build_table(lengths: np.ndarray, params: BlockParams) -> tuple[np.ndarray, n
 
 
 def build_block_plan(table: BlockTable, params: BatchSpec) -> PlanArrays:
-    """fairseq's batches of blocks: ``MonolingualDataset`` order, ``max_positions`` filter, ``batch_by_size``."""
+    """fairseq's batches of blocks: ``MonolingualDataset`` order, ``max_positions`` filter, ``batch_by_size``; packed
+    (``params.packed``): the blocks in their shuffled order, packed into buffers of ``max_tokens`` tokens."""
     sizes = table.sizes()
-    order = lm_order(sizes, params.seed)
+    order = shuffled_range(sizes.shape[0], params.seed) if params.packed else lm_order(sizes, params.seed)
     skip = params.skip_invalid_size_inputs
     kept, kept_sizes, dropped = drop_too_long(order, sizes[order], BLOCK_LIMIT, params.limit(BLOCK_LIMIT), skip)
     del order, sizes
     kept, kept_sizes, over = drop_too_long(kept, kept_sizes, "max_tokens", params.max_tokens, skip)
-    flat, offsets = batch_by_size(
-        kept, kept_sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple
-    )
+    if params.packed:
+        flat, offsets = pack_by_size(kept, kept_sizes, None, params.max_tokens or 0, params.max_sentences)
+    else:
+        flat, offsets = batch_by_size(
+            kept, kept_sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple
+        )
     return PlanArrays(flat, offsets, dropped + over)
 
 

@@ -14,6 +14,10 @@ fixed-capacity token buffers, for ``torch.compile`` and CUDA graphs.
 * ``target``: the targets laid out like the decoder input, the pad id after them;
 * ``id``: the rows, in batch order, then -1 up to ``max_sentences``; ``nsentences``; ``ntokens`` (target tokens).
 
+For language-model blocks (``open_blocks``, ``BlockBatchSampler(packed=True)``) it returns the ``src_*`` tensors
+and ``target``: each block's tokens as the target, the same block behind the token before it (fairseq's
+``[head] + block[:-1]``) as ``src_tokens``; a model keeps attention causal within a block.
+
 A model keeps attention inside a sentence with the segments (encoder: same source segment; decoder: same target
 segment, causal; cross-attention: a target token to the source tokens of its own sentence) and ignores the
 positions whose target is the pad id in its loss. ``examples/packed_model.py`` is such a model, and a test checks
@@ -33,7 +37,7 @@ from arrowmt._errors import InvalidParameterError
 from arrowmt.format import SOURCE, TARGET, SpecialIds
 from arrowmt.plans import DEFAULT_MAX_TOKENS
 from arrowmt.reading import Spans, exclusive_cumsum, take_flat
-from arrowmt.training import GatheredBatch, as_tensor, check_padding
+from arrowmt.training import GatheredBatch, GatheredBlocks, as_tensor, check_padding
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,9 @@ class PackedCollater:
         """The sentence slots of every batch (``id`` and ``cu_seqlens`` sizes)."""
         return self.capacity if self.max_sentences is None else self.max_sentences
 
-    def __call__(self, batch: GatheredBatch | Sequence[Mapping[str, object]]) -> dict[str, object]:
+    def __call__(self, batch: GatheredBlocks | GatheredBatch | Sequence[Mapping[str, object]]) -> dict[str, object]:
+        if isinstance(batch, GatheredBlocks):
+            return self._blocks(batch)
         gathered = GatheredBatch.from_samples(batch)
         missing = [name for name in (SOURCE, TARGET) if name not in gathered.columns]
         if missing and len(gathered):
@@ -83,6 +89,27 @@ class PackedCollater:
             "net_input": net_input,
             "target": tgt["tokens"],
         }
+
+    def _blocks(self, batch: GatheredBlocks) -> dict[str, object]:
+        """LM blocks laid end to end: the target is each block's tokens, the input each block behind the token
+        before it (fairseq's ``[head] + block[:-1]``: ``eos`` or ``pad`` at a row start)."""
+        if len(batch) > self.sentences:
+            raise InvalidParameterError(f"batch: expected at most max_sentences={self.sentences} blocks (the "
+                                        f"sampler's max_sentences), got {len(batch)}")  # fmt: skip
+        laid = self._laid(batch.tokens, "tokens", shifted=False)
+        target = laid["tokens"]
+        source = target.clone()
+        used = int(laid["count"])
+        source[1:used] = target[: used - 1] if used else target[:0]
+        starts = exclusive_cumsum(np.asarray(batch.tokens.lengths, dtype=np.int64))
+        real = np.asarray(batch.tokens.lengths) > 0
+        source[torch.from_numpy(starts[real])] = torch.from_numpy(batch.heads[real, -1].astype(np.int64))
+        ids = np.full(self.sentences, -1, dtype=np.int64)
+        ids[: len(batch)] = batch.ids
+        net_input = {"src_tokens": source, "src_segment": laid["segment"], "src_positions": laid["positions"],
+                     "src_cu_seqlens": laid["cu_seqlens"]}  # fmt: skip
+        return {"id": as_tensor(ids), "nsentences": len(batch), "ntokens": used, "net_input": net_input,
+                "target": target}  # fmt: skip
 
     def _laid(self, spans: Spans, side: str, shifted: bool) -> dict[str, torch.Tensor | int]:
         """One side's rows laid end to end in a buffer of :attr:`capacity` tokens (and, ``shifted``, the decoder

@@ -48,21 +48,18 @@ class PlanParams(BatchSpec):
     ``seed`` seeds the order (fairseq's ``numpy_seed``; None: no shuffle). ``reverse``
     plans the reverse direction of a parallel split: its ``target`` column is the
     source side (the order's secondary key, ``max_source_positions``) and its
-    ``source`` column the target side. ``packed``: whole sentences packed into buffers of ``max_tokens`` tokens a
-    side (:func:`~arrowmt.bucketing.pack_by_size`). ``batch_shapes``: padded batches of at most that many shapes
-    (:func:`~arrowmt.bucketing.choose_shapes`).
+    ``source`` column the target side. ``batch_shapes``: padded batches of at most that many shapes
+    (:func:`~arrowmt.bucketing.choose_shapes`); ``packed`` (every spec's): whole sentences packed into buffers of
+    ``max_tokens`` tokens a side.
     """
 
     max_source_positions: int | None = None
     max_target_positions: int | None = None
-    packed: bool = False
     batch_shapes: int | None = None
     reverse: bool = field(default=False, metadata=INTERNAL)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.packed:
-            check_packing(self.max_tokens, self.required_batch_size_multiple)
         if self.batch_shapes is not None:
             check_limit("batch_shapes", self.batch_shapes)
             if self.packed or self.max_tokens is None:
@@ -81,18 +78,6 @@ class PlanParams(BatchSpec):
         return ((SOURCE_LIMIT, self.max_source_positions), (TARGET_LIMIT, self.max_target_positions))
 
 
-def check_packing(max_tokens: int | None, multiple: int) -> None:
-    """InvalidParameterError unless packed batches can be planned with these options: a token capacity, and no
-    multiple of sentences (a packed batch's count of sentences is free; its shape is fixed by its capacity)."""
-    if max_tokens is None:
-        raise InvalidParameterError("max_tokens: packed batches need a token capacity, got None")
-    if multiple != 1:
-        raise InvalidParameterError(
-            f"required_batch_size_multiple: expected 1 with packed=True (a packed batch's shape is fixed by its "
-            f"token capacity, not by a multiple of sentences), got {multiple}"
-        )
-
-
 def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
     """Every column's token counts, each read once, in the narrowest unsigned dtype holding them."""
     return {column: compact_counts(dataset.lengths(column, dtype=np.int32)) for column in dataset.columns}
@@ -101,7 +86,7 @@ def column_lengths(dataset: Split) -> dict[str, np.ndarray]:
 def key_fields(params: PlanParams) -> dict[str, object]:
     """The fields that name a plan: all of ``params``, ``reverse`` only when set (keys of earlier plans stay)."""
     fields = params.key_fields()
-    for name in ("packed", "batch_shapes", "reverse"):
+    for name in ("batch_shapes", "reverse"):
         if getattr(params, name):
             fields[name] = getattr(params, name)
     return fields

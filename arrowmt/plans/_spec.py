@@ -31,11 +31,12 @@ DEFAULT_MAX_TOKENS = 4096  # fairseq's usual token budget: a spec's default, so 
 class BatchSpec:
     """Everything a plan depends on besides its rows: the batching, the named length limits, the order's seed.
 
-    Each kind of plan adds its length limits as fields and names them in :meth:`limits`
-    (:class:`~arrowmt.plans._plan.PlanParams` for pairs, :class:`BlockSpec` for blocks).
-    Every value is checked here, once, in this order: ``max_tokens``, ``max_sentences``,
-    ``required_batch_size_multiple``, each limit (None or an integer >= 1), ``seed``
-    (None, or an integer in [0, 2**32)). Fields are passed by name; their defaults are the samplers'.
+        Each kind of plan adds its length limits as fields and names them in :meth:`limits`
+        (:class:`~arrowmt.plans._plan.PlanParams` for pairs, :class:`BlockSpec` for blocks).
+        Every value is checked here, once, in this order: ``max_tokens``, ``max_sentences``,
+        ``required_batch_size_multiple``, each limit (None or an integer >= 1), ``seed``
+        (None, or an integer in [0, 2**32)). ``packed``: whole samples packed into buffers of ``max_tokens`` tokens (a
+    side) instead of padded batches. Fields are passed by name; their defaults are the samplers'.
     """
 
     max_tokens: int | None = DEFAULT_MAX_TOKENS
@@ -43,6 +44,7 @@ class BatchSpec:
     required_batch_size_multiple: int = 1
     seed: int | None = 1
     skip_invalid_size_inputs: bool = False
+    packed: bool = False
 
     @classmethod
     def of_options(cls: type[Spec], options: Mapping[str, object], where: str) -> Spec:
@@ -64,6 +66,8 @@ class BatchSpec:
             check_limit(name, value)
         if self.seed is not None:
             check_seed("seed", self.seed)
+        if self.packed:
+            check_packing(self.max_tokens, self.required_batch_size_multiple)
 
     def budget(self) -> Limits:
         """``batch_by_size``'s parameters by name."""
@@ -83,12 +87,27 @@ class BatchSpec:
 
     def key_fields(self) -> dict[str, object]:
         """Every batching field by name, limits included: the part of a plan's key that the spec decides."""
-        return {
+        fields = {
             **dict(self.budget()),
             **dict(self.limits()),
             "seed": self.seed,
             "skip_invalid_size_inputs": self.skip_invalid_size_inputs,
         }
+        if self.packed:  # only packed plans name it: the keys of every other plan stay
+            fields["packed"] = True
+        return fields
+
+
+def check_packing(max_tokens: int | None, multiple: int) -> None:
+    """InvalidParameterError unless packed batches can be planned with these options: a token capacity, and no
+    multiple of sentences (a packed batch's count of sentences is free; its shape is fixed by its capacity)."""
+    if max_tokens is None:
+        raise InvalidParameterError("max_tokens: packed batches need a token capacity, got None")
+    if multiple != 1:
+        raise InvalidParameterError(
+            f"required_batch_size_multiple: expected 1 with packed=True (a packed batch's shape is fixed by its "
+            f"token capacity, not by a multiple of sentences), got {multiple}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -261,6 +261,13 @@ def parameters_sha256(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def report_shapes(at: Progress, shapes: set, compiled: bool) -> None:
+    """The batch shapes of the epoch so far and, compiled, the graphs ``torch.compile`` has built (one per shape at
+    best; fairseq's token batches make a new shape almost every batch)."""
+    graphs = f", compiled graphs {torch._dynamo.utils.counters['stats']['unique_graphs']}" if compiled else ""
+    print(f"epoch {at.epoch} batch shapes {len(shapes)}{graphs}", flush=True)
+
+
 def train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     ds = open_dataset(args.data, "train", segmentation=args.segmentation)
@@ -290,12 +297,12 @@ def train(args: argparse.Namespace) -> None:
             if args.save and args.save_every and at.step % args.save_every == 0:
                 save_checkpoint(args.save, model, optimizer, loader, at)
             if at.step == args.stop_after:
+                report_shapes(at, shapes, args.compile)
                 if args.save:
                     save_checkpoint(args.save, model, optimizer, loader, at)
                 print(f"stopped after step {at.step}; continue with --resume")
                 return
-        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] if args.compile else 0
-        print(f"epoch {at.epoch} batch shapes {len(shapes)}" + (f", compiled graphs {graphs}" if args.compile else ""))
+        report_shapes(at, shapes, args.compile)
         loss, tokens = validate(model, valid, args.max_tokens)
         print(f"epoch {at.epoch} valid loss {loss:.6f} ({tokens} target tokens)", flush=True)
         at.epoch += 1

@@ -9,6 +9,8 @@ spent compiling:
 * ``fairseq eager`` / ``fairseq compiled``: ``TokenBatchSampler`` (fairseq's token-budget batches), ``FairseqCollater``
   (sources padded on the right), the model's padded path; compiled with ``torch.compile(dynamic=False)``, which
   compiles again for each new shape until its cache limit;
+* ``bucketed compiled``: ``batch_shapes=--shapes`` and ``FairseqCollater(shapes=...)``, the padded path, compiled:
+  at most that many shapes, each compiled once;
 * ``packed eager`` / ``packed compiled``: ``packed=True`` and ``PackedCollater``, the model's packed path with each
   token's keys gathered in a window (``--window``, default the corpus's longest sentence): one shape, compiled once.
 
@@ -52,11 +54,15 @@ def bundled_corpus(folder: Path) -> Path:
     return folder / "corpus"
 
 
-def batches(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, packed: bool, cache: Path) -> Iterator[dict]:
-    """Epoch after epoch of the configuration's batches, collated."""
-    sampler = arrowmt.TokenBatchSampler(ds, args.max_tokens, packed=packed, seed=1, cache_dir=cache)
-    collate = (arrowmt.PackedCollater(ds.special_ids, capacity=args.max_tokens) if packed
-               else arrowmt.FairseqCollater(ds.special_ids, left_pad_source=False))  # fmt: skip
+def batches(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, kind: str, cache: Path) -> Iterator[dict]:
+    """Epoch after epoch of the configuration's batches (``fairseq``, ``bucketed``, ``packed``), collated."""
+    shaped = {"packed": True} if kind == "packed" else {"batch_shapes": args.shapes} if kind == "bucketed" else {}
+    sampler = arrowmt.TokenBatchSampler(ds, args.max_tokens, seed=1, cache_dir=cache, **shaped)
+    if kind == "packed":
+        collate = arrowmt.PackedCollater(ds.special_ids, capacity=args.max_tokens)
+    else:
+        shapes = sampler.batch_shapes() if kind == "bucketed" else None
+        collate = arrowmt.FairseqCollater(ds.special_ids, left_pad_source=False, shapes=shapes)
     epoch = 1
     while True:
         sampler.set_epoch(epoch)
@@ -80,11 +86,19 @@ def step_of(model: PackedTranslator, packed: bool, compiled: bool, args: argpars
     return torch.compile(loss, dynamic=False, mode=args.mode) if compiled else loss
 
 
+def source_tokens(batch: dict, pad: int) -> int:
+    """The batch's real source tokens (a padded batch's added rows left out)."""
+    net = batch["net_input"]
+    if "src_lengths" in net:
+        return int(net["src_lengths"][batch["id"] >= 0].sum())
+    return int((net["src_tokens"] != pad).sum())
+
+
 def shape_of(batch: dict) -> tuple:
     return tuple(tuple(t.shape) for t in (batch["net_input"]["src_tokens"], batch["target"]))
 
 
-def run(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, packed: bool, compiled: bool, cache: Path) -> dict:
+def run(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, kind: str, compiled: bool, cache: Path) -> dict:
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -93,8 +107,8 @@ def run(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, packed: bool, comp
     vocab = ds.metadata.columns["source"].vocab_size, ds.metadata.columns["target"].vocab_size
     model = PackedTranslator(*vocab, pad=ds.special_ids.pad, dim=args.dim).to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-    loss_of = step_of(model, packed, compiled, args)
-    source = batches(ds, args, packed, cache)
+    loss_of = step_of(model, kind == "packed", compiled, args)
+    source = batches(ds, args, kind, cache)
     shapes, tokens, compile_s = set(), 0, 0.0
     for k in range(args.warmup + args.steps):
         batch = next(source)
@@ -106,8 +120,7 @@ def run(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, packed: bool, comp
         optimizer.step()
         if k >= args.warmup:
             shapes.add(shape_of(batch))
-            src = batch["net_input"]["src_tokens"]
-            tokens += int((src != ds.special_ids.pad).sum()) + int(batch["ntokens"])
+            tokens += source_tokens(batch, ds.special_ids.pad) + int(batch["ntokens"])
         elif compiled:
             compile_s += time.perf_counter() - step_started
     seconds = time.perf_counter() - started
@@ -126,8 +139,9 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", default=None, help="torch.compile mode (reduce-overhead: CUDA graphs)")
     parser.add_argument("--window", type=int, help="packed: keys gathered per token (default: the longest row)")
-    parser.add_argument("--configs", nargs="+", default=["fairseq-eager", "fairseq-compiled", "packed-eager",
-                                                          "packed-compiled"])  # fmt: skip
+    parser.add_argument("--shapes", type=int, default=8, help="bucketed: batch_shapes=N")
+    parser.add_argument("--configs", nargs="+", default=["fairseq-eager", "fairseq-compiled", "bucketed-compiled",
+                                                          "packed-eager", "packed-compiled"])  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -138,7 +152,7 @@ def main() -> int:
         results = {}
         for name in args.configs:
             kind, how = name.split("-")
-            results[name] = run(ds, args, kind == "packed", how == "compiled", Path(tmp) / "cache")
+            results[name] = run(ds, args, kind, how == "compiled", Path(tmp) / "cache")
             print(name, json.dumps(results[name]), file=sys.stderr, flush=True)
     header = {"rows": len(ds), "max_tokens": args.max_tokens, "dim": args.dim, "steps": args.steps,
               "window": args.window, "warmup": args.warmup, "device": args.device, "torch": torch.__version__,

@@ -151,6 +151,26 @@ def test_ranks_share_the_epoch(train_ds: ArrowMTDataset, tmp_path: Path) -> None
     assert len(dealt) - len(whole) < 3 and len({len(b) for b in ranks}) == 1
 
 
+def test_elastic_resume_from_4_ranks_onto_3(train_ds: ArrowMTDataset, tmp_path: Path) -> None:
+    """Half an epoch on 4 ranks, resumed on 3 from their states: every packed batch of the epoch trained, and only
+    the wrap-around padding of the last step twice."""
+    import itertools
+
+    from state_helpers import torch_roundtrip
+
+    old = [packed_sampler(train_ds, tmp_path, 2, num_replicas=4, rank=r) for r in range(4)]
+    steps = len(old[0]) // 2
+    before = [list(itertools.islice(iter(s), steps)) for s in old]
+    states = [torch_roundtrip(s.state_dict()) for s in old]
+    new = [packed_sampler(train_ds, tmp_path, 2, num_replicas=3, rank=r) for r in range(3)]
+    for r, sampler in enumerate(new):
+        sampler.load_state_dict(states[r % 4])
+    after = [list(s) for s in new]
+    trained = [tuple(b) for batches in before + after for b in batches]
+    planned = {tuple(b) for b in packed_sampler(train_ds, tmp_path, 2)}
+    assert set(trained) == planned and len(trained) - len(planned) < 3 and len({len(a) for a in after}) == 1
+
+
 def test_resume_exact(train_ds: ArrowMTDataset, tmp_path: Path) -> None:
     full = check_resume(lambda: packed_sampler(train_ds, tmp_path, 2), 50)
     assert len(full) > 100

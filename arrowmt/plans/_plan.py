@@ -163,7 +163,7 @@ def plan_lengths(lengths: dict[str, np.ndarray], params: PlanParams, where: str)
     src, tgt = planned_sides(lengths, params.reverse, where)
     order = shuffled_range(src.shape[0], params.seed) if params.shaped else ordered_indices(src, tgt, params.seed)
     kept, dropped = _filter_positions(order, src, tgt, params)
-    sides = (src[kept], None if tgt is None else tgt[kept]) if params.shaped else None
+    sides = (src, tgt) if params.shaped else None  # a shaped plan reads its rows' lengths again below
     del order, src, tgt
     sizes = row_sizes(lengths, kept)
     lengths.clear()
@@ -174,8 +174,7 @@ def plan_lengths(lengths: dict[str, np.ndarray], params: PlanParams, where: str)
             fits, fit_sizes, params.max_tokens, params.max_sentences, params.required_batch_size_multiple
         )
         return PlanArrays(flat, offsets, dropped + over)
-    keep = sizes <= (params.max_tokens or 0) if over else slice(None)
-    src_fits, tgt_fits = sides[0][keep], None if sides[1] is None else sides[1][keep]
+    src_fits, tgt_fits = sides[0][fits], None if sides[1] is None else sides[1][fits]
     if params.packed:
         flat, offsets = pack_by_size(fits, src_fits, tgt_fits, params.max_tokens or 0, params.max_sentences)
     else:
@@ -207,8 +206,8 @@ def plan_shapes(lengths: dict[str, np.ndarray], params: PlanParams, where: str) 
     makes (what a collater pads each batch to): the rows the plan keeps, bucketed as :func:`plan_lengths` does."""
     src, tgt = planned_sides(lengths, params.reverse, where)
     kept, _ = _filter_positions(shuffled_range(src.shape[0], None), src, tgt, params)
-    sizes = row_sizes(lengths, kept)
-    fits = kept[sizes <= (params.max_tokens or 0)] if params.skip_invalid_size_inputs else kept
+    limit, skip = params.max_tokens, params.skip_invalid_size_inputs
+    fits, _, _ = drop_too_long(kept, row_sizes(lengths, kept), "max_tokens", limit, skip)
     return _shapes(src[fits], None if tgt is None else tgt[fits], params, where)[1]
 
 

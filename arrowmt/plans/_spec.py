@@ -31,11 +31,11 @@ DEFAULT_MAX_TOKENS = 4096  # fairseq's usual token budget: a spec's default, so 
 class BatchSpec:
     """Everything a plan depends on besides its rows: the batching, the named length limits, the order's seed.
 
-        Each kind of plan adds its length limits as fields and names them in :meth:`limits`
-        (:class:`~arrowmt.plans._plan.PlanParams` for pairs, :class:`BlockSpec` for blocks).
-        Every value is checked here, once, in this order: ``max_tokens``, ``max_sentences``,
-        ``required_batch_size_multiple``, each limit (None or an integer >= 1), ``seed``
-        (None, or an integer in [0, 2**32)). ``packed``: whole samples packed into buffers of ``max_tokens`` tokens (a
+    Each kind of plan adds its length limits as fields and names them in :meth:`limits`
+    (:class:`~arrowmt.plans._plan.PlanParams` for pairs, :class:`BlockSpec` for blocks).
+    Every value is checked here, once, in this order: ``max_tokens``, ``max_sentences``,
+    ``required_batch_size_multiple``, each limit (None or an integer >= 1), ``seed``
+    (None, or an integer in [0, 2**32)). ``packed``: whole samples packed into buffers of ``max_tokens`` tokens (a
     side) instead of padded batches. Fields are passed by name; their defaults are the samplers'.
     """
 

@@ -38,3 +38,18 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def grown(
+    array: np.ndarray, height: int | None, fill: int, mark: int | None = None, left_pad: bool = False
+) -> np.ndarray:
+    """``array`` with rows of ``fill`` added up to ``height`` rows (None: as it is), each holding ``mark`` (None:
+    none) where a row's first token goes (its last column when ``left_pad``): the rows a collater adds to pad a
+    batch to one of a sampler's ``batch_shapes()``."""
+    extra = 0 if height is None else height - array.shape[0]
+    if extra <= 0:
+        return array
+    more = np.full((extra, *array.shape[1:]), fill, dtype=array.dtype)
+    if mark is not None:
+        more[:, -1 if left_pad else 0] = mark
+    return np.concatenate([array, more])

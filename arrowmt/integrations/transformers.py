@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from arrowmt._arrays import grown
 from arrowmt._checks import check_integer, check_optional_integer
 from arrowmt._errors import InputDataError, InvalidParameterError
 from arrowmt._optional import require
@@ -145,20 +146,12 @@ class TransformersCollater:
     def _seq2seq(
         self, source: Spans, target: Spans, shape: tuple[int, int, int] | None = None
     ) -> dict[str, torch.Tensor]:
-        pad, width = self.special_ids.pad, (None, None) if shape is None else shape[1:]
-        inputs = pad_rows(source, pad, self.pad_to_multiple_of, False, width[0])
-        labels, decoder_inputs = pad_shifted(target, self.special_ids, self.pad_to_multiple_of, False, width[1])
-        source_lengths, target_lengths = source.lengths, target.lengths
-        if shape is not None and shape[0] > len(source):  # rows up to the shape's: one eos source token, no label
-            extra = shape[0] - len(source)
-            inputs = np.concatenate([inputs, np.full((extra, inputs.shape[1]), pad, dtype=inputs.dtype)])
-            inputs[-extra:, 0] = self.special_ids.eos
-            labels = np.concatenate([labels, np.full((extra, labels.shape[1]), pad, dtype=labels.dtype)])
-            more = np.full((extra, decoder_inputs.shape[1]), pad, dtype=decoder_inputs.dtype)
-            decoder_inputs = np.concatenate([decoder_inputs, more])
-            decoder_inputs[-extra:, 0] = self.special_ids.eos
-            source_lengths = np.concatenate([source_lengths, np.ones(extra, dtype=source_lengths.dtype)])
-            target_lengths = np.concatenate([target_lengths, np.zeros(extra, dtype=target_lengths.dtype)])
+        ids, multiple = self.special_ids, self.pad_to_multiple_of
+        height, widths = (None, (None, None)) if shape is None else (shape[0], shape[1:])
+        # rows up to the shape's: a source of one eos (its mask 1), no label
+        inputs = pad_rows(source, ids.pad, multiple, False, widths[0], height, ids.eos)
+        labels, decoder_inputs = pad_shifted(target, ids, multiple, False, widths[1], height)
+        source_lengths, target_lengths = grown(source.lengths, height, 1), grown(target.lengths, height, 0)
         if self.decoder_start_token_id is not None and decoder_inputs.shape[1]:
             decoder_inputs[:, 0] = self.decoder_start_token_id
         return {

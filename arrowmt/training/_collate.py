@@ -35,6 +35,7 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
+from arrowmt._arrays import grown
 from arrowmt._checks import check_integer
 from arrowmt._errors import InvalidParameterError
 from arrowmt.format import SOURCE, TARGET, TOKENS, SpecialIds
@@ -90,16 +91,15 @@ class FairseqCollater:
 
     def _translation(self, batch: GatheredBatch) -> FairseqBatch:
         shape = batch.holding_shape(self.shapes) if self.shapes is not None else None
+        height = None if shape is None else shape[0]  # rows added up to it: a source of one eos, no loss, id -1
         src, src_lengths, order = self._sorted_source(batch.columns[SOURCE], shape and shape[1])
+        src = grown(src, height, self.special_ids.pad, self.special_ids.eos, self.left_pad_source)
+        net_input = {"src_tokens": as_tensor(src), "src_lengths": as_tensor(grown(src_lengths, height, 1))}
+        ids = grown(batch.ids[order], height, -1)
         target_spans = batch.columns[TARGET].select(order)
-        net_input = {"src_tokens": as_tensor(src), "src_lengths": as_tensor(src_lengths)}
-        ids = batch.ids[order]
         if self.input_feeding:
             target, prev = pad_shifted(target_spans, self.special_ids, self.pad_to_multiple, self.left_pad_target,
-                                       shape and shape[2])  # fmt: skip
-            if shape is not None:
-                src, src_lengths, target, prev, ids = self._filled(shape, src, src_lengths, target, prev, ids)
-                net_input = {"src_tokens": as_tensor(src), "src_lengths": as_tensor(src_lengths)}
+                                       shape and shape[2], height)  # fmt: skip
             net_input["prev_output_tokens"] = as_tensor(prev)
         else:
             target = pad_rows(target_spans, self.special_ids.pad, self.pad_to_multiple, self.left_pad_target)
@@ -128,22 +128,6 @@ class FairseqCollater:
         counts[order] = nonpad.sum(axis=1)
         order = fairseq_order(counts)
         return pad_rows(spans.select(order), pad, multiple, self.left_pad_source, width), counts[order], order
-
-    def _filled(self, shape: tuple[int, int, int], *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The batch's arrays (sources, their lengths, targets, decoder inputs, ids) with rows added up to the
-        shape's: each a source of one ``eos``, a decoder input of one ``eos`` and a target of pads only (no loss,
-        no fully masked attention row), id -1."""
-        src, lengths, target, prev, ids = arrays
-        extra = shape[0] - src.shape[0]
-        pad, eos = self.special_ids.pad, self.special_ids.eos
-        more_src = np.full((extra, shape[1]), pad, dtype=src.dtype)
-        more_src[:, -1 if self.left_pad_source else 0] = eos
-        more_prev = np.full((extra, shape[2]), pad, dtype=prev.dtype)
-        more_prev[:, -1 if self.left_pad_target else 0] = eos
-        more_target = np.full((extra, shape[2]), pad, dtype=target.dtype)
-        return (np.concatenate([src, more_src]), np.concatenate([lengths, np.ones(extra, dtype=lengths.dtype)]),
-                np.concatenate([target, more_target]), np.concatenate([prev, more_prev]),
-                np.concatenate([ids, np.full(extra, -1, dtype=ids.dtype)]))  # fmt: skip
 
     def _language_model(self, batch: GatheredBatch) -> FairseqBatch:
         spans = batch.columns[TOKENS]
@@ -177,36 +161,40 @@ class PlainCollater:
     def __call__(self, batch: Rows) -> dict[str, torch.Tensor]:
         gathered = GatheredBatch.from_samples(batch)
         shape = gathered.holding_shape(self.shapes) if self.shapes is not None else None
-        extra = shape[0] - len(gathered) if shape else 0
-        out = {"id": as_tensor(np.concatenate([gathered.ids, np.full(extra, -1, dtype=np.int64)]))}
-        for name, spans in gathered.columns.items():
-            left = self.left_pad_source if name == SOURCE else self.left_pad_target
-            width = None if shape is None else shape[1 if name == SOURCE else 2]
-            rows = pad_rows(spans, self.special_ids.pad, self.pad_to_multiple, left, width)
-            lengths = spans.lengths
-            if extra:  # rows up to the shape's: a source of one eos, a target of pads (no loss)
-                more = np.full((extra, rows.shape[1]), self.special_ids.pad, dtype=rows.dtype)
-                if name == SOURCE:
-                    more[:, -1 if left else 0] = self.special_ids.eos
-                rows = np.concatenate([rows, more])
-                lengths = np.concatenate([lengths, np.full(extra, int(name == SOURCE), dtype=lengths.dtype)])
-            out[name] = as_tensor(rows)
-            out["lengths" if name == TOKENS else f"{name}_lengths"] = as_tensor(lengths)
+        height = None if shape is None else shape[0]
+        out = {"id": as_tensor(grown(gathered.ids, height, -1))}
+        for name, spans in gathered.columns.items():  # rows up to the shape's: a source of one eos, a target of pads
+            source = name == SOURCE
+            left = self.left_pad_source if source else self.left_pad_target
+            width = None if shape is None else shape[1 if source else 2]
+            mark = self.special_ids.eos if source else None
+            out[name] = as_tensor(
+                pad_rows(spans, self.special_ids.pad, self.pad_to_multiple, left, width, height, mark)
+            )
+            out["lengths" if name == TOKENS else f"{name}_lengths"] = as_tensor(
+                grown(spans.lengths, height, int(source))
+            )
         return out
 
 
-def pad_rows(spans: Spans, pad: int, multiple: int, left_pad: bool, width: int | None = None) -> np.ndarray:
+def pad_rows(spans: Spans, pad: int, multiple: int, left_pad: bool, width: int | None = None,
+             height: int | None = None, mark: int | None = None) -> np.ndarray:  # fmt: skip
     """The rows as a ``(B, W)`` int64 matrix filled with ``pad``, W the longest row rounded up to ``multiple``
-    (or ``width``, at least the longest row)."""
+    (or ``width``, at least the longest row); with ``height``, rows of ``pad`` added up to it (:func:`grown`, each
+    holding ``mark`` where a row's first token goes)."""
     width = padded_width(spans.lengths, multiple) if width is None else width
-    return gather_padded(spans.words, spans.starts, spans.lengths, width, pad, left_pad)
+    rows = gather_padded(spans.words, spans.starts, spans.lengths, width, pad, left_pad)
+    return grown(rows, height, pad, mark, left_pad)
 
 
-def pad_shifted(spans: Spans, ids: SpecialIds, multiple: int, left_pad: bool,
-                width: int | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """:func:`pad_rows` and the same rows as ``[eos] + row[:-1]`` (fairseq's decoder input), from one gather."""
+def pad_shifted(spans: Spans, ids: SpecialIds, multiple: int, left_pad: bool, width: int | None = None,
+                height: int | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """:func:`pad_rows` and the same rows as ``[eos] + row[:-1]`` (fairseq's decoder input), from one gather; with
+    ``height``, rows added up to it: targets of pads (no loss), decoder inputs of one ``eos`` (an attention row with
+    a key)."""
     width = padded_width(spans.lengths, multiple) if width is None else width
-    return gather_padded_shifted(spans.words, spans.starts, spans.lengths, width, ids.pad, ids.eos, left_pad)
+    target, prev = gather_padded_shifted(spans.words, spans.starts, spans.lengths, width, ids.pad, ids.eos, left_pad)
+    return grown(target, height, ids.pad), grown(prev, height, ids.pad, ids.eos, left_pad)
 
 
 def check_padding(special_ids: SpecialIds, pad_to_multiple: int, shapes: Sequence[tuple[int, int, int]] | None = None,

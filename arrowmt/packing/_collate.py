@@ -68,52 +68,36 @@ class PackedCollater:
         missing = [name for name in (SOURCE, TARGET) if name not in gathered.columns]
         if missing and len(gathered):
             raise InvalidParameterError(f"batch: expected columns {[SOURCE, TARGET]}, got {list(gathered.columns)}")
-        if len(gathered) > self.sentences:
-            raise InvalidParameterError(
-                f"batch: expected at most max_sentences={self.sentences} sentences (the sampler's max_sentences), "
-                f"got {len(gathered)}"
-            )
         empty = Spans.empty()
-        src = self._laid(gathered.columns.get(SOURCE, empty), "source", shifted=False)
-        tgt = self._laid(gathered.columns.get(TARGET, empty), "target", shifted=True)
-        ids = np.full(self.sentences, -1, dtype=np.int64)
-        ids[: len(gathered)] = gathered.ids
-        net_input = {"src_tokens": src["tokens"], "src_segment": src["segment"], "src_positions": src["positions"],
-                     "src_cu_seqlens": src["cu_seqlens"], "prev_output_tokens": tgt["shifted"],
-                     "tgt_segment": tgt["segment"], "tgt_positions": tgt["positions"],
-                     "tgt_cu_seqlens": tgt["cu_seqlens"]}  # fmt: skip
-        return {
-            "id": as_tensor(ids),
-            "nsentences": len(gathered),
-            "ntokens": int(tgt["count"]),
-            "net_input": net_input,
-            "target": tgt["tokens"],
-        }
+        src = self._laid(gathered.columns.get(SOURCE, empty), "source")
+        tgt = self._laid(gathered.columns.get(TARGET, empty), "target")
+        net_input = {**src.tensors("src"), "prev_output_tokens": as_tensor(tgt.shifted(self.special_ids.eos)),
+                     **tgt.tensors("tgt", tokens=False)}  # fmt: skip
+        return {"id": self._ids(gathered.ids, "sentences"), "nsentences": len(gathered), "ntokens": tgt.used,
+                "net_input": net_input, "target": as_tensor(tgt.tokens)}  # fmt: skip
 
     def _blocks(self, batch: GatheredBlocks) -> dict[str, object]:
         """LM blocks laid end to end: the target is each block's tokens, the input each block behind the token
         before it (fairseq's ``[head] + block[:-1]``: ``eos`` or ``pad`` at a row start)."""
-        if len(batch) > self.sentences:
-            raise InvalidParameterError(f"batch: expected at most max_sentences={self.sentences} blocks (the "
-                                        f"sampler's max_sentences), got {len(batch)}")  # fmt: skip
-        laid = self._laid(batch.tokens, "tokens", shifted=False)
-        target = laid["tokens"]
-        source = target.clone()
-        used = int(laid["count"])
-        source[1:used] = target[: used - 1] if used else target[:0]
-        starts = exclusive_cumsum(np.asarray(batch.tokens.lengths, dtype=np.int64))
-        real = np.asarray(batch.tokens.lengths) > 0
-        source[torch.from_numpy(starts[real])] = torch.from_numpy(batch.heads[real, -1].astype(np.int64))
-        ids = np.full(self.sentences, -1, dtype=np.int64)
-        ids[: len(batch)] = batch.ids
-        net_input = {"src_tokens": source, "src_segment": laid["segment"], "src_positions": laid["positions"],
-                     "src_cu_seqlens": laid["cu_seqlens"]}  # fmt: skip
-        return {"id": as_tensor(ids), "nsentences": len(batch), "ntokens": used, "net_input": net_input,
-                "target": target}  # fmt: skip
+        laid = self._laid(batch.tokens, "tokens")
+        heads = batch.heads[np.asarray(batch.tokens.lengths) > 0, -1].astype(np.int64)
+        net_input = {"src_tokens": as_tensor(laid.shifted(heads)), **laid.tensors("src", tokens=False)}
+        return {"id": self._ids(batch.ids, "blocks"), "nsentences": len(batch), "ntokens": laid.used,
+                "net_input": net_input, "target": as_tensor(laid.tokens)}  # fmt: skip
 
-    def _laid(self, spans: Spans, side: str, shifted: bool) -> dict[str, torch.Tensor | int]:
-        """One side's rows laid end to end in a buffer of :attr:`capacity` tokens (and, ``shifted``, the decoder
-        input: each row as ``[eos] + row[:-1]``)."""
+    def _ids(self, ids: np.ndarray, what: str) -> torch.Tensor:
+        """The batch's row ids, then -1 up to :attr:`sentences`; InvalidParameterError when they are more."""
+        if ids.shape[0] > self.sentences:
+            raise InvalidParameterError(
+                f"batch: expected at most max_sentences={self.sentences} {what} (the sampler's max_sentences), "
+                f"got {ids.shape[0]}"
+            )
+        out = np.full(self.sentences, -1, dtype=np.int64)
+        out[: ids.shape[0]] = ids
+        return as_tensor(out)
+
+    def _laid(self, spans: Spans, side: str) -> _Laid:
+        """One side's rows laid end to end in a buffer of :attr:`capacity` tokens."""
         lengths = np.asarray(spans.lengths, dtype=np.int64)
         used = int(lengths.sum())
         if used > self.capacity:
@@ -121,22 +105,41 @@ class PackedCollater:
                 f"batch: its {side} holds {used} tokens, expected at most capacity={self.capacity} (the sampler's "
                 "max_tokens, with packed=True)"
             )
-        pad, cap = self.special_ids.pad, self.capacity
-        tokens = np.full(cap, pad, dtype=np.int64)
+        tokens = np.full(self.capacity, self.special_ids.pad, dtype=np.int64)
         tokens[:used] = take_flat(spans.words, spans.starts, lengths)
         starts = exclusive_cumsum(lengths)
-        segment = np.full(cap, -1, dtype=np.int64)
+        segment = np.full(self.capacity, -1, dtype=np.int64)
         segment[:used] = np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
-        positions = np.zeros(cap, dtype=np.int64)
+        positions = np.zeros(self.capacity, dtype=np.int64)
         positions[:used] = np.arange(used, dtype=np.int64) - np.repeat(starts, lengths)
         cu = np.full(self.sentences + 1, used, dtype=np.int32)
         cu[: lengths.shape[0]] = starts
-        out: dict[str, torch.Tensor | int] = {"tokens": as_tensor(tokens), "segment": as_tensor(segment),
-                                              "positions": as_tensor(positions), "cu_seqlens": torch.from_numpy(cu),
-                                              "count": used}  # fmt: skip
-        if shifted:
-            decoder = np.full(cap, pad, dtype=np.int64)
-            decoder[1:used] = tokens[: used - 1] if used else tokens[:0]
-            decoder[starts[lengths > 0]] = self.special_ids.eos
-            out["shifted"] = as_tensor(decoder)
+        return _Laid(tokens, segment, positions, cu, used, starts[lengths > 0])
+
+
+@dataclass(frozen=True)
+class _Laid:
+    """One side of a packed batch: its buffer, each token's sentence and position, ``cu_seqlens``, the tokens used
+    and where each non-empty row starts."""
+
+    tokens: np.ndarray
+    segment: np.ndarray
+    positions: np.ndarray
+    cu_seqlens: np.ndarray
+    used: int
+    starts: np.ndarray
+
+    def shifted(self, first: int | np.ndarray) -> np.ndarray:
+        """The buffer with each row behind ``first`` (one value, or one per non-empty row): ``[first] + row[:-1]``,
+        fairseq's decoder input (``eos``) or an LM block's input (the token before it)."""
+        out = self.tokens.copy()  # the pad after the rows stays
+        if self.used:
+            out[1 : self.used] = self.tokens[: self.used - 1]
+        out[self.starts] = first
         return out
+
+    def tensors(self, prefix: str, tokens: bool = True) -> dict[str, torch.Tensor]:
+        """``<prefix>_segment``, ``_positions``, ``_cu_seqlens`` (and ``_tokens``) as tensors."""
+        out = {f"{prefix}_segment": as_tensor(self.segment), f"{prefix}_positions": as_tensor(self.positions),
+               f"{prefix}_cu_seqlens": torch.from_numpy(self.cu_seqlens)}  # fmt: skip
+        return {f"{prefix}_tokens": as_tensor(self.tokens), **out} if tokens else out

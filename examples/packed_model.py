@@ -160,24 +160,23 @@ def windows(net: dict, width: int) -> tuple[Window, Window, Window]:
     decoder's up to itself; cross: its source sentence), ``width`` keys at most (the longest sentence or more). A
     padding position sees its first key only (its output is unused)."""
 
-    def own(segment: torch.Tensor, positions: torch.Tensor, cu: torch.Tensor, causal: bool) -> Window:
-        span = torch.arange(width)
-        start = torch.arange(segment.shape[0]) - positions
-        lengths = (cu[1:] - cu[:-1]).long()[segment.clamp(min=0)]
-        limit = positions + 1 if causal else lengths
-        valid = (span[None, :] < limit[:, None]) & (segment[:, None] >= 0) | (span[None, :] == 0)
-        return Window((start[:, None] + span[None, :]).clamp(max=segment.shape[0] - 1), valid)
+    def window(segment: torch.Tensor, start: torch.Tensor, limit: torch.Tensor, keys: int) -> Window:
+        """Each query's ``width`` keys from ``start``, the first ``limit`` of them valid (a padding query: one)."""
+        span = torch.arange(width)[None, :]
+        valid = (span < limit[:, None]) & (segment[:, None] >= 0) | (span == 0)
+        return Window((start[:, None] + span).clamp(max=keys - 1), valid)
 
     src, tgt = net["src_segment"], net["tgt_segment"]
     if not torch.compiler.is_compiling():  # a compiled step is checked by its caller (no data-dependent branch)
         check_window(net, width)
-    encoder = own(src, net["src_positions"], net["src_cu_seqlens"], causal=False)
-    decoder = own(tgt, net["tgt_positions"], net["tgt_cu_seqlens"], causal=True)
-    cu = net["src_cu_seqlens"].long()
-    sentence = tgt.clamp(min=0)
-    span = torch.arange(width)
-    valid = (span[None, :] < (cu[1:] - cu[:-1])[sentence][:, None]) & (tgt[:, None] >= 0) | (span[None, :] == 0)
-    cross = Window((cu[:-1][sentence][:, None] + span[None, :]).clamp(max=src.shape[0] - 1), valid)
+    src_cu = net["src_cu_seqlens"].long()
+    src_lengths = src_cu[1:] - src_cu[:-1]
+    src_start = torch.arange(src.shape[0]) - net["src_positions"]
+    tgt_start = torch.arange(tgt.shape[0]) - net["tgt_positions"]
+    src_sentence, tgt_sentence = src.clamp(min=0), tgt.clamp(min=0)
+    encoder = window(src, src_start, src_lengths[src_sentence], src.shape[0])
+    decoder = window(tgt, tgt_start, net["tgt_positions"] + 1, tgt.shape[0])  # causal: up to itself
+    cross = window(tgt, src_cu[:-1][tgt_sentence], src_lengths[tgt_sentence], src.shape[0])
     return encoder, decoder, cross
 
 

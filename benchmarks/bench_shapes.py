@@ -108,8 +108,7 @@ def arrowmt_buckets(ds: arrowmt.ArrowMTDataset, n: int, max_tokens: int) -> dict
         shapes = sampler.batch_shapes()
         used, cells = set(), 0
         for rows in sampler:
-            need = (len(rows), int(src[rows].max()), int(tgt[rows].max()))
-            shape = next(s for s in shapes if all(a <= b for a, b in zip(need, s, strict=True)))
+            shape = ds.__getitems__(rows).holding_shape(shapes)  # the shape the collaters pad it to
             used.add(shape)
             cells += shape[0] * (shape[1] + shape[2])
         count = len(sampler)

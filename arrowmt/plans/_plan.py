@@ -155,7 +155,8 @@ def plan_lengths(lengths: dict[str, np.ndarray], params: PlanParams, where: str)
     """fairseq's batches for rows of ``lengths`` (column -> token counts, in column order; ``where`` names them in
     errors): ordered indices, size filter, ``batch_by_size``. Packed batches (``params.packed``) take the rows in
     their shuffled order, not sorted by length (sentences of every length side by side fill the buffers best:
-    2.6% of the capacity left empty on Multi30k against 5.5% in fairseq's sorted order), and ``pack_by_size``.
+    2.6% of the capacity left empty on Multi30k, max_tokens 4096, against 5.9% in fairseq's sorted order), and
+    ``pack_by_size``.
 
     Narrow lengths (uint8/uint16 for usual lengths, see :func:`column_lengths`) keep the work small; indices are
     int32 below 2**31 rows. ``lengths`` is emptied as it is used, so each intermediate is released when done.

@@ -175,7 +175,8 @@ if TYPE_CHECKING:
     from arrowmt.reading._spans import Spans, as_spans, take_flat
     from arrowmt.segments._bits import epoch_key, occurrence_keys
     from arrowmt.segments._lattice import LATTICE_FORMAT, LatticeTables
-    from arrowmt.segments._sampled import row_sums, sampled_folder
+    from arrowmt.segments._law import row_sums
+    from arrowmt.segments._sampled import sampled_folder
     from arrowmt.splits._dictionaries import file_digest
     from arrowmt.storage._state import NO_USE, CacheState, add_use, use_keys
     from arrowmt.storage._store import BlockStore, furthest

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 import platform
@@ -57,24 +58,22 @@ SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"
 
 def text_corpus(folder: Path, times: int, text: Path | None, rows: int) -> Path:
     """``train.de``/``train.en``: the bundled training text, ``times`` times over; or the first ``rows`` lines
-    (0: all) of ``text``'s (a ``make_text_corpus.py`` folder)."""
+    (0: all) of ``text``'s (a ``make_text_corpus.py`` folder), streamed (a 12.6M-pair text never held at once)."""
     for lang in ("de", "en"):
         if text is None:
             with gzip.open(SAMPLE / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
-                lines = handle.read() * times
-        else:
-            with open(text / f"train.{lang}", encoding="utf-8") as handle:
-                lines = "".join(line for k, line in enumerate(handle) if not rows or k < rows)
-        (folder / f"train.{lang}").write_text(lines, encoding="utf-8")
+                (folder / f"train.{lang}").write_text(handle.read() * times, encoding="utf-8")
+            continue
+        with open(text / f"train.{lang}", encoding="utf-8") as src, open(folder / f"train.{lang}", "w") as out:
+            out.writelines(itertools.islice(src, rows or None))
     return folder / "train"
 
 
 def train_model(prefix: Path, vocab: int) -> Path:
     import sentencepiece as spm
 
-    both = prefix.with_name("both.txt")
-    both.write_text(prefix.with_suffix(".de").read_text("utf-8") + prefix.with_suffix(".en").read_text("utf-8"))
-    spm.SentencePieceTrainer.train(input=str(both), model_prefix=str(prefix.with_name("spm")), vocab_size=vocab,
+    files = ",".join(str(prefix.with_suffix(f".{lang}")) for lang in ("de", "en"))
+    spm.SentencePieceTrainer.train(input=files, model_prefix=str(prefix.with_name("spm")), vocab_size=vocab,
                                    num_threads=1, minloglevel=2, input_sentence_size=200000,
                                    shuffle_input_sentence=True)  # fmt: skip
     return prefix.with_name("spm.model")

@@ -187,11 +187,31 @@ def test_a_lattice_law_exact_values() -> None:
     assert law.threshold.tolist() == [2**32, round(share * 2**32), 2**32]  # node 1: ▁a; node 2: ▁ab, then b
     assert (law.piece.tolist(), law.begin.tolist(), law.first.tolist()) == ([10, 11, 12], [0, 0, 1], [0, 0, 1])
     keys = np.arange(2000, dtype=np.uint64)
-    drawn = law.draw(np.zeros(2000, dtype=np.int64), keys)
+    drawn = law.walk(np.zeros(2000, dtype=np.int64), keys)
     one = drawn.lengths() == 1
     assert drawn.values[drawn.offsets[:-1][one]].tolist() == [11] * int(one.sum())
     assert all(drawn.row(k).tolist() == [10, 12] for k in np.flatnonzero(~one)[:20])
     assert abs(one.mean() - share) < 0.04
+
+
+def test_the_compiled_draw_gives_the_vectorized_draws_bytes(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where numba is installed rows are drawn by the compiled kernel; the vectorized walk (where it is not) gives
+    the same pieces and lengths, every row, both columns, several epochs, in any row order and any cut."""
+    pytest.importorskip("numba")
+    from arrowmt.segments import _law
+
+    assert _law.compiled() is not None
+    compiled, vectorized = SampledSplit(corpus, "train"), SampledSplit(corpus, "train")
+    rows = np.random.default_rng(0).permutation(len(compiled))
+    drawn = {(col, e): compiled.spans(col, rows, e) for col in compiled.columns for e in range(3)}
+    lengths = {(col, e): compiled.lengths(col, rows[:100], e) for col in compiled.columns for e in range(3)}
+    monkeypatch.setattr(_law, "compiled", lambda: None)
+    for (col, epoch), spans in drawn.items():
+        again = vectorized.spans(col, rows, epoch)
+        assert np.array_equal(spans.lengths, again.lengths) and np.array_equal(spans.words, again.words)
+        assert np.array_equal(lengths[col, epoch], again.lengths[:100])
+        assert spans.words.dtype == again.words.dtype == np.int32
+    assert not np.array_equal(drawn["source", 0].words[:1000], drawn["source", 1].words[:1000])
 
 
 def test_the_same_seed_gives_the_same_lattices_and_draws_in_any_process_and_bpe_dropout_works(

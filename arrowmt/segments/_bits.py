@@ -10,18 +10,18 @@ import numpy as np
 
 from arrowmt.reading import exclusive_cumsum
 
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's constants
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_POSITION = np.uint64(0xD6E8FEB86659FD93)  # odd constants that spread a word position and a step
-_STEP = np.uint64(0xA0761D6478BD642F)
+MIX = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's constants
+M1, M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+POSITION = np.uint64(0xD6E8FEB86659FD93)  # odd constants that spread a word position and a step
+STEP = np.uint64(0xA0761D6478BD642F)
 
 
 def mix64(values: np.ndarray, key: np.uint64) -> np.ndarray:
     """splitmix64 of ``values * golden + key`` (uint64 in, uint64 out): distinct inputs, well-spread outputs."""
     with np.errstate(over="ignore"):
-        z = np.asarray(values, dtype=np.uint64) * _MIX + key
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
+        z = np.asarray(values, dtype=np.uint64) * MIX + key
+        z = (z ^ (z >> np.uint64(30))) * M1
+        z = (z ^ (z >> np.uint64(27))) * M2
         return z ^ (z >> np.uint64(31))
 
 
@@ -42,10 +42,10 @@ def occurrence_keys(key: np.uint64, rows: np.ndarray, words_per_row: np.ndarray)
     place = np.arange(total, dtype=np.int64) - np.repeat(exclusive_cumsum(counts), counts)
     row = np.repeat(mix64(np.asarray(rows, dtype=np.uint64), key), counts)
     with np.errstate(over="ignore"):
-        return mix64(row + place.astype(np.uint64) * _POSITION, key)
+        return mix64(row + place.astype(np.uint64) * POSITION, key)
 
 
 def step_bits(keys: np.ndarray, step: int) -> np.ndarray:
     """32 uniform random bits (uint64 below 2**32) for step ``step`` of each occurrence ``keys``."""
     with np.errstate(over="ignore"):
-        return mix64(keys + np.uint64(step) * _STEP, np.uint64(step)) >> np.uint64(32)
+        return mix64(keys + np.uint64(step) * STEP, np.uint64(step)) >> np.uint64(32)

@@ -1,26 +1,24 @@
-"""A column's word lattices, and every occurrence's segmentation drawn afresh from its word's exact law.
+"""A column's word lattices: what a word's law is made of.
 
 Word ``w``'s lattice has nodes ``0 .. n_w`` (0 its start, ``n_w`` its end, every edge from a lower node to a higher
 one) and edges ``(begin, end, piece, score)``, stored word after word, sorted by end node, then begin node: the
 pieces are row ``w`` of the forms split (ids of the samples' dictionary); begin, end (uint16) and score (float32)
 are in the side file ``lattice.<column>.bin`` (:data:`LATTICE_FORMAT`). A path's weight is ``scale`` times the sum
-of its edges' scores, and a word's segmentation is drawn with probability ``exp(weight) / Z``:
+of its edges' scores, and a word's segmentation is drawn with probability ``exp(weight) / Z``
+(:mod:`arrowmt.segments._law`):
 
 * a unigram model (``scale = alpha``, scores the pieces' log probabilities, every piece of the model found in the
   word): sentencepiece's own law for ``encode(enable_sampling=True, alpha=alpha, nbest_size=-1)``, which draws
   each word of a sentence independently when no piece crosses a word start;
 * a BPE model's pool of drawn forms (``scale = 1``, ``log(count)`` on each form's first edge): the pool's law;
 * a word left as the corpus has it (a special symbol, ``<unk>``): one path.
-
-Drawing is forward filtering, backward sampling, vectorized over the occurrences: from each word's end node, an
-incoming edge is chosen in proportion to ``exp(forward(begin) + scale * score)``, then the same from its begin
-node, until the start. The choice reads 32 random bits (:func:`arrowmt.segments._bits.step_bits`) against each
-node's incoming edges' running shares (in units of ``2**-32``, the likeliest edge first): most steps read one.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +26,7 @@ import numpy as np
 
 from arrowmt._errors import FormatError
 from arrowmt.files import CheckedArray, SideFile, SideFormat, canonical_json, open_side_file
-from arrowmt.reading import Ragged, exclusive_cumsum
-from arrowmt.segments._bits import step_bits
+from arrowmt.reading import exclusive_cumsum
 from arrowmt.splits import Split
 
 LATTICE_NAME = "lattice.{column}.bin"  # in the forms folder
@@ -37,7 +34,7 @@ REBUILD = "rebuild them with arrowmt.add_sampled_segmentations(corpus, spm_model
 LATTICE_FORMAT = SideFormat(  # fields: words, edges, the SHA-256 of the segmentation record; body: score, begin, end
     "lattice", b"ARROWMT-LATTICE\x00", 1, "QQ32s", REBUILD, cache=False
 )
-_ONE = np.uint64(1 << 32)
+ONE = np.uint64(1 << 32)  # a share of 1 in a draw's units (2**-32)
 
 
 def record_digest(record: dict[str, object]) -> bytes:
@@ -127,6 +124,7 @@ class LatticeTables:
         return cls(piece, base + begin.astype(node), base + end.astype(node), end, score,
                    offsets.astype(node), (offsets + top).astype(node), nodes)  # fmt: skip
 
+    @functools.cached_property
     def by_end(self) -> list[np.ndarray]:
         """The edges ending at local node 1, 2, ... (each group increasing: their end nodes non-decreasing)."""
         order = np.argsort(self.local_end, kind="stable")
@@ -134,96 +132,62 @@ class LatticeTables:
         cuts = np.searchsorted(ends, np.arange(1, int(ends.max(initial=0)) + 2))
         return [order[cuts[t] : cuts[t + 1]] for t in range(cuts.shape[0] - 1) if cuts[t + 1] > cuts[t]]
 
-    def forward(self, weight: np.ndarray) -> np.ndarray:
-        """log of the summed ``exp(path weight)`` of the paths from its word's start to each node."""
-        values = np.full(self.nodes, -np.inf)
-        values[self.start] = 0.0
-        for group in self.by_end():
-            incoming = values[self.begin[group]] + weight[group]
+    def fold(self, values: np.ndarray, combine: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+             ) -> np.ndarray:  # fmt: skip
+        """``values`` (one per node, set at the words' start nodes) filled node by node in topological order: a
+        node takes ``combine(at_begin, edges, heads)``, its incoming ``edges``' begin values reduced at ``heads``
+        (where each end node's run of edges starts)."""
+        for group in self.by_end:
             targets = self.end[group]
             heads = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+            values[targets[heads]] = combine(values[self.begin[group]], group, heads)
+        return values
+
+    def forward(self, weight: np.ndarray) -> np.ndarray:
+        """log of the summed ``exp(path weight)`` of the paths from its word's start to each node."""
+
+        def log_sum(at_begin: np.ndarray, group: np.ndarray, heads: np.ndarray) -> np.ndarray:
+            incoming = at_begin + weight[group]
             top = np.maximum.reduceat(incoming, heads)
             shift = np.where(np.isfinite(top), top, 0.0)
             with np.errstate(divide="ignore"):
                 total = np.log(np.add.reduceat(np.exp(incoming - np.repeat(shift, np.diff(np.r_[heads, len(group)]))),
                                                heads))  # fmt: skip
-            values[targets[heads]] = np.where(np.isfinite(top), shift + total, -np.inf)
-        return values
+            return np.where(np.isfinite(top), shift + total, -np.inf)
+
+        return self.fold(self._at_starts(-np.inf, 0.0), log_sum)
 
     def longest(self) -> np.ndarray:
         """The most edges on a path from each word's start to its end (int64 per word)."""
-        values = np.full(self.nodes, -1, dtype=np.int64)
-        values[self.start] = 0
-        for group in self.by_end():
-            incoming = values[self.begin[group]] + 1
-            targets = self.end[group]
-            heads = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
-            values[targets[heads]] = np.maximum.reduceat(np.where(values[self.begin[group]] < 0, -1, incoming), heads)
-        return values[self.final]
+
+        def most(at_begin: np.ndarray, _: np.ndarray, heads: np.ndarray) -> np.ndarray:
+            return np.maximum.reduceat(np.where(at_begin < 0, -1, at_begin + 1), heads)
+
+        return self.fold(self._at_starts(-1, 0), most)[self.final]
+
+    def paths(self) -> np.ndarray:
+        """How many paths lead from its word's start to each node (float64: exact below ``2**53``)."""
+        return self.fold(self._at_starts(0.0, 1.0), lambda at_begin, _, heads: np.add.reduceat(at_begin, heads))
+
+    def word_of_edge(self) -> np.ndarray:
+        """The word each edge belongs to (int64)."""
+        return np.searchsorted(self.start, self.end, side="right") - 1
+
+    def _at_starts(self, fill: float, start: float) -> np.ndarray:
+        values = np.full(self.nodes, fill, dtype=np.asarray(fill + start).dtype)
+        values[self.start] = start
+        return values
 
 
-@dataclass(frozen=True)
-class Law:
-    """The lattices of one column under one scale, as a draw reads them: each node's incoming edges, the likeliest
-    first, with the running total of their shares in units of ``2**-32`` (``threshold``: the last one of a node is
-    ``2**32``); each edge's piece and begin node in that order; each node's first incoming edge."""
-
-    threshold: np.ndarray  # uint64 per edge
-    piece: np.ndarray  # int32 per edge
-    begin: np.ndarray  # per edge (the node ids' type)
-    first: np.ndarray  # per node (the node ids' type)
-    start: np.ndarray  # each word's start node
-    final: np.ndarray  # each word's end node
-
-    @classmethod
-    def of(cls, tables: LatticeTables, scale: float) -> Law:
-        weight = scale * tables.score.astype(np.float64)
-        forward = tables.forward(weight)
-        with np.errstate(invalid="ignore", over="ignore"):
-            share = np.exp(forward[tables.begin] + weight - forward[tables.end])
-        share = np.nan_to_num(share, nan=0.0, posinf=0.0)
-        order = np.lexsort((-share, tables.end))  # by end node, the likeliest incoming edge first
-        share, end = share[order], tables.end[order]
-        heads = np.flatnonzero(np.r_[True, end[1:] != end[:-1]]) if share.size else np.zeros(0, dtype=np.int64)
-        sizes = np.diff(np.r_[heads, share.shape[0]])
-        running = np.cumsum(share)
-        before = np.repeat(np.r_[0.0, running][heads], sizes)
-        total = np.repeat(np.r_[running[heads[1:] - 1], running[-1:]] - np.r_[0.0, running][heads], sizes)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            fraction = np.nan_to_num((running - before) / total, nan=0.0)
-        threshold = np.minimum(np.round(fraction * float(_ONE)), float(_ONE)).astype(np.uint64)
-        threshold[np.r_[heads[1:], share.shape[0]] - 1] = _ONE  # a node's last edge takes whatever is left
-        first = np.zeros(tables.nodes, dtype=np.int32 if share.shape[0] < 2**31 else np.int64)  # edge indices
-        first[end[heads]] = heads
-        return cls(threshold, tables.piece[order], tables.begin[order], first, tables.start, tables.final)
-
-    def draw(self, words: np.ndarray, keys: np.ndarray) -> Ragged:
-        """A segmentation of each occurrence of ``words`` (int64 word ids), drawn with the random bits of ``keys``
-        (one uint64 per occurrence, :func:`arrowmt.segments._bits.occurrence_keys`): pieces, occurrence after
-        occurrence. Each step walks the node's incoming edges, the likeliest first, until their running share
-        passes the step's 32 random bits."""
-        node, stop = self.final[words], self.start[words]
-        active = np.flatnonzero(node != stop)
-        chosen_of, pieces = [], []
-        step = 0
-        while active.size:
-            bits = step_bits(keys[active], step)
-            edge = self.first[node[active]]
-            pending = np.flatnonzero(self.threshold[edge] <= bits)
-            while pending.size:
-                edge[pending] += 1
-                pending = pending[self.threshold[edge[pending]] <= bits[pending]]
-            chosen_of.append(active)
-            pieces.append(self.piece[edge])
-            node[active] = self.begin[edge]
-            active = active[node[active] != stop[active]]
-            step += 1
-        lengths = np.zeros(words.shape[0], dtype=np.int64)
-        for group in chosen_of:
-            lengths[group] += 1
-        offsets = np.zeros(words.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        values = np.empty(int(offsets[-1]), dtype=np.int32)
-        for k, (group, piece) in enumerate(zip(chosen_of, pieces, strict=True)):
-            values[offsets[group + 1] - 1 - k] = piece  # drawn from the end: step k is the k-th piece from the end
-        return Ragged(offsets, values)
+def running_thresholds(share: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Each item's running total of ``share`` within its run (runs start at ``heads``), over the run's total, in
+    units of ``2**-32`` (uint64); a run's last item is ``2**32`` exactly, so it takes whatever rounding left."""
+    last = np.append(heads[1:], share.shape[0]) - 1  # each run's last item
+    sizes = last - heads + 1
+    running = np.cumsum(share)
+    before = np.where(heads > 0, running[heads - 1], 0.0)  # the running total before each run
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fraction = (running - np.repeat(before, sizes)) / np.repeat(running[last] - before, sizes)
+    threshold = np.minimum(np.round(np.nan_to_num(fraction, nan=0.0) * float(ONE)), float(ONE)).astype(np.uint64)
+    threshold[last] = ONE
+    return threshold

@@ -39,8 +39,9 @@ from arrowmt._checks import check_integer
 from arrowmt._errors import FormatError, InvalidParameterError
 from arrowmt.format import MANIFEST_NAME, Dictionary, Manifest
 from arrowmt.reading import FileIdentity, Spans, exclusive_cumsum, take_flat
-from arrowmt.segments._bits import epoch_key, occurrence_keys
-from arrowmt.segments._lattice import REBUILD, Lattice, Law
+from arrowmt.segments._bits import epoch_key
+from arrowmt.segments._lattice import REBUILD, Lattice
+from arrowmt.segments._law import Law, row_sums
 from arrowmt.splits import Split
 from arrowmt.storage import is_mirror
 
@@ -213,24 +214,24 @@ class SampledSplit:
     def spans(self, column: str, rows: np.ndarray, epoch: int) -> Spans:
         """Rows ``rows`` as epoch ``epoch`` draws them, gathered into one compact array (int32 pieces)."""
         words, ids = self._words(column, rows)
-        keys = occurrence_keys(epoch_key(self.seed, epoch, column), rows, words.lengths)
-        drawn = self.law(column).draw(ids, keys)
-        lengths = row_sums(drawn.lengths(), words.lengths)
-        return Spans(drawn.values, exclusive_cumsum(lengths), lengths)
+        values, lengths = self.law(column).draw_rows(rows, words.lengths, ids, epoch_key(self.seed, epoch, column))
+        return Spans(values, exclusive_cumsum(lengths), lengths)
 
     def lengths(self, column: str, rows: np.ndarray, epoch: int) -> np.ndarray:
         """The number of pieces (``</s>`` included) of row ``rows[i]`` as epoch ``epoch`` draws it (int64),
         ``LENGTH_BLOCK`` rows at a time (an epoch's lengths never hold all its words at once)."""
         rows = np.asarray(rows, dtype=np.int64)
         out = np.empty(rows.shape[0], dtype=np.int64)
+        key = epoch_key(self.seed, epoch, column)
         for part in row_blocks(rows.shape[0], LENGTH_BLOCK):
-            out[part] = self.spans(column, rows[part], epoch).lengths
+            words, ids = self._words(column, rows[part])
+            out[part] = self.law(column).draw_rows(rows[part], words.lengths, ids, key, pieces=False)[1]
         return out
 
     def max_length(self, column: str) -> int:
         """The most pieces (``</s>`` included) a row of ``column`` can take in any epoch: each word's longest
         segmentation, summed (what a model's positions must cover)."""
-        longest = self._lattices[column].tables().longest()
+        longest = self.law(column).longest
         most = 0
         for rows in row_blocks(len(self), LENGTH_BLOCK):
             words = self.words.column_spans(column, rows)
@@ -268,12 +269,3 @@ class SampledSplit:
         row = int(rows[np.searchsorted(np.cumsum(words.lengths), bad, side="right")])
         raise FormatError(f"{self.words.path} split {self.words.split!r} {column} row {row}: "
                           f"{what.format(int(ids[bad]))}; rebuild them with {BUILD_HINT}")  # fmt: skip
-
-
-def row_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The sum of each row of ``values`` cut into consecutive rows of ``lengths`` (empty rows sum to 0; int64 for
-    integers and booleans, float64 for floats)."""
-    total = np.zeros(values.shape[0] + 1, dtype=np.result_type(values.dtype, np.int64))
-    np.cumsum(values, out=total[1:])
-    ends = np.cumsum(lengths, dtype=np.int64)
-    return total[ends] - total[ends - lengths]

@@ -11,8 +11,13 @@ spent compiling:
   compiles again for each new shape until its cache limit;
 * ``bucketed compiled``: ``batch_shapes=--shapes`` and ``FairseqCollater(shapes=...)``, the padded path, compiled:
   at most that many shapes, each compiled once;
+* ``numbuckets compiled``: fairseq's own ``--num-batch-buckets``: ``LanguagePairDataset(num_buckets=--shapes)``
+  (items padded to their length buckets), its ``batch_by_size`` and its collater, the padded path, compiled;
 * ``packed eager`` / ``packed compiled``: ``packed=True`` and ``PackedCollater``, the model's packed path with each
   token's keys gathered in a window (``--window``, default the corpus's longest sentence): one shape, compiled once.
+
+``--whole-epoch`` times every batch of epoch 1 after the warm-up steps instead of ``--steps`` of them: the graphs
+and shapes of a whole epoch.
 
     python benchmarks/bench_compile.py --data corpora/multi30k --max-tokens 1024 --steps 60
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 import platform
@@ -40,6 +46,7 @@ import arrowmt
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "examples"))
+sys.path.insert(1, str(HERE))
 from packed_model import PackedTranslator  # noqa: E402
 
 SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"
@@ -54,8 +61,12 @@ def bundled_corpus(folder: Path) -> Path:
     return folder / "corpus"
 
 
-def batches(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, kind: str, cache: Path) -> Iterator[dict]:
-    """Epoch after epoch of the configuration's batches (``fairseq``, ``bucketed``, ``packed``), collated."""
+def batches(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, kind: str, cache: Path) -> Iterator[tuple]:
+    """Epoch after epoch of the configuration's batches (``fairseq``, ``bucketed``, ``numbuckets``, ``packed``),
+    collated: (epoch, batch)."""
+    if kind == "numbuckets":
+        yield from fairseq_bucket_batches(ds, args)
+        return
     shaped = {"packed": True} if kind == "packed" else {"batch_shapes": args.shapes} if kind == "bucketed" else {}
     sampler = arrowmt.TokenBatchSampler(ds, args.max_tokens, seed=1, cache_dir=cache, **shaped)
     if kind == "packed":
@@ -67,7 +78,43 @@ def batches(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, kind: str, cac
     while True:
         sampler.set_epoch(epoch)
         for rows in sampler:
-            yield collate(ds.__getitems__(list(rows)))
+            yield epoch, collate(ds.__getitems__(list(rows)))
+        epoch += 1
+
+
+class _Column(torch.utils.data.Dataset):
+    """A column's rows as fairseq's token datasets give them (1-D int64 tensors, ``sizes``)."""
+
+    def __init__(self, ds: arrowmt.ArrowMTDataset, column: str) -> None:
+        self.ds, self.column, self.sizes = ds, column, ds.lengths(column)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.ds[index][self.column].long()
+
+
+def fairseq_bucket_batches(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace) -> Iterator[tuple]:
+    """fairseq's own ``--num-batch-buckets``: LanguagePairDataset(num_buckets=--shapes) pads each item to its length
+    bucket; its order, ``batch_by_size`` and collater; the batches shuffled each epoch as fairseq's iterator does."""
+    import numpy as np
+    from bench_shapes import numpy_for_fairseq
+    from fairseq.data import Dictionary, LanguagePairDataset, data_utils
+
+    src, tgt = _Column(ds, "source"), _Column(ds, "target")
+    with numpy_for_fairseq():
+        pairs = LanguagePairDataset(src, src.sizes, Dictionary(), tgt, tgt.sizes, Dictionary(),
+                                    left_pad_source=False, num_buckets=args.shapes)  # fmt: skip
+    with data_utils.numpy_seed(1):
+        order = pairs.ordered_indices()
+    planned = pairs.batch_by_size(order, max_tokens=args.max_tokens)
+    epoch = 1
+    while True:
+        with data_utils.numpy_seed(1 + epoch):
+            shuffled = [planned[k] for k in np.random.permutation(len(planned))]
+        for rows in shuffled:
+            yield epoch, pairs.collater([pairs[int(i)] for i in rows])
         epoch += 1
 
 
@@ -109,9 +156,11 @@ def run(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, kind: str, compile
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
     loss_of = step_of(model, kind == "packed", compiled, args)
     source = batches(ds, args, kind, cache)
-    shapes, tokens, compile_s = set(), 0, 0.0
-    for k in range(args.warmup + args.steps):
-        batch = next(source)
+    shapes, tokens, compile_s, timed = set(), 0, 0.0, 0
+    for k in range(args.warmup + args.steps) if not args.whole_epoch else itertools.count():
+        epoch, batch = next(source)
+        if args.whole_epoch and epoch > 1:
+            break
         if k == args.warmup:
             started = time.perf_counter()
         step_started = time.perf_counter()
@@ -119,13 +168,14 @@ def run(ds: arrowmt.ArrowMTDataset, args: argparse.Namespace, kind: str, compile
         loss_of(batch).backward()
         optimizer.step()
         if k >= args.warmup:
+            timed += 1
             shapes.add(shape_of(batch))
             tokens += source_tokens(batch, ds.special_ids.pad) + int(batch["ntokens"])
         elif compiled:
             compile_s += time.perf_counter() - step_started
     seconds = time.perf_counter() - started
     counters = torch._dynamo.utils.counters
-    return {"tokens_per_s": tokens / seconds, "seconds": seconds, "shapes": len(shapes),
+    return {"tokens_per_s": tokens / seconds, "seconds": seconds, "steps": timed, "shapes": len(shapes),
             "graphs": int(counters["stats"]["unique_graphs"]), "warmup_s": compile_s}  # fmt: skip
 
 
@@ -140,8 +190,10 @@ def main() -> int:
     parser.add_argument("--mode", default=None, help="torch.compile mode (reduce-overhead: CUDA graphs)")
     parser.add_argument("--window", type=int, help="packed: keys gathered per token (default: the longest row)")
     parser.add_argument("--shapes", type=int, default=8, help="bucketed: batch_shapes=N")
-    parser.add_argument("--configs", nargs="+", default=["fairseq-eager", "fairseq-compiled", "bucketed-compiled",
-                                                          "packed-eager", "packed-compiled"])  # fmt: skip
+    configs = ["fairseq-eager", "fairseq-compiled", "bucketed-compiled", "numbuckets-compiled", "packed-eager",
+               "packed-compiled"]  # fmt: skip
+    parser.add_argument("--configs", nargs="+", default=configs)
+    parser.add_argument("--whole-epoch", action="store_true", help="time every batch of epoch 1 after the warm-up")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -155,17 +207,19 @@ def main() -> int:
             results[name] = run(ds, args, kind, how == "compiled", Path(tmp) / "cache")
             print(name, json.dumps(results[name]), file=sys.stderr, flush=True)
     header = {"rows": len(ds), "max_tokens": args.max_tokens, "dim": args.dim, "steps": args.steps,
+              "whole_epoch": args.whole_epoch, "shapes": args.shapes,
               "window": args.window, "warmup": args.warmup, "device": args.device, "torch": torch.__version__,
               "platform": platform.platform(), "cpus": os.cpu_count(),
               "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
     print(json.dumps(header))
     best = max(results[n]["tokens_per_s"] for n in results if n.startswith("fairseq")) if any(
         n.startswith("fairseq") for n in results) else 0.0  # fmt: skip
-    print("| configuration | training tokens/s | x best fairseq | shapes (timed steps) | graphs | warm-up s |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| configuration | training tokens/s | x best fairseq | timed steps | shapes (timed) | graphs | warm-up s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
         ratio = f"{r['tokens_per_s'] / best:.2f}x" if best else ""
-        print(f"| {name} | {r['tokens_per_s']:,.0f} | {ratio} | {r['shapes']} | {r['graphs']} | {r['warmup_s']:.1f} |")
+        print(f"| {name} | {r['tokens_per_s']:,.0f} | {ratio} | {r['steps']} | {r['shapes']} | {r['graphs']} | "
+              f"{r['warmup_s']:.1f} |")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"header": header, "results": results}, indent=1) + "\n")
     return 0

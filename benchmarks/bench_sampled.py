@@ -58,14 +58,17 @@ SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"
 
 def text_corpus(folder: Path, times: int, text: Path | None, rows: int) -> Path:
     """``train.de``/``train.en``: the bundled training text, ``times`` times over; or the first ``rows`` lines
-    (0: all) of ``text``'s (a ``make_text_corpus.py`` folder), streamed (a 12.6M-pair text never held at once)."""
+    (0: all, linked) of ``text``'s (a ``make_text_corpus.py`` folder), streamed (never held at once)."""
     for lang in ("de", "en"):
         if text is None:
             with gzip.open(SAMPLE / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
                 (folder / f"train.{lang}").write_text(handle.read() * times, encoding="utf-8")
             continue
+        if not rows:
+            (folder / f"train.{lang}").symlink_to((text / f"train.{lang}").resolve())
+            continue
         with open(text / f"train.{lang}", encoding="utf-8") as src, open(folder / f"train.{lang}", "w") as out:
-            out.writelines(itertools.islice(src, rows or None))
+            out.writelines(itertools.islice(src, rows))
     return folder / "train"
 
 
@@ -116,7 +119,7 @@ def read(config: str, corpus: Path, prefix: Path, model: Path, alpha: float, epo
     """One run (in this process): ``epochs`` epochs of ``config``, or ``batches`` batches of epoch 1 on the fly."""
     fixed = open_dataset(corpus, "train")
     ds: Any = fixed
-    if config == "sampled":
+    if config.startswith("sampled"):
         ds = arrowmt.ArrowMTSampledDataset(fixed, cache_dir=cache, alpha=alpha)
     sampler = TokenBatchSampler(ds, max_tokens=4096)
     source: Any = OnTheFly(prefix, model, corpus, alpha) if config == "on the fly" else ds
@@ -147,13 +150,18 @@ def rss_anon_mib() -> float:
     return float("nan")
 
 
-def run_apart(config: str, args: argparse.Namespace, corpus: Path, prefix: Path, model: Path, cache: Path) -> dict:
-    """:func:`read` in a fresh Python process (its memory and caches its own)."""
+def run_apart(config: str, args: argparse.Namespace, corpus: Path, prefix: Path, model: Path, cache: Path,
+              code: Path | None = None) -> dict:  # fmt: skip
+    """:func:`read` in a fresh Python process (its memory and caches its own), with arrowmt from ``code`` (a
+    worktree of another commit) when given."""
     paths = ", ".join(f"Path({str(p)!r})" for p in (corpus, prefix, model))
-    code = (f"import json, sys; sys.path.insert(0, {str(HERE)!r}); import bench_sampled as b; "
-            f"from pathlib import Path; print(json.dumps(b.read({config!r}, {paths}, "
-            f"{args.alpha!r}, {args.epochs}, {args.batches}, Path({str(cache)!r}))))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    code_path = f"sys.path.insert(0, {str(code)!r}); " if code else ""
+    source = (f"import json, sys; {code_path}sys.path.insert(1, {str(HERE)!r}); import bench_sampled as b; "
+              f"from pathlib import Path; print(json.dumps(b.read({config!r}, {paths}, "
+              f"{args.alpha!r}, {args.epochs}, {args.batches}, Path({str(cache)!r}))))")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # compiled once, as installed
+    env |= {"PYTHONPATH": str(code)} if code else {}
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -170,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage-only", action="store_true", help="make and measure the samples, read nothing")
     p.add_argument("--no-on-the-fly", action="store_true", help="leave out sentencepiece sampling in the loader")
     p.add_argument("--work", type=Path, default=None, help="folder for the corpus (default: a temporary one)")
+    p.add_argument("--base", help="also read the samples with this commit's code (a worktree, as ab.py makes)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         folder = Path(tmp)
@@ -192,12 +201,19 @@ def main(argv: list[str] | None = None) -> int:
             ", ".join(f"{name} {size / 1e6:.2f} MB" for name, size in parts.items() if size > 10_000),
         )
         rows = len(arrowmt.open_dataset(corpus, "train"))
-        configs = ["fixed", "sampled"] + ([] if args.no_on_the_fly else ["on the fly"])
+        codes = {"fixed": None, "sampled": None}
+        if args.base:
+            sys.path.insert(0, str(HERE))
+            from ab import side_code  # a commit's worktree, as ab.py makes them
+
+            label, code = side_code(args.base)
+            codes[f"sampled, {label}"] = code
+        configs = list(codes) + ([] if args.no_on_the_fly else ["on the fly"])
         runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
         for k in range(0 if args.storage_only else args.repeat):
             for config in runs:
                 cache = folder / f"cache-{k}"  # a fresh cache a run: every epoch copy is made in its clock
-                runs[config].append(run_apart(config, args, corpus, prefix, model, cache))
+                runs[config].append(run_apart(config, args, corpus, prefix, model, cache, codes.get(config)))
                 shutil.rmtree(cache, ignore_errors=True)
     report(args, rows, convert_s, sample_s, base, sampled, runs)
     return 0

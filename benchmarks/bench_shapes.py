@@ -18,12 +18,14 @@ to one of at most N shapes, its last rows included).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import tempfile
 import time
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -75,21 +77,27 @@ class _Sizes:
         return len(self.sizes)
 
 
+@contextlib.contextmanager
+def numpy_for_fairseq() -> Iterator[None]:
+    """fairseq 0.12's bucketing calls two numpy < 2 names that numpy 2 removed: percentile's ``interpolation=`` (now
+    ``method=``) and np.compat.long (int64); both lent for the block, fairseq's own code runs unchanged."""
+    percentile = np.percentile
+    np.percentile = lambda *a, interpolation="linear", **kw: percentile(*a, method=interpolation, **kw)  # type: ignore[assignment]
+    np.compat = types.SimpleNamespace(long=np.int64)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        np.percentile = percentile
+        del np.compat
+
+
 def fairseq_buckets(src: np.ndarray, tgt: np.ndarray, n: int, max_tokens: int) -> dict[str, object]:
     """fairseq's ``--num-batch-buckets n``: its LanguagePairDataset's bucketed sizes, order and batches."""
     from fairseq.data import Dictionary, LanguagePairDataset, data_utils
 
     dictionary = Dictionary()
-    # fairseq 0.12's bucketing calls two numpy < 2 names that numpy 2 removed: percentile's `interpolation=` (now
-    # `method=`) and np.compat.long (int64); both lent for the call, fairseq's own code runs unchanged.
-    percentile = np.percentile
-    np.percentile = lambda *a, interpolation="linear", **kw: percentile(*a, method=interpolation, **kw)  # type: ignore[assignment]
-    np.compat = types.SimpleNamespace(long=np.int64)  # type: ignore[attr-defined]
-    try:
+    with numpy_for_fairseq():
         ds = LanguagePairDataset(_Sizes(src), src, dictionary, _Sizes(tgt), tgt, dictionary, num_buckets=n)
-    finally:
-        np.percentile = percentile
-        del np.compat
     with data_utils.numpy_seed(1):
         indices = ds.ordered_indices()
     batches = ds.batch_by_size(indices, max_tokens=max_tokens)

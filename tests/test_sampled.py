@@ -195,12 +195,14 @@ def test_a_lattice_law_exact_values() -> None:
 
 
 def test_the_compiled_draw_gives_the_vectorized_draws_bytes(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where numba is installed rows are drawn by the compiled kernel; the vectorized walk (where it is not) gives
-    the same pieces and lengths, every row, both columns, several epochs, in any row order and any cut."""
+    """Where numba is installed rows are drawn by the compiled kernel, a block's rows cut among threads; the
+    vectorized walk (where it is not) gives the same pieces and lengths, every row, both columns, several epochs, in
+    any row order and any cut."""
     pytest.importorskip("numba")
     from arrowmt.segments import _law
 
     assert _law.compiled() is not None
+    monkeypatch.setattr(_law, "ROWS_A_THREAD", 100)  # the sample's 1,014 rows cut among the CPUs
     compiled, vectorized = SampledSplit(corpus, "train"), SampledSplit(corpus, "train")
     rows = np.random.default_rng(0).permutation(len(compiled))
     drawn = {(col, e): compiled.spans(col, rows, e) for col in compiled.columns for e in range(3)}

@@ -156,13 +156,10 @@ class _EpochRows:
             yield self.lengths_[start : start + block_rows].astype(np.int64)
 
     def pieces(self, block_rows: int) -> Iterator[Ragged]:
-        values = np.memmap(self.spill, dtype=np.int32, mode="r") if self.tokens else np.zeros(0, np.int32)
-        first = 0
-        for start in range(0, len(self), block_rows):
-            lengths = self.lengths_[start : start + block_rows].astype(np.int64)
-            last = first + int(lengths.sum())
-            yield Ragged.from_lengths(lengths, np.array(values[first:last]))
-            first = last
+        with open(self.spill, "rb") as handle:  # read in order, a block at a time (no page faults of a map)
+            for start in range(0, len(self), block_rows):
+                lengths = self.lengths_[start : start + block_rows].astype(np.int64)
+                yield Ragged.from_lengths(lengths, np.fromfile(handle, dtype=np.int32, count=int(lengths.sum())))
 
 
 def _keep_recent(family: Path, current: Path, keep: int) -> None:

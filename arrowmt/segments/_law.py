@@ -6,13 +6,16 @@ choice reads 32 random bits (:func:`arrowmt.segments._bits.step_bits`) against t
 shares (in units of ``2**-32``, the likeliest edge first): most steps read one. A path is drawn with probability
 ``exp(weight) / Z`` up to the rounding of shares to ``2**-32``.
 
-Whole rows are drawn by the compiled kernel where numba is installed (:mod:`arrowmt.segments._kernel`), else by
-the same walk vectorized over the occurrences (:meth:`Law.walk`); both give the same bytes.
+Whole rows are drawn by the compiled kernel where numba is installed (:mod:`arrowmt.segments._kernel`), a block's
+rows cut among one thread per CPU (the kernel holds no GIL), else by the same walk vectorized over the occurrences
+(:meth:`Law.walk`); every way gives the same bytes.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -21,6 +24,8 @@ import numpy as np
 from arrowmt.reading import Ragged
 from arrowmt.segments._bits import occurrence_keys, step_bits
 from arrowmt.segments._lattice import LatticeTables, running_thresholds
+
+ROWS_A_THREAD = 4096  # the fewest rows a drawing thread takes (fewer: drawn in the caller's thread)
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,22 @@ class Law:
         if kernel is None:
             drawn = self.walk(words, occurrence_keys(key, rows, counts))
             return (drawn.values if pieces else drawn.values[:0]), row_sums(drawn.lengths(), counts)
-        out = np.empty(int(self.longest[words].sum()) if pieces else 0, dtype=np.int32)
-        args = (self.final, self.start, self.first, self.threshold, self.piece, self.begin, out)
-        lengths = kernel.draw_rows(np.asarray(rows, dtype=np.int64), np.asarray(counts, dtype=np.int64), words, key,
-                                   *args)  # fmt: skip
-        return out[: int(lengths.sum())], lengths
+        rows, counts = np.asarray(rows, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        cuts = np.linspace(0, rows.shape[0], _threads(rows.shape[0]) + 1).astype(np.int64)
+        first = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+
+        def part(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+            ids = words[first[a] : first[b]]
+            out = np.empty(int(self.longest[ids].sum()) if pieces else 0, dtype=np.int32)
+            args = (self.final, self.start, self.first, self.threshold, self.piece, self.begin, out)
+            lengths = kernel.draw_rows(rows[a:b], counts[a:b], ids, key, *args)
+            return out[: int(lengths.sum())], lengths
+
+        parts = list(_pool().map(part, cuts[:-1], cuts[1:])) if cuts.shape[0] > 2 else [part(0, rows.shape[0])]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([v for v, _ in parts]), np.concatenate([n for _, n in parts])
 
     def walk(self, words: np.ndarray, keys: np.ndarray) -> Ragged:
         """A segmentation of each occurrence of ``words`` (int64 word ids), drawn with the random bits of ``keys``
@@ -98,6 +114,23 @@ class Law:
         for k, (group, piece) in enumerate(zip(chosen_of, pieces, strict=True)):
             values[offsets[group + 1] - 1 - k] = piece  # drawn from the end: step k is the k-th piece from the end
         return Ragged(offsets, values)
+
+
+def _threads(rows: int) -> int:
+    """How many threads draw ``rows`` rows: one per CPU this process may run on, each at least
+    :data:`ROWS_A_THREAD` rows."""
+    return max(1, min(len(os.sched_getaffinity(0)), rows // ROWS_A_THREAD))
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's drawing threads (a forked child, whose parent's threads did not follow it, makes its own)."""
+    pool = _POOLS.get(os.getpid())
+    if pool is None:
+        pool = _POOLS[os.getpid()] = ThreadPoolExecutor(len(os.sched_getaffinity(0)), "arrowmt-draw")
+    return pool
 
 
 @functools.cache

@@ -6,6 +6,7 @@ themselves are tested statistically in ``tests/test_sampled_law.py``."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import shutil
@@ -181,7 +182,7 @@ def test_a_lattice_law_exact_values() -> None:
     pieces = np.array([10, 11, 12])  # ▁a, ▁ab, b: by end node, then begin
     tables = LatticeTables.of(pieces, np.array([0, 3]), np.array([0, 0, 1]), np.array([1, 2, 2]),
                         np.array([-1.0, -2.5, -2.0]), Path("x"))  # fmt: skip
-    assert (tables.start.tolist(), tables.final.tolist(), tables.longest().tolist()) == ([0], [2], [2])
+    assert (tables.start.tolist(), tables.final.tolist(), tables.longest.tolist()) == ([0], [2], [2])
     law = Law.of(tables, 1.0)
     share = 1 / (1 + np.exp(-0.5))
     assert law.threshold.tolist() == [2**32, round(share * 2**32), 2**32]  # node 1: ▁a; node 2: ▁ab, then b
@@ -192,6 +193,54 @@ def test_a_lattice_law_exact_values() -> None:
     assert drawn.values[drawn.offsets[:-1][one]].tolist() == [11] * int(one.sum())
     assert all(drawn.row(k).tolist() == [10, 12] for k in np.flatnonzero(~one)[:20])
     assert abs(one.mean() - share) < 0.04
+
+
+def test_a_fork_waits_for_numba_to_finish_compiling_so_the_child_never_inherits_its_lock_held() -> None:
+    """A thread compiling (or loading) the kernel holds numba's compiler lock: a DataLoader worker forked then would
+    hang at its first draw. With the kernel imported, a fork waits for the lock, and the child can take it."""
+    pytest.importorskip("numba")
+    import signal
+    import threading
+    import time
+
+    from numba.core.compiler_lock import global_compiler_lock
+
+    from arrowmt.segments import _law
+
+    assert _law.compiled() is not None
+    held = threading.Event()
+
+    def compile_for_a_while() -> None:
+        with global_compiler_lock:
+            held.set()
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=compile_for_a_while)
+    thread.start()
+    held.wait()
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the child: the lock is free at once (else the alarm ends it)
+        signal.alarm(5)
+        global_compiler_lock.acquire()
+        os._exit(0)
+    waited = time.perf_counter() - started
+    thread.join()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert waited > 0.3  # the fork waited for the compile to end
+
+
+def test_lattices_a_draw_cannot_walk_are_refused_with_the_word_or_edge() -> None:
+    """A word whose end no path of edges reaches, or an edge whose score is not finite, would send a draw's walk
+    off its word (the compiled one past its buffer): refused when the tables are made, naming the file."""
+    from arrowmt.testing import LatticeTables
+
+    pieces, first = np.array([10, 11, 12]), np.array([0, 1, 3])  # word 0: one edge; word 1: 0->1 missing
+    with pytest.raises(FormatError, match=r"x: word 1: no path of edges from its start to its end; rebuild"):
+        LatticeTables.of(pieces, first, np.array([0, 1, 1]), np.array([1, 2, 3]), np.zeros(3), Path("x"))
+    with pytest.raises(FormatError, match=r"x: edge 2: expected a finite score, got -inf; rebuild"):
+        LatticeTables.of(pieces, np.array([0, 3]), np.array([0, 0, 1]), np.array([1, 2, 2]),
+                         np.array([-1.0, -2.5, -np.inf]), Path("x"))  # fmt: skip
 
 
 def test_the_compiled_draw_gives_the_vectorized_draws_bytes(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,8 +9,9 @@ shared by the processes of the node, its batch plan an ordinary plan. The last `
 stay (the current and the one before, which a resumed or lagging process may still read).
 
 A copy is derived data: before a process first reads one, every file of it is checked against the SHA-256 its
-manifest records; a damaged, truncated or missing copy is written again (once, under its lock) and the repair is
-logged, so a cache never fails for good.
+manifest records (the process that wrote it hashed those bytes as it wrote them: it checks their sizes); a damaged,
+truncated or missing copy is written again (once, under its lock) and the repair is logged, so a cache never fails
+for good.
 """
 
 from __future__ import annotations

@@ -117,12 +117,20 @@ class LatticeTables:
         sorted_within[1:] = (end[1:] >= end[:-1]) | (word[1:] != word[:-1])
         if (begin >= end).any() or not sorted_within.all():
             raise FormatError(f"{path}: expected edges from a lower node to a higher one, by end node; {REBUILD}")
+        infinite = np.flatnonzero(~np.isfinite(score))
+        if infinite.size:
+            raise FormatError(f"{path}: edge {int(infinite[0])}: expected a finite score, got "
+                              f"{float(score[infinite[0]])}; {REBUILD}")  # fmt: skip
         offsets = exclusive_cumsum(top + 1)
         nodes = int(offsets[-1] + top[-1] + 1) if top.size else 0
         node = np.int32 if nodes < 2**31 else np.int64
         base = offsets.astype(node)[word]
-        return cls(piece, base + begin.astype(node), base + end.astype(node), end, score,
-                   offsets.astype(node), (offsets + top).astype(node), nodes)  # fmt: skip
+        tables = cls(piece, base + begin.astype(node), base + end.astype(node), end, score,
+                     offsets.astype(node), (offsets + top).astype(node), nodes)  # fmt: skip
+        stranded = np.flatnonzero(tables.longest < 1)  # a draw walks back from the end node to the start
+        if stranded.size:
+            raise FormatError(f"{path}: word {int(stranded[0])}: no path of edges from its start to its end; {REBUILD}")
+        return tables
 
     @functools.cached_property
     def by_end(self) -> list[np.ndarray]:
@@ -157,8 +165,9 @@ class LatticeTables:
 
         return self.fold(self._at_starts(-np.inf, 0.0), log_sum)
 
+    @functools.cached_property
     def longest(self) -> np.ndarray:
-        """The most edges on a path from each word's start to its end (int64 per word)."""
+        """The most edges on a path from each word's start to its end (int64 per word; -1: no path)."""
 
         def most(at_begin: np.ndarray, _: np.ndarray, heads: np.ndarray) -> np.ndarray:
             return np.maximum.reduceat(np.where(at_begin < 0, -1, at_begin + 1), heads)
@@ -181,13 +190,18 @@ class LatticeTables:
 
 def running_thresholds(share: np.ndarray, heads: np.ndarray) -> np.ndarray:
     """Each item's running total of ``share`` within its run (runs start at ``heads``), over the run's total, in
-    units of ``2**-32`` (uint64); a run's last item is ``2**32`` exactly, so it takes whatever rounding left."""
+    units of ``2**-32`` (uint64); a run's last item is ``2**32`` exactly, so it takes whatever rounding left. Each
+    run is summed on its own (a sum over every run before would lose the low bits of a late run's shares)."""
+    if not share.size:
+        return np.zeros(0, dtype=np.uint64)
     last = np.append(heads[1:], share.shape[0]) - 1  # each run's last item
     sizes = last - heads + 1
-    running = np.cumsum(share)
-    before = np.where(heads > 0, running[heads - 1], 0.0)  # the running total before each run
+    running = share.astype(np.float64)
+    for k in range(1, int(sizes.max())):  # the k-th item of every run that long, at once
+        at = heads[sizes > k] + k
+        running[at] += running[at - 1]
     with np.errstate(invalid="ignore", divide="ignore"):
-        fraction = (running - np.repeat(before, sizes)) / np.repeat(running[last] - before, sizes)
+        fraction = running / np.repeat(running[last], sizes)
     threshold = np.minimum(np.round(np.nan_to_num(fraction, nan=0.0) * float(ONE)), float(ONE)).astype(np.uint64)
     threshold[last] = ONE
     return threshold

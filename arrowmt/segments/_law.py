@@ -22,7 +22,7 @@ from types import ModuleType
 import numpy as np
 
 from arrowmt.reading import Ragged
-from arrowmt.segments._bits import occurrence_keys, step_bits
+from arrowmt.segments._bits import CONSTANTS, occurrence_keys, step_bits
 from arrowmt.segments._lattice import LatticeTables, running_thresholds
 
 ROWS_A_THREAD = 4096  # the fewest rows a drawing thread takes (fewer: drawn in the caller's thread)
@@ -57,31 +57,35 @@ class Law:
         first = np.zeros(tables.nodes, dtype=np.int32 if share.shape[0] < 2**31 else np.int64)  # edge indices
         first[end[heads]] = heads
         return cls(threshold, tables.piece[order], tables.begin[order], first, tables.start, tables.final,
-                   tables.longest())  # fmt: skip
+                   tables.longest)  # fmt: skip
 
     def draw_rows(self, rows: np.ndarray, counts: np.ndarray, words: np.ndarray, key: np.uint64, *,
                   pieces: bool = True) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """Rows ``rows`` (``counts[i]`` words each, their ids ``words``, rows after rows) drawn under the epoch
         ``key``: their pieces (int32, empty when not ``pieces``) and each row's number of pieces (int64)."""
-        kernel = compiled()
+        kernel, key = compiled(), np.uint64(key)
         if kernel is None:
             drawn = self.walk(words, occurrence_keys(key, rows, counts))
             return (drawn.values if pieces else drawn.values[:0]), row_sums(drawn.lengths(), counts)
         rows, counts = np.asarray(rows, dtype=np.int64), np.asarray(counts, dtype=np.int64)
-        cuts = np.linspace(0, rows.shape[0], _threads(rows.shape[0]) + 1).astype(np.int64)
+        words = np.asarray(words, dtype=np.int64)
         first = np.zeros(rows.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=first[1:])
 
         def part(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
             ids = words[first[a] : first[b]]
             out = np.empty(int(self.longest[ids].sum()) if pieces else 0, dtype=np.int32)
-            args = (self.final, self.start, self.first, self.threshold, self.piece, self.begin, out)
+            args = (self.final, self.start, self.first, self.threshold, self.piece, self.begin, out, CONSTANTS)
             lengths = kernel.draw_rows(rows[a:b], counts[a:b], ids, key, *args)
             return out[: int(lengths.sum())], lengths
 
-        parts = list(_pool().map(part, cuts[:-1], cuts[1:])) if cuts.shape[0] > 2 else [part(0, rows.shape[0])]
-        if len(parts) == 1:
-            return parts[0]
+        threads = max(1, min(cpus(), rows.shape[0] // ROWS_A_THREAD))
+        if threads == 1:
+            values, lengths = part(0, rows.shape[0])
+            return values.copy(), lengths  # not a view keeping the buffer sized for the longest draws
+        cuts = np.linspace(0, rows.shape[0], threads + 1).astype(np.int64)
+        with ThreadPoolExecutor(threads, "arrowmt-draw") as pool:  # its threads end with the call (forks find none)
+            parts = list(pool.map(part, cuts[:-1], cuts[1:]))
         return np.concatenate([v for v, _ in parts]), np.concatenate([n for _, n in parts])
 
     def walk(self, words: np.ndarray, keys: np.ndarray) -> Ragged:
@@ -116,21 +120,9 @@ class Law:
         return Ragged(offsets, values)
 
 
-def _threads(rows: int) -> int:
-    """How many threads draw ``rows`` rows: one per CPU this process may run on, each at least
-    :data:`ROWS_A_THREAD` rows."""
-    return max(1, min(len(os.sched_getaffinity(0)), rows // ROWS_A_THREAD))
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-
-
-def _pool() -> ThreadPoolExecutor:
-    """This process's drawing threads (a forked child, whose parent's threads did not follow it, makes its own)."""
-    pool = _POOLS.get(os.getpid())
-    if pool is None:
-        pool = _POOLS[os.getpid()] = ThreadPoolExecutor(len(os.sched_getaffinity(0)), "arrowmt-draw")
-    return pool
+def cpus() -> int:
+    """The CPUs this process may run on (all of the machine's where the system does not say)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @functools.cache

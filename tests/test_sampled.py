@@ -252,6 +252,7 @@ def test_the_compiled_draw_gives_the_vectorized_draws_bytes(corpus: Path, monkey
 
     assert _law.compiled() is not None
     monkeypatch.setattr(_law, "ROWS_A_THREAD", 100)  # the sample's 1,014 rows cut among the CPUs
+    monkeypatch.setattr(_law, "KERNEL_OCCURRENCES", 0)
     compiled, vectorized = SampledSplit(corpus, "train"), SampledSplit(corpus, "train")
     rows = np.random.default_rng(0).permutation(len(compiled))
     drawn = {(col, e): compiled.spans(col, rows, e) for col in compiled.columns for e in range(3)}

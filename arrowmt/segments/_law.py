@@ -6,14 +6,16 @@ choice reads 32 random bits (:func:`arrowmt.segments._bits.step_bits`) against t
 shares (in units of ``2**-32``, the likeliest edge first): most steps read one. A path is drawn with probability
 ``exp(weight) / Z`` up to the rounding of shares to ``2**-32``.
 
-Whole rows are drawn by the compiled kernel where numba is installed (:mod:`arrowmt.segments._kernel`), a block's
-rows cut among one thread per CPU (the kernel holds no GIL), else by the same walk vectorized over the occurrences
-(:meth:`Law.walk`); every way gives the same bytes.
+Blocks of at least :data:`KERNEL_OCCURRENCES` word occurrences are drawn by the compiled kernel where numba is
+installed (:mod:`arrowmt.segments._kernel`), their rows cut among one thread per CPU (the kernel holds no GIL);
+smaller ones, and all where numba is missing, by the same walk vectorized over the occurrences (:meth:`Law.walk`);
+every way gives the same bytes.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +27,8 @@ from arrowmt.reading import Ragged
 from arrowmt.segments._bits import CONSTANTS, occurrence_keys, step_bits
 from arrowmt.segments._lattice import LatticeTables, running_thresholds
 
-ROWS_A_THREAD = 4096  # the fewest rows a drawing thread takes (fewer: drawn in the caller's thread)
+ROWS_A_THREAD = 4096  # rows a drawing thread takes at once (one part: drawn in the caller's thread)
+KERNEL_OCCURRENCES = 1 << 20  # fewer occurrences are drawn vectorized (faster than loading numba for them)
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class Law:
                   pieces: bool = True) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """Rows ``rows`` (``counts[i]`` words each, their ids ``words``, rows after rows) drawn under the epoch
         ``key``: their pieces (int32, empty when not ``pieces``) and each row's number of pieces (int64)."""
-        kernel, key = compiled(), np.uint64(key)
+        kernel, key = compiled() if len(words) >= KERNEL_OCCURRENCES else None, np.uint64(key)
         if kernel is None:
             drawn = self.walk(words, occurrence_keys(key, rows, counts))
             return (drawn.values if pieces else drawn.values[:0]), row_sums(drawn.lengths(), counts)
@@ -79,13 +82,15 @@ class Law:
             lengths = kernel.draw_rows(rows[a:b], counts[a:b], ids, key, *args)
             return out[: int(lengths.sum())], lengths
 
-        threads = max(1, min(cpus(), rows.shape[0] // ROWS_A_THREAD))
+        cuts = np.append(np.arange(0, max(rows.shape[0], 1), ROWS_A_THREAD), rows.shape[0])  # each part's buffer small
+        threads = min(cpus(), cuts.shape[0] - 1)
         if threads == 1:
-            values, lengths = part(0, rows.shape[0])
-            return values.copy(), lengths  # not a view keeping the buffer sized for the longest draws
-        cuts = np.linspace(0, rows.shape[0], threads + 1).astype(np.int64)
-        with ThreadPoolExecutor(threads, "arrowmt-draw") as pool:  # its threads end with the call (forks find none)
-            parts = list(pool.map(part, cuts[:-1], cuts[1:]))
+            parts = [part(a, b) for a, b in itertools.pairwise(cuts)]
+        else:
+            with ThreadPoolExecutor(threads, "arrowmt-draw") as pool:  # its threads end with the call
+                parts = list(pool.map(part, cuts[:-1], cuts[1:]))
+        if len(parts) == 1:
+            return parts[0][0].copy(), parts[0][1]  # not a view keeping the buffer sized for the longest draws
         return np.concatenate([v for v, _ in parts]), np.concatenate([n for _, n in parts])
 
     def walk(self, words: np.ndarray, keys: np.ndarray) -> Ragged:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import numpy as np
 
 from arrowmt._checks import check_integer
+from arrowmt._errors import FormatError
 from arrowmt._heap import release_free_heap
 from arrowmt.io._advice import WordRanges, plan_range_uses, plan_use, plan_uses, will_need
 from arrowmt.io._residency import Residency
@@ -88,6 +89,33 @@ Dealt = Callable[[int, int], "tuple[np.ndarray, np.ndarray]"]  # (first step, co
 # The word ranges of the plan holding the batches at epoch positions first .. first + count - 1 (read ahead of them).
 PlanRanges = Callable[[int, int], "list[WordRanges]"]
 PASS_PIECE = 1024  # batches of a pass planned at once by PassRanges (bounds the arrays of one computation: ~0.5 MB)
+
+
+def _rows_at(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
+    """The rows of the batch at each position of a pass over ``ids`` (None past the end, or where a corrupt plan
+    chunk ends the read-ahead)."""
+
+    def rows_at(q: int) -> np.ndarray | None:
+        if q >= ids.shape[0]:
+            return None
+        try:
+            return batch(int(ids[q]))
+        except FormatError:
+            return None
+
+    return rows_at
+
+
+def _ranges_at(ids: np.ndarray, word_ranges: Callable[[np.ndarray], list[WordRanges]]) -> PlanRanges:
+    """Where the plan holds the batches at positions ``first .. first + count - 1`` of a pass over ``ids``."""
+
+    def plan_ranges(first: int, count: int) -> list[WordRanges]:
+        try:
+            return word_ranges(ids[first : first + count])
+        except FormatError:  # a corrupt chunk of offsets: handing out that batch raises
+            return []
+
+    return plan_ranges
 
 
 def check_depth(value: object) -> int:
@@ -143,6 +171,21 @@ class Prefetcher:
         self.planner: threading.Thread | None = None  # plans the rest of a remote pass
         self.remote = False  # every range is read through a remote cache (set by _plan_pass)
         self.clocks = self._plan_pass(start) if self.depth else []  # the remote caches read through
+
+    @classmethod
+    def over_pass(cls, source: RowSource, depth: int, ids: np.ndarray, batch: Callable[[int], np.ndarray],
+                  start: int = 0, *, peek: Callable[[int], np.ndarray] | None = None,
+                  word_ranges: Callable[[np.ndarray], list[WordRanges]] | None = None,
+                  pass_ranges: PassRanges | None = None,
+                  group_ends: np.ndarray | None = None) -> Prefetcher:  # fmt: skip
+        """Read-ahead of a pass over the batches ``ids`` (position ``p`` holds batch ``ids[p]``, whose rows are
+        ``batch(id)``) from position ``start``: ``peek`` gives a batch's rows for planning without noting a use
+        (default ``batch``); ``word_ranges`` where a plan file holds given batches (None: nothing to read ahead of a
+        plan held in memory); ``pass_ranges`` and ``group_ends`` as :class:`Prefetcher` takes them. A batch whose
+        plan chunk is corrupt ends the read-ahead there: handing it out raises."""
+        plan_ranges = None if word_ranges is None else _ranges_at(ids, word_ranges)
+        return cls(source, depth, _rows_at(ids, batch), start, plan_at=_rows_at(ids, peek or batch),
+                   pass_ranges=pass_ranges, plan_ranges=plan_ranges, group_ends=group_ends)  # fmt: skip
 
     def _plan_pass(self, start: int) -> list[BlockStore]:
         """For a corpus read through a remote cache: tell the cache the first position of this pass that needs each

@@ -25,26 +25,17 @@ over the epoch every planned batch is trained once, apart from each deal's wrapp
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Sampler
 
 from arrowmt._checks import check_integer
-from arrowmt._errors import FormatError, InvalidParameterError
+from arrowmt._errors import InvalidParameterError
 from arrowmt._heap import release_free_heap
 from arrowmt.bucketing import every_rank, own, resume_start, shard_batches, shard_length, window_end_steps
-from arrowmt.io import (
-    DEFAULT_DEPTH,
-    BatchAt,
-    PassRanges,
-    PlanRanges,
-    Prefetcher,
-    RowSource,
-    WordRanges,
-    prefetch_source,
-)
+from arrowmt.io import DEFAULT_DEPTH, PassRanges, Prefetcher, RowSource, prefetch_source
 from arrowmt.plans import (
     FixedPlan,
     Plan,
@@ -67,37 +58,6 @@ START_KEY = "start"  # added later: states without it began their deal at positi
 WINDOW_KEY = "shuffle_window"  # added later: states without it were saved with None (fairseq's shuffle)
 MATCHED_STATE_KEYS = ("seed", "plan_key")
 EPOCH_LIMIT, EPOCH_LIMIT_NAME = 2**32, "2**32"
-
-
-def _plan_ranges(ids: np.ndarray, plan: object) -> PlanRanges | None:
-    """Where ``plan`` holds the batches at some positions of a pass whose plan batches are ``ids`` (None: a plan
-    with nothing to read ahead, held in memory or read whole at open)."""
-    word_ranges = getattr(plan, "word_ranges", None)
-    if word_ranges is None:
-        return None
-
-    def plan_ranges(first: int, count: int) -> list[WordRanges]:
-        try:
-            return word_ranges(ids[first : first + count])
-        except FormatError:  # a corrupt chunk of offsets: handing out that batch raises
-            return []
-
-    return plan_ranges
-
-
-def _positions(ids: np.ndarray, batch: Callable[[int], np.ndarray]) -> BatchAt:
-    """The batch at each position of a pass whose plan batches are ``ids`` (None past the end, or where a corrupt
-    plan chunk ends the read-ahead: handing out that batch raises)."""
-
-    def batch_at(q: int) -> np.ndarray | None:
-        if q >= ids.shape[0]:
-            return None
-        try:
-            return batch(int(ids[q]))
-        except FormatError:
-            return None
-
-    return batch_at
 
 
 class PlanSampler(Sampler[list[int]]):
@@ -259,21 +219,19 @@ class PlanSampler(Sampler[list[int]]):
         if self.source is None:
             return None
         plan = self.plan
-        batch_at = _positions(ids, plan.batch)
-        plan_at = _positions(ids, getattr(plan, "peek", plan.batch))  # nothing noted of a batch's use (optional)
         if self.prefetcher is not None:
             self.prefetcher.close()
         ranges = self._pass_ranges(ids)
-        plan_ranges = _plan_ranges(ids, plan)
         ends = None if ranges is None else self._window_ends(len(ids))
-        self.prefetcher = Prefetcher(
+        self.prefetcher = Prefetcher.over_pass(
             self.source,
             self.prefetch,
-            batch_at,
+            ids,
+            plan.batch,
             start,
-            plan_at=plan_at,
+            peek=getattr(plan, "peek", None),  # nothing noted of a batch's use (optional)
+            word_ranges=getattr(plan, "word_ranges", None),
             pass_ranges=ranges,
-            plan_ranges=plan_ranges,
             group_ends=ends,
         )
         return self.prefetcher

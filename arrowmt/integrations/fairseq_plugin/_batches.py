@@ -273,11 +273,11 @@ class ReadAheadBatches(list):
     def __iter__(self) -> Iterator[Any]:
         n = len(self)
 
-        def batch_at(q: int) -> np.ndarray | None:
-            return np.asarray(list.__getitem__(self, q), dtype=np.int64) if q < n else None
+        def rows(q: int) -> np.ndarray:
+            return np.asarray(list.__getitem__(self, q), dtype=np.int64)
 
         ranges, ends = (None, None) if self.reads is None else self.reads.at(self.step, n)
-        ahead = Prefetcher(self.source, self.depth, batch_at, pass_ranges=ranges, group_ends=ends)
+        ahead = Prefetcher.over_pass(self.source, self.depth, np.arange(n), rows, pass_ranges=ranges, group_ends=ends)
         for position in range(n):
             ahead.step(position)
             yield list.__getitem__(self, position)

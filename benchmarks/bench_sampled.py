@@ -241,7 +241,10 @@ def report(args: argparse.Namespace, rows: int, convert_s: float, sample_s: floa
     name = f"sampled-{rows}" + ("-text" if args.text else "") + ("-storage" if args.storage_only else "")
     out = HERE / "results" / f"{name}.json"
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-    options = {**vars(args), "text": args.text and str(args.text), "work": args.work and str(args.work)}
+    sys.path.insert(0, str(HERE))
+    from run_one import in_repository
+
+    options = {**vars(args), "text": args.text and in_repository(args.text), "work": None}  # scratch: not recorded
     record = {"args": options, "rows": rows, "convert_s": convert_s, "samples_s": sample_s, "base_bytes": base,
               "sampled_bytes": sampled, "runs": runs, "machine": machine}  # fmt: skip
     out.write_text(json.dumps(record, indent=2) + "\n")

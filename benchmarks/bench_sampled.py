@@ -53,6 +53,7 @@ import arrowmt
 from arrowmt import FairseqCollater, SpecialIds, TokenBatchSampler, open_dataset
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # its neighbours (ab.py, run_one.py), imported where used
 SAMPLE = Path(arrowmt.__file__).parent / "sample_data" / "multi30k"
 
 
@@ -203,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         rows = len(arrowmt.open_dataset(corpus, "train"))
         codes = {"fixed": None, "sampled": None}
         if args.base:
-            sys.path.insert(0, str(HERE))
             from ab import side_code  # a commit's worktree, as ab.py makes them
 
             label, code = side_code(args.base)
@@ -241,7 +241,6 @@ def report(args: argparse.Namespace, rows: int, convert_s: float, sample_s: floa
     name = f"sampled-{rows}" + ("-text" if args.text else "") + ("-storage" if args.storage_only else "")
     out = HERE / "results" / f"{name}.json"
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-    sys.path.insert(0, str(HERE))
     from run_one import in_repository
 
     options = {**vars(args), "text": args.text and in_repository(args.text), "work": None}  # scratch: not recorded

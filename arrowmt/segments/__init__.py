@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from arrowmt.segments._bits import epoch_key, mix64, occurrence_keys, step_bits
     from arrowmt.segments._kinds import check_segmentation
     from arrowmt.segments._lattice import LATTICE_FORMAT, LATTICE_NAME, record_digest
-    from arrowmt.segments._law import Law, compiled, row_sums
+    from arrowmt.segments._law import Law, row_sums
     from arrowmt.segments._sampled import (
         BUILD_HINT,
         FORMS_DIR,

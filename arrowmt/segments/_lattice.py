@@ -174,14 +174,6 @@ class LatticeTables:
 
         return self.fold(self._at_starts(-1, 0), most)[self.final]
 
-    def paths(self) -> np.ndarray:
-        """How many paths lead from its word's start to each node (float64: exact below ``2**53``)."""
-        return self.fold(self._at_starts(0.0, 1.0), lambda at_begin, _, heads: np.add.reduceat(at_begin, heads))
-
-    def word_of_edge(self) -> np.ndarray:
-        """The word each edge belongs to (int64)."""
-        return np.searchsorted(self.start, self.end, side="right") - 1
-
     def _at_starts(self, fill: float, start: float) -> np.ndarray:
         values = np.full(self.nodes, fill, dtype=np.asarray(fill + start).dtype)
         values[self.start] = start
